@@ -1,0 +1,122 @@
+use super::{Decision, MemView, Policy, Reason, Sample};
+use crate::units::Kib;
+
+/// The inputs and result of one run of the swap-free estimator, all in KiB.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Estimate {
+    pub target: Kib,
+    pub current: Kib,
+    pub available: Kib,
+    pub overcommitted: Kib,
+    pub buffer: Kib,
+}
+
+/// The continuous self-ballooning estimator of the swap-free ballooning design:
+///
+/// `overcommitted = max(0, Committed_AS − (Active + Inactive + (SwapTotal − SwapFree)))`
+/// `target = current − MemAvailable + overcommitted + buffer`, clamped to [4 KiB, max].
+///
+/// `current` is the guest's present logical size. Counting memory promised but not yet
+/// touched (`overcommitted`) makes the target rise when a program allocates, before it
+/// writes, so the VM grows ahead of the spike rather than behind it.
+pub fn estimate(mem: &MemView, current: Kib, max: Kib, buffer: Kib) -> Estimate {
+    let overcommitted = mem.overcommitted();
+    let raw = current.saturating_add(overcommitted).saturating_add(buffer).saturating_sub(mem.available);
+    Estimate {
+        target: raw.clamp(Kib::ONE_PAGE, max),
+        current,
+        available: mem.available,
+        overcommitted,
+        buffer,
+    }
+}
+
+/// The per-VM continuous swap-free policy: the estimator on every fresh sample.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SwapFree {
+    /// Extra memory kept free on top of the estimate (KiB).
+    pub buffer: Kib,
+    /// Page cache the guest may keep: up to this much of `Cached` is added to the target,
+    /// for cache-heavy guests. Zero turns it off.
+    pub cache_buffer: Kib,
+}
+
+impl SwapFree {
+    pub fn new(buffer: Kib) -> SwapFree {
+        SwapFree { buffer, cache_buffer: Kib::ZERO }
+    }
+}
+
+impl Policy for SwapFree {
+    fn name(&self) -> &'static str {
+        "swapfree"
+    }
+
+    fn decide(&mut self, s: &Sample) -> Option<Decision> {
+        let mem = s.mem.as_ref()?;
+        let buffer = self.buffer.saturating_add(mem.cached.min(self.cache_buffer));
+        let e = estimate(mem, s.vm_size, s.max, buffer);
+        Some(Decision { target: e.target, reason: Reason::Estimate(e) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::time::Duration;
+
+    fn view(available: u64, committed: u64, active: u64, inactive: u64) -> MemView {
+        MemView {
+            total: Kib(2_000_000),
+            available: Kib(available),
+            committed_as: Kib(committed),
+            active: Kib(active),
+            inactive: Kib(inactive),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_formula_exactly() {
+        // current 1 GiB, 800 MiB available, 300 MiB committed beyond 100 MiB resident, 64 MiB buffer.
+        let v = view(800 * 1024, 400 * 1024, 60 * 1024, 40 * 1024);
+        let e = estimate(&v, Kib::from_mib(1024), Kib::from_mib(2048), Kib::from_mib(64));
+        assert_eq!(e.overcommitted, Kib::from_mib(300));
+        assert_eq!(e.target, Kib::from_mib(1024 - 800 + 300 + 64));
+    }
+
+    #[test]
+    fn clamps_to_one_page_and_max() {
+        let idle = view(900 * 1024, 0, 0, 0);
+        assert_eq!(estimate(&idle, Kib::from_mib(512), Kib::from_mib(2048), Kib::ZERO).target, Kib(4));
+        let spike = view(0, 10_000_000, 0, 0);
+        assert_eq!(estimate(&spike, Kib::from_mib(512), Kib::from_mib(2048), Kib::ZERO).target, Kib::from_mib(2048));
+    }
+
+    #[test]
+    fn policy_needs_a_view_and_adds_the_cache_buffer() {
+        let mut p = SwapFree { buffer: Kib::from_mib(10), cache_buffer: Kib::from_mib(100) };
+        let mut s = Sample { at: Duration::ZERO, vm_size: Kib::from_mib(1000), max: Kib::from_mib(2000), mem: None, migrating: false };
+        assert_eq!(p.decide(&s), None);
+        let mut v = view(500 * 1024, 0, 0, 0);
+        v.cached = Kib::from_mib(30);
+        s.mem = Some(v);
+        assert_eq!(p.decide(&s).unwrap().target, Kib::from_mib(1000 - 500 + 10 + 30));
+    }
+
+    proptest! {
+        #[test]
+        fn target_is_always_within_bounds(avail in 0u64..1 << 40, committed in 0u64..1 << 40, active in 0u64..1 << 40,
+                                          inactive in 0u64..1 << 40, current in 0u64..1 << 40, max in 4u64..1 << 40, buffer in 0u64..1 << 30) {
+            let e = estimate(&view(avail, committed, active, inactive), Kib(current), Kib(max), Kib(buffer));
+            prop_assert!(e.target >= Kib(4) && e.target <= Kib(max));
+        }
+        #[test]
+        fn more_available_never_raises_the_target(a in 0u64..1 << 30, extra in 0u64..1 << 30, current in 0u64..1 << 31) {
+            let lo = estimate(&view(a + extra, 0, 0, 0), Kib(current), Kib(1 << 32), Kib(0)).target;
+            let hi = estimate(&view(a, 0, 0, 0), Kib(current), Kib(1 << 32), Kib(0)).target;
+            prop_assert!(lo <= hi);
+        }
+    }
+}

@@ -1,0 +1,102 @@
+use super::{malformed, ParseError};
+use std::collections::BTreeMap;
+
+/// /proc/vmstat: event counters and page counts, by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Vmstat {
+    counters: BTreeMap<String, u64>,
+}
+
+impl Vmstat {
+    pub fn get(&self, name: &str) -> Option<u64> {
+        self.counters.get(name).copied()
+    }
+    /// OOM kills since boot (`oom_kill`, absent on old kernels).
+    pub fn oom_kills(&self) -> Option<u64> {
+        self.get("oom_kill")
+    }
+    /// Pages swapped in and out since boot.
+    pub fn swap_ins(&self) -> Option<u64> {
+        self.get("pswpin")
+    }
+    pub fn swap_outs(&self) -> Option<u64> {
+        self.get("pswpout")
+    }
+    /// Pages the balloon took and gave back since boot (CONFIG_MEMORY_BALLOON).
+    pub fn balloon_inflated(&self) -> Option<u64> {
+        self.get("balloon_inflate")
+    }
+    pub fn balloon_deflated(&self) -> Option<u64> {
+        self.get("balloon_deflate")
+    }
+    pub fn len(&self) -> usize {
+        self.counters.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.counters.is_empty()
+    }
+}
+
+/// Parses the text of /proc/vmstat: lines of `name value`.
+pub fn parse_vmstat(text: &str) -> Result<Vmstat, ParseError> {
+    let mut counters = BTreeMap::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let mut words = line.split_whitespace();
+        let (Some(name), Some(value), None) = (words.next(), words.next(), words.next()) else {
+            return Err(malformed(n, "name value", line));
+        };
+        // Some counters are signed internally and can transiently read negative.
+        let value = match value.parse::<u64>() {
+            Ok(v) => v,
+            Err(_) if value.parse::<i64>().is_ok() => 0,
+            Err(_) => return Err(malformed(n, "a number", line)),
+        };
+        counters.insert(name.to_string(), value);
+    }
+    if counters.is_empty() {
+        return Err(ParseError::Empty);
+    }
+    Ok(Vmstat { counters })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::procfs::fixtures;
+    use proptest::prelude::*;
+
+    #[test]
+    fn parses_counters() {
+        let v = parse_vmstat("nr_free_pages 100\noom_kill 2\nfuture_counter 9\nnr_weird -3\n").unwrap();
+        assert_eq!(v.get("nr_free_pages"), Some(100));
+        assert_eq!(v.oom_kills(), Some(2));
+        assert_eq!(v.get("future_counter"), Some(9));
+        assert_eq!(v.get("nr_weird"), Some(0));
+        assert_eq!(v.swap_ins(), None);
+        assert!(parse_vmstat("oom_kill\n").is_err());
+        assert!(parse_vmstat("oom_kill x\n").is_err());
+        assert!(parse_vmstat("oom_kill 1 2\n").is_err());
+        assert!(parse_vmstat("\n").is_err());
+    }
+
+    #[test]
+    fn every_fixture_parses() {
+        let all = fixtures::all("vmstat");
+        assert!(all.len() >= 3, "expected fixtures from 6.1, 6.12 and the host, found {}", all.len());
+        for (source, text) in all {
+            let v = parse_vmstat(&text).unwrap_or_else(|e| panic!("{source}: {e}"));
+            assert!(v.get("nr_free_pages").is_some(), "{source}");
+            assert!(v.oom_kills().is_some(), "{source}: oom_kill exists since 4.13");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics(s in "\\PC*") {
+            let _ = parse_vmstat(&s);
+        }
+    }
+}

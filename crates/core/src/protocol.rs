@@ -1,0 +1,81 @@
+//! The agent channel: newline-delimited JSON between the guest agent and the host
+//! controller over a virtio-serial port. One message per line, each at most
+//! [`MAX_LINE`] bytes; unknown fields are ignored so either side may be newer.
+
+use crate::policy::MemView;
+use crate::units::Kib;
+use serde::{Deserialize, Serialize};
+
+/// Longest line either side accepts; longer ones are dropped as garbage.
+pub const MAX_LINE: usize = 4096;
+
+/// The virtio-serial port name the agent and the controller meet on.
+pub const PORT_NAME: &str = "org.autoballoon.agent.0";
+
+/// Guest → host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentMessage {
+    /// Sent once when the agent starts.
+    Hello { version: String, backend: String },
+    /// One sample of the guest's memory.
+    Sample(AgentSample),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentSample {
+    pub seq: u64,
+    /// Guest uptime at the sample, in milliseconds.
+    pub uptime_ms: u64,
+    pub mem: MemView,
+    /// OOM kills in the guest since boot (/proc/vmstat `oom_kill`), if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom_kills: Option<u64>,
+    /// The agent's own estimate, when it knows its current size (kernel or Xen backend).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<Kib>,
+}
+
+/// Host → guest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum HostMessage {
+    /// A live migration of this VM started: the agent must not lower its target.
+    MigrationStarted,
+    /// The migration ended (completed or failed): shrinking may resume.
+    MigrationEnded { outcome: String },
+}
+
+/// Serialises one message as a line (with its trailing newline).
+pub fn encode<T: Serialize>(msg: &T) -> String {
+    let mut s = serde_json::to_string(msg).expect("protocol types always serialise");
+    s.push('\n');
+    s
+}
+
+/// Parses one line; `None` for garbage, oversized or unknown messages.
+pub fn decode<'a, T: Deserialize<'a>>(line: &'a str) -> Option<T> {
+    if line.len() > MAX_LINE {
+        return None;
+    }
+    serde_json::from_str(line.trim_end()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roundtrip_and_garbage() {
+        let m = AgentMessage::Sample(AgentSample { seq: 3, uptime_ms: 10, mem: MemView { available: Kib(5), ..Default::default() }, oom_kills: Some(0), target: None });
+        let line = encode(&m);
+        assert!(line.ends_with('\n') && !line[..line.len() - 1].contains('\n'));
+        assert_eq!(decode::<AgentMessage>(&line), Some(m));
+        assert_eq!(decode::<HostMessage>("{\"type\":\"migration_started\"}"), Some(HostMessage::MigrationStarted));
+        assert_eq!(decode::<HostMessage>("{\"type\":\"migration_ended\",\"outcome\":\"completed\",\"new\":1}"),
+                   Some(HostMessage::MigrationEnded { outcome: "completed".into() }));
+        assert_eq!(decode::<AgentMessage>("{\"type\":\"bogus\"}"), None);
+        assert_eq!(decode::<AgentMessage>("\u{0}\u{1}garbage"), None);
+        assert_eq!(decode::<AgentMessage>(&"x".repeat(MAX_LINE + 1)), None);
+    }
+}
