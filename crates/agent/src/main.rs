@@ -1,1 +1,103 @@
-fn main() {}
+//! autoballoon-guest: the guest agent. Samples /proc/meminfo every second and either sets
+//! the balloon itself (patched kernel, Xen) or reports to the host controller, which sets
+//! it over QMP (stock kernels).
+
+mod backend;
+mod channel;
+mod estimate_cmd;
+mod logging;
+mod protect;
+mod run;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "autoballoon-guest", version, about = "Continuous, swap-free self-ballooning from inside the guest")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the balloon target the estimator computes from a meminfo file.
+    Estimate(estimate_cmd::EstimateArgs),
+    /// Run the sampling loop until killed.
+    Run(RunArgs),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BackendKind {
+    /// Report samples to the host controller over a virtio-serial port; the host sets the balloon.
+    Host,
+    /// Write the target to Xen's balloon (target_kb in sysfs).
+    Xen,
+    /// Write the target to the patched kernel's balloon interface (target_pages).
+    Kernel,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// Where the target goes.
+    #[arg(long, value_enum, default_value = "host")]
+    pub backend: BackendKind,
+    /// The virtio-serial port to the host controller (required for --backend host;
+    /// optional otherwise, to receive migration notices).
+    #[arg(long)]
+    pub port: Option<PathBuf>,
+    /// Directory of the patched kernel's interface (max_pages, current_pages, target_pages).
+    #[arg(long, default_value = "/sys/kernel/mm/autoballoon")]
+    pub kernel_dir: PathBuf,
+    /// Xen's balloon sysfs directory (target_kb, info/current_kb).
+    #[arg(long, default_value = "/sys/devices/system/xen_memory/xen_memory0")]
+    pub xen_dir: PathBuf,
+    /// The VM's maximum size in KiB for the Xen backend (default: its size when the agent starts).
+    #[arg(long)]
+    pub max_kb: Option<u64>,
+    /// Memory kept free on top of the estimate, KiB.
+    #[arg(long, default_value_t = 0)]
+    pub buffer_kb: u64,
+    /// Page cache the guest may keep on top of the estimate, KiB (for cache-heavy guests).
+    #[arg(long, default_value_t = 0)]
+    pub cache_buffer_kb: u64,
+    /// Sampling interval τ in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub interval_ms: u64,
+    /// iBalloon's adaptive interval: +τ per steady tick up to 10τ, halved on a change.
+    #[arg(long)]
+    pub adaptive: bool,
+    /// iBalloon's outlier filter: re-check a shrink larger than --outlier-threshold-kb after this many ms.
+    #[arg(long)]
+    pub outlier_delay_ms: Option<u64>,
+    #[arg(long, default_value_t = 65536)]
+    pub outlier_threshold_kb: u64,
+    /// Where to read procfs from (tests point this at a fixture tree).
+    #[arg(long, default_value = "/proc")]
+    pub proc_dir: PathBuf,
+    /// Skip self-protection (oom_score_adj, mlockall) and the overcommit sysctl, for tests on a host.
+    #[arg(long)]
+    pub unprivileged: bool,
+    /// Stop after this many samples (0 = run forever).
+    #[arg(long, default_value_t = 0)]
+    pub samples: u64,
+    /// Log every tick, not only actions.
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Estimate(a) => estimate_cmd::run(&a),
+        Command::Run(a) => run::run(&a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("autoballoon-guest: error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

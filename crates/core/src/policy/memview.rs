@@ -42,11 +42,6 @@ impl MemView {
             .saturating_add(self.swap_total.saturating_sub(self.swap_free));
         self.committed_as.saturating_sub(backed)
     }
-
-    /// Memory in use by the guest, as `total − available` (display only).
-    pub fn used(&self) -> Kib {
-        self.total.saturating_sub(self.available)
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,225 @@
+//! The host controller's configuration: a TOML file, with flags for the common case.
+//! Every key is documented in docs/configuration.md; unknown keys are errors.
+
+use autoballoon_core::guard::GuardRails;
+use autoballoon_core::Kib;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub controller: ControllerConfig,
+    /// Policy and guard-rail settings applied to every VM unless the VM overrides them.
+    #[serde(default)]
+    pub defaults: PolicyConfig,
+    #[serde(default, rename = "vm")]
+    pub vms: Vec<VmConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ControllerConfig {
+    /// Milliseconds between two samples of a VM.
+    pub interval_ms: u64,
+    /// `text` or `json` log lines.
+    pub log_format: LogFormat,
+    /// Log every tick, not only actions.
+    pub verbose: bool,
+}
+
+impl Default for ControllerConfig {
+    fn default() -> Self {
+        ControllerConfig { interval_ms: 1000, log_format: LogFormat::Text, verbose: false }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicyConfig {
+    /// The policy: `swapfree` (the continuous swap-free estimator).
+    pub policy: PolicyKind,
+    /// Memory kept free in the guest on top of the estimate, MiB.
+    pub buffer_mib: u64,
+    /// Page cache the guest may keep on top of the estimate, MiB.
+    pub cache_buffer_mib: u64,
+    /// Never shrink a guest below this size, MiB.
+    pub min_mib: u64,
+    /// Largest shrink (balloon inflation) per tick, MiB; 0 = unlimited.
+    pub max_shrink_mib_per_tick: u64,
+    /// Changes smaller than this are ignored, MiB.
+    pub dead_band_mib: u64,
+    /// Seconds without shrinking after the guest grew.
+    pub hold_off_s: u64,
+    /// Targets are rounded up to a multiple of this many MiB.
+    pub align_mib: u64,
+    /// Seconds after which an agent report is too old to use (guest-stats are used instead).
+    pub agent_stale_s: u64,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            policy: PolicyKind::Swapfree,
+            buffer_mib: 64,
+            cache_buffer_mib: 0,
+            min_mib: 128,
+            max_shrink_mib_per_tick: 1024,
+            dead_band_mib: 4,
+            hold_off_s: 5,
+            align_mib: 1,
+            agent_stale_s: 3,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicyKind {
+    Swapfree,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmConfig {
+    /// A name for logs and the status view.
+    pub name: String,
+    /// The VM's QMP socket (`-qmp unix:PATH,server=on,wait=off`).
+    pub qmp: PathBuf,
+    /// The host side of the agent's virtio-serial chardev (a unix socket QEMU serves), if any.
+    #[serde(default)]
+    pub agent: Option<PathBuf>,
+    /// QOM path of the virtio-balloon device, for guest-stats.
+    #[serde(default = "default_balloon_path")]
+    pub balloon_device: String,
+    /// Per-VM overrides of `[defaults]`.
+    #[serde(default)]
+    pub policy: Option<PolicyConfig>,
+}
+
+pub fn default_balloon_path() -> String {
+    "/machine/peripheral/balloon0".into()
+}
+
+/// The configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// cannot read {0}: {1}
+    #[error("cannot read {0}: {1}")]
+    Read(PathBuf, std::io::Error),
+    /// {0}: {1}
+    #[error("{0}: {1}")]
+    Syntax(PathBuf, String),
+    /// invalid value for `{key}`: {why}
+    #[error("invalid value for `{key}`: {why}")]
+    Invalid { key: String, why: String },
+}
+
+impl PolicyConfig {
+    pub fn rails(&self) -> GuardRails {
+        GuardRails {
+            min: Kib::from_mib(self.min_mib),
+            max: Kib(u64::MAX),
+            max_shrink_per_tick: Kib::from_mib(self.max_shrink_mib_per_tick),
+            max_grow_per_tick: Kib::ZERO,
+            dead_band: Kib::from_mib(self.dead_band_mib),
+            hold_off: Duration::from_secs(self.hold_off_s),
+            align: Kib::from_mib(self.align_mib),
+        }
+    }
+
+    fn validate(&self, prefix: &str) -> Result<(), ConfigError> {
+        let bad = |key: &str, why: &str| Err(ConfigError::Invalid { key: format!("{prefix}{key}"), why: why.into() });
+        if self.align_mib == 0 {
+            return bad("align_mib", "must be at least 1");
+        }
+        if self.min_mib == 0 {
+            return bad("min_mib", "must be at least 1: a guest of size 0 cannot run");
+        }
+        if self.agent_stale_s == 0 {
+            return bad("agent_stale_s", "must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read(path.into(), e))?;
+        Config::parse(&text).map_err(|e| match e {
+            ConfigError::Syntax(_, m) => ConfigError::Syntax(path.into(), m),
+            other => other,
+        })
+    }
+
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let c: Config = toml::from_str(text).map_err(|e| ConfigError::Syntax(PathBuf::from("config"), e.to_string()))?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.controller.interval_ms < 100 {
+            return Err(ConfigError::Invalid { key: "controller.interval_ms".into(), why: "must be at least 100".into() });
+        }
+        self.defaults.validate("defaults.")?;
+        let mut names = std::collections::HashSet::new();
+        for (i, vm) in self.vms.iter().enumerate() {
+            if vm.name.is_empty() || !names.insert(vm.name.as_str()) {
+                return Err(ConfigError::Invalid { key: format!("vm[{i}].name"), why: "must be non-empty and unique".into() });
+            }
+            if let Some(p) = &vm.policy {
+                p.validate(&format!("vm[{i}].policy."))?;
+            }
+        }
+        if self.vms.is_empty() {
+            return Err(ConfigError::Invalid { key: "vm".into(), why: "at least one [[vm]] is needed".into() });
+        }
+        Ok(())
+    }
+
+    /// The policy settings in force for one VM.
+    pub fn policy_for(&self, vm: &VmConfig) -> PolicyConfig {
+        vm.policy.clone().unwrap_or_else(|| self.defaults.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_example_parses() {
+        let text = include_str!("../../../docs/example-host.toml");
+        let c = Config::parse(text).unwrap();
+        assert_eq!(c.vms.len(), 2);
+        assert_eq!(c.vms[0].balloon_device, "/machine/peripheral/balloon0");
+        assert_eq!(c.policy_for(&c.vms[1]).buffer_mib, 128);
+        assert_eq!(c.policy_for(&c.vms[0]).buffer_mib, 64);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e = Config::parse("[controller]\ninterval_ms = 5\n[[vm]]\nname='a'\nqmp='/x'\n").unwrap_err();
+        assert!(e.to_string().contains("controller.interval_ms"), "{e}");
+        let e = Config::parse("[defaults]\nbufer_mib = 5\n[[vm]]\nname='a'\nqmp='/x'\n").unwrap_err();
+        assert!(e.to_string().contains("bufer_mib"), "{e}");
+        let e = Config::parse("[[vm]]\nname='a'\nqmp='/x'\n[[vm]]\nname='a'\nqmp='/y'\n").unwrap_err();
+        assert!(e.to_string().contains("vm[1].name"), "{e}");
+        let e = Config::parse("[[vm]]\nname='a'\nqmp='/x'\n[vm.policy]\nalign_mib = 0\n").unwrap_err();
+        assert!(e.to_string().contains("vm[0].policy.align_mib"), "{e}");
+        let e = Config::parse("[controller]\n").unwrap_err();
+        assert!(e.to_string().contains("`vm`"), "{e}");
+        let e = Config::parse("[[vm]]\nname='a'\n").unwrap_err();
+        assert!(e.to_string().contains("qmp"), "{e}");
+    }
+}

@@ -1,0 +1,25 @@
+//! autoballoon's host side: the controller (QMP + agent channel), its configuration, the
+//! QEMU test bed, and the demo.
+
+pub mod config;
+pub mod controller;
+pub mod demo;
+pub mod log;
+pub mod plot;
+pub mod signals;
+pub mod testbed;
+
+use controller::VmStatus;
+
+/// A status table of VMs, one line each.
+pub fn status_table(rows: &[VmStatus]) -> String {
+    let mut s = format!("{:<12} {:<14} {:>10} {:>10} {:>10} {:>8} {:>7}\n", "VM", "STATE", "SIZE MiB", "TARGET", "USED", "SOURCE", "ACTIONS");
+    for r in rows {
+        let opt = |k: Option<autoballoon_core::Kib>| k.map(|k| format!("{:.0}", k.mib_f64())).unwrap_or_else(|| "-".into());
+        s.push_str(&format!(
+            "{:<12} {:<14} {:>10.0} {:>10} {:>10} {:>8} {:>7}\n",
+            r.name, format!("{:?}", r.state).to_lowercase(), r.size.mib_f64(), opt(r.target), opt(r.used), r.source, r.actions
+        ));
+    }
+    s
+}

@@ -1,0 +1,36 @@
+use super::wait_for;
+use autoballoon_qmp::{MigrationInfo, MigrationStatus, Qmp, QmpError};
+use std::time::Duration;
+
+/// A free TCP port on 127.0.0.1 for `-incoming` (bound, read, released).
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Migrates the VM behind `source` to a QEMU listening on 127.0.0.1:`port`, with the
+/// bandwidth cap given (bytes/s), and waits until it completes or fails.
+pub fn migrate(source: &Qmp, port: u16, max_bandwidth: u64, timeout: Duration) -> Result<MigrationInfo, QmpError> {
+    source.migrate_set_max_bandwidth(max_bandwidth)?;
+    source.migrate(&format!("tcp:127.0.0.1:{port}"))?;
+    let mut last = None;
+    let mut err = None;
+    wait_for(timeout, Duration::from_millis(100), || match source.query_migrate() {
+        Ok(m) => {
+            let done = !m.status.is_active() && m.status != MigrationStatus::None;
+            last = Some(m);
+            done
+        }
+        Err(e) => {
+            err = Some(e);
+            true
+        }
+    });
+    if let Some(e) = err {
+        return Err(e);
+    }
+    match last {
+        Some(m) if m.status == MigrationStatus::Completed => Ok(m),
+        Some(m) => Err(QmpError::Protocol(format!("migration ended as {}", m.status))),
+        None => Err(QmpError::Protocol("no migration status".into())),
+    }
+}

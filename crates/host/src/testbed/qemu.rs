@@ -1,0 +1,184 @@
+use super::console::Console;
+use super::wait_for_path;
+use autoballoon_core::Kib;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A guest kernel and initramfs built by `guest/build-image.sh`.
+#[derive(Debug, Clone)]
+pub struct GuestImage {
+    pub dir: PathBuf,
+}
+
+impl GuestImage {
+    /// The image in `dir`, checked for its two files.
+    pub fn at(dir: &Path) -> Result<GuestImage, QemuError> {
+        for f in ["vmlinuz", "initrd.img"] {
+            if !dir.join(f).is_file() {
+                return Err(QemuError::Image(dir.join(f)));
+            }
+        }
+        Ok(GuestImage { dir: dir.to_path_buf() })
+    }
+
+    /// The image named by `$AUTOBALLOON_IMAGE` (set by `make test`).
+    pub fn from_env() -> Result<GuestImage, QemuError> {
+        let dir = std::env::var_os("AUTOBALLOON_IMAGE").ok_or(QemuError::NoImageEnv)?;
+        GuestImage::at(Path::new(&dir))
+    }
+}
+
+/// How to start one VM.
+#[derive(Debug, Clone)]
+pub struct VmSpec {
+    pub name: String,
+    pub memory: Kib,
+    pub cpus: u32,
+    /// virtio-balloon deflate-on-oom: the driver gives pages back before the OOM killer runs.
+    pub deflate_on_oom: bool,
+    /// Start the agent in the guest with the host backend.
+    pub agent: bool,
+    /// Extra kernel command line words.
+    pub append: String,
+    /// Wait for an incoming migration on this TCP port of 127.0.0.1 instead of booting.
+    pub incoming_port: Option<u16>,
+}
+
+impl VmSpec {
+    pub fn new(name: &str, memory: Kib) -> VmSpec {
+        VmSpec { name: name.into(), memory, cpus: 1, deflate_on_oom: true, agent: true, append: String::new(), incoming_port: None }
+    }
+}
+
+/// A QEMU process and its sockets; killed on drop.
+pub struct Qemu {
+    pub spec: VmSpec,
+    child: Child,
+    /// The QMP socket the controller uses.
+    pub qmp: PathBuf,
+    /// A second QMP socket for whoever drives the VM (tests, the demo).
+    pub qmp_ctl: PathBuf,
+    /// The host side of the agent's virtio-serial port.
+    pub agent: PathBuf,
+    pub console: Console,
+}
+
+/// Starting or talking to QEMU failed.
+#[derive(Debug, thiserror::Error)]
+pub enum QemuError {
+    /// guest image file {0} is missing: run `make image` (or `make test`) first
+    #[error("guest image file {0} is missing: run `make image` (or `make test`) first")]
+    Image(PathBuf),
+    /// AUTOBALLOON_IMAGE is not set: run the tests with `make test`, or set it to the directory `guest/build-image.sh` prints
+    #[error("AUTOBALLOON_IMAGE is not set: run the tests with `make test`, or set it to the directory `guest/build-image.sh --print-dir` prints")]
+    NoImageEnv,
+    /// cannot start qemu-system-x86_64: {0} (is the qemu-system-x86 package installed?)
+    #[error("cannot start qemu-system-x86_64: {0} (is the qemu-system-x86 package installed?)")]
+    Spawn(std::io::Error),
+    /// QEMU did not create {0} in time; see {1}
+    #[error("QEMU did not create {0} in time; see {1}")]
+    NoSocket(PathBuf, PathBuf),
+    /// the guest did not boot to a shell within {0:?}; console log: {1}
+    #[error("the guest did not boot to a shell within {0:?}; console log: {1}")]
+    Boot(Duration, PathBuf),
+    #[error("console: {0}")]
+    Console(#[from] super::ConsoleError),
+}
+
+impl Qemu {
+    /// Starts QEMU under TCG and connects to its console. `run_dir` holds the sockets and logs.
+    /// Does not wait for the guest to boot; see [`Qemu::wait_booted`].
+    pub fn start(image: &GuestImage, spec: VmSpec, run_dir: &Path) -> Result<Qemu, QemuError> {
+        std::fs::create_dir_all(run_dir).map_err(QemuError::Spawn)?;
+        let p = |suffix: &str| run_dir.join(format!("{}.{suffix}", spec.name));
+        let (qmp, qmp_ctl, agent, serial, log) = (p("qmp"), p("qmp-ctl"), p("agent"), p("serial"), p("qemu.log"));
+        for s in [&qmp, &qmp_ctl, &agent, &serial] {
+            let _ = std::fs::remove_file(s);
+        }
+        let mut append = String::from("console=ttyS0 quiet panic=-1 init_on_alloc=0");
+        if spec.agent {
+            append.push_str(" autoballoon.agent=host");
+        }
+        if !spec.append.is_empty() {
+            append.push(' ');
+            append.push_str(&spec.append);
+        }
+        let balloon = format!("virtio-balloon-pci,id=balloon0{}", if spec.deflate_on_oom { ",deflate-on-oom=on" } else { "" });
+        let mut cmd = Command::new("qemu-system-x86_64");
+        cmd.args(["-accel", "tcg", "-machine", "pc", "-cpu", "qemu64", "-nodefaults", "-display", "none", "-no-reboot"])
+            .args(["-name", &spec.name])
+            .args(["-m", &format!("{}M", spec.memory.0 / 1024), "-smp", &spec.cpus.to_string()])
+            .arg("-kernel").arg(image.dir.join("vmlinuz"))
+            .arg("-initrd").arg(image.dir.join("initrd.img"))
+            .args(["-append", &append])
+            .arg("-chardev").arg(format!("socket,id=ser0,path={},server=on,wait=off", serial.display()))
+            .args(["-serial", "chardev:ser0"])
+            .arg("-qmp").arg(format!("unix:{},server=on,wait=off", qmp.display()))
+            .arg("-qmp").arg(format!("unix:{},server=on,wait=off", qmp_ctl.display()))
+            .args(["-device", &balloon])
+            .args(["-device", "virtio-serial-pci,id=vser0"])
+            .arg("-chardev").arg(format!("socket,id=agent0,path={},server=on,wait=off", agent.display()))
+            .args(["-device", &format!("virtserialport,chardev=agent0,name={}", autoballoon_core::protocol::PORT_NAME)]);
+        if let Some(port) = spec.incoming_port {
+            cmd.args(["-incoming", &format!("tcp:127.0.0.1:{port}")]);
+        }
+        let logf = std::fs::File::create(&log).map_err(QemuError::Spawn)?;
+        let child = cmd.stdin(Stdio::null()).stdout(logf.try_clone().map_err(QemuError::Spawn)?).stderr(logf).spawn().map_err(QemuError::Spawn)?;
+        let mut guard = KillOnDrop(Some(child));
+        for s in [&serial, &qmp, &qmp_ctl] {
+            if !wait_for_path(s, Duration::from_secs(20)) {
+                return Err(QemuError::NoSocket(s.clone(), log));
+            }
+        }
+        // Connect at once: with wait=off QEMU drops console output while no client listens.
+        let console = Console::connect(&serial, &p("console.log"))?;
+        let child = guard.0.take().expect("child present");
+        Ok(Qemu { spec, child, qmp, qmp_ctl, agent, console })
+    }
+
+    /// Waits until the guest's shell answers on the console.
+    pub fn wait_booted(&self, timeout: Duration) -> Result<Duration, QemuError> {
+        let t = self.console.wait_for_text("AUTOBALLOON-GUEST BOOTED", timeout).ok_or_else(|| QemuError::Boot(timeout, self.console.log_path()))?;
+        self.console.run("true", timeout).map_err(|_| QemuError::Boot(timeout, self.console.log_path()))?;
+        Ok(t)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the QEMU process is still running.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Kills QEMU at once (SIGKILL) and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// QEMU's resident memory in KiB (what the host really pays for the VM).
+    pub fn rss(&self) -> Option<Kib> {
+        let s = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        let line = s.lines().find(|l| l.starts_with("VmRSS:"))?;
+        line.split_whitespace().nth(1)?.parse().ok().map(Kib)
+    }
+}
+
+impl Drop for Qemu {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+struct KillOnDrop(Option<Child>);
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

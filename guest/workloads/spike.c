@@ -1,0 +1,173 @@
+/*
+ * spike: periodic memory spikes for autoballoon tests.
+ *
+ *   spike THREADS MIB_PER_THREAD HOLD_SECONDS SLEEP_SECONDS CYCLES
+ *
+ * Each cycle: every thread mmaps MIB_PER_THREAD MiB and writes a non-zero word into every
+ * page; once all threads are done the memory is held HOLD_SECONDS, then every thread
+ * munmaps it (so it really goes back to the kernel) and the program sleeps SLEEP_SECONDS.
+ * Seconds may be fractional. One line per cycle:
+ *
+ *   SPIKE cycle=N threads=T mib=M alloc_s=X.XX ok=K
+ *
+ * (mib = MiB per thread, alloc_s = wall time from the start of the cycle until every
+ * thread has mapped and touched its memory, ok = threads whose mmap succeeded), and at the
+ * end:
+ *
+ *   SPIKE done cycles=N failed=F
+ *
+ * (failed = number of thread allocations that failed over all cycles). A failed mmap is
+ * counted and reported, never fatal. Exit status 0 if nothing failed, 1 otherwise,
+ * 2 on bad arguments.
+ *
+ * Build: gcc -O2 -static -pthread -o spike spike.c
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+static long nthreads, mib;
+static double hold_s, sleep_s;
+static long cycles;
+static size_t page_size;
+
+static pthread_barrier_t bar_start, bar_touched, bar_release, bar_freed;
+static int *thread_ok; /* per thread, per current cycle */
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void sleep_secs(double s)
+{
+    if (s <= 0)
+        return;
+    struct timespec ts;
+    ts.tv_sec = (time_t)s;
+    ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+        ;
+}
+
+static void *worker(void *arg)
+{
+    long id = (long)arg;
+    size_t len = (size_t)mib << 20;
+    for (long c = 0; c < cycles; c++) {
+        pthread_barrier_wait(&bar_start);
+        void *p = NULL;
+        if (len > 0) {
+            p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (p == MAP_FAILED)
+                p = NULL;
+        }
+        if (p != NULL || len == 0) {
+            thread_ok[id] = 1;
+            /* A distinct non-zero word per page: never a zero page, never mergeable. */
+            uint64_t tag = 0xA5A5000000000000ULL ^ ((uint64_t)(id + 1) << 40) ^ ((uint64_t)(c + 1) << 24);
+            char *b = p;
+            for (size_t off = 0; off < len; off += page_size)
+                *(volatile uint64_t *)(b + off) = tag | (off / page_size) | 1;
+        } else {
+            thread_ok[id] = 0;
+        }
+        pthread_barrier_wait(&bar_touched);
+        pthread_barrier_wait(&bar_release); /* main thread holds in between */
+        if (p != NULL)
+            munmap(p, len);
+        pthread_barrier_wait(&bar_freed);
+    }
+    return NULL;
+}
+
+static int parse_long(const char *s, long *out, long min)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < min)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_double(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= 0))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 6 || parse_long(argv[1], &nthreads, 1) || parse_long(argv[2], &mib, 0) ||
+        parse_double(argv[3], &hold_s) || parse_double(argv[4], &sleep_s) ||
+        parse_long(argv[5], &cycles, 1) || nthreads > 1024) {
+        fprintf(stderr,
+                "usage: %s THREADS MIB_PER_THREAD HOLD_SECONDS SLEEP_SECONDS CYCLES\n"
+                "  e.g. %s 2 100 1 0 1   (2 threads x 100 MiB, hold 1 s, 1 cycle)\n",
+                argv[0], argv[0]);
+        return 2;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    page_size = (size_t)sysconf(_SC_PAGESIZE);
+    thread_ok = calloc((size_t)nthreads, sizeof *thread_ok);
+    pthread_t *tids = calloc((size_t)nthreads, sizeof *tids);
+    if (!thread_ok || !tids) {
+        fprintf(stderr, "spike: out of memory for thread table\n");
+        return 1;
+    }
+    unsigned n = (unsigned)nthreads + 1;
+    pthread_barrier_init(&bar_start, NULL, n);
+    pthread_barrier_init(&bar_touched, NULL, n);
+    pthread_barrier_init(&bar_release, NULL, n);
+    pthread_barrier_init(&bar_freed, NULL, n);
+
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 64 * 1024);
+    for (long i = 0; i < nthreads; i++) {
+        int e = pthread_create(&tids[i], &attr, worker, (void *)i);
+        if (e) {
+            fprintf(stderr, "spike: pthread_create: %s\n", strerror(e));
+            return 1;
+        }
+    }
+
+    long failed = 0;
+    for (long c = 0; c < cycles; c++) {
+        double t0 = now();
+        pthread_barrier_wait(&bar_start);
+        pthread_barrier_wait(&bar_touched);
+        double alloc_s = now() - t0;
+        long ok = 0;
+        for (long i = 0; i < nthreads; i++)
+            ok += thread_ok[i];
+        failed += nthreads - ok;
+        printf("SPIKE cycle=%ld threads=%ld mib=%ld alloc_s=%.2f ok=%ld\n", c + 1, nthreads, mib,
+               alloc_s, ok);
+        sleep_secs(hold_s);
+        pthread_barrier_wait(&bar_release);
+        pthread_barrier_wait(&bar_freed);
+        if (c + 1 < cycles)
+            sleep_secs(sleep_s);
+    }
+    for (long i = 0; i < nthreads; i++)
+        pthread_join(tids[i], NULL);
+    printf("SPIKE done cycles=%ld failed=%ld\n", cycles, failed);
+    return failed ? 1 : 0;
+}

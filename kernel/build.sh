@@ -1,0 +1,188 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# Build the autoballoon guest kernel (bzImage) from Debian's linux-source-6.12.
+#
+#   kernel/build.sh [patched|stock]   build (or fetch from cache) one variant
+#   kernel/build.sh --path VARIANT    print where that variant's bzImage is/will be
+#   kernel/build.sh --tree            prepare the source tree only, print its path
+#
+# Variants: "patched" = base + kernel/patches/*.patch, "stock" = base only.
+# Both use tinyconfig + kernel/config/guest.config.
+#
+# Layout (nothing of this goes into the repository):
+#   ~/.cache/autoballoon/kernel/src-<version>/         git repo, tag "base" = pristine
+#   ~/.cache/autoballoon/kernel/src-<version>/_build/  out-of-tree build dir (O=)
+#   ~/.cache/autoballoon/kernel/<variant>-<hash>/      cached bzImage + .config
+#   ~/.cache/autoballoon/ccache/                       ccache
+# The cache key <hash> covers base version, recipe, config fragment and
+# (for "patched") the patch series, so a cache hit is instant.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CACHE_ROOT=${AUTOBALLOON_CACHE:-$HOME/.cache/autoballoon}
+KCACHE=$CACHE_ROOT/kernel
+export CCACHE_DIR=${CCACHE_DIR:-$CACHE_ROOT/ccache}
+JOBS=${JOBS:-2}
+# Bump when the way a kernel is built changes (invalidates cached images).
+RECIPE=1
+FRAGMENT=$HERE/config/guest.config
+BASE_VERSION=$(sed -n 's/^version: *//p' "$HERE/BASE")
+SRC=$KCACHE/src-$BASE_VERSION
+BUILD=$SRC/_build
+
+step() { printf '[kernel] %s\n' "$*" >&2; }
+die() { printf '[kernel] error: %s\n' "$*" >&2; exit 1; }
+
+cache_key() {
+	local variant=$1
+	{
+		echo "recipe=$RECIPE base=$BASE_VERSION variant=$variant"
+		cat "$FRAGMENT"
+		if [ "$variant" = patched ]; then
+			for p in "$HERE"/patches/*.patch; do
+				[ -e "$p" ] && cat "$p"
+			done
+		fi
+	} | sha256sum | cut -c1-16
+}
+
+out_dir() { echo "$KCACHE/$1-$(cache_key "$1")"; }
+
+ensure_deps() {
+	local pkgs="linux-source-6.12 bc bison flex libelf-dev libssl-dev dwarves ccache cpio python3 rsync kmod xz-utils gcc make git"
+	local missing=""
+	for p in $pkgs; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
+	done
+	if [ -n "$missing" ]; then
+		step "installing:$missing"
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+	fi
+	local have
+	have=$(dpkg-query -W -f='${Version}' linux-source-6.12)
+	[ "$have" = "$BASE_VERSION" ] ||
+		die "linux-source-6.12 is $have but kernel/BASE pins $BASE_VERSION"
+}
+
+ensure_tree() {
+	if [ -d "$SRC/.git" ] && git -C "$SRC" rev-parse -q --verify base >/dev/null; then
+		return
+	fi
+	step "unpacking /usr/src/linux-source-6.12.tar.xz into $SRC"
+	rm -rf "$SRC" "$SRC.tmp"
+	mkdir -p "$SRC.tmp"
+	tar -xf /usr/src/linux-source-6.12.tar.xz -C "$SRC.tmp"
+	mv "$SRC.tmp/linux-source-6.12" "$SRC"
+	rmdir "$SRC.tmp"
+	step "creating base commit"
+	(
+		cd "$SRC"
+		git init -q
+		git config user.name "autoballoon build"
+		git config user.email "autoballoon@localhost"
+		git config core.autocrlf false
+		printf '/_build/\n/_build-*/\n' >> .git/info/exclude
+		git add -A -f .
+		git commit -q -m "Linux $BASE_VERSION (Debian linux-source-6.12)"
+		git tag base
+	)
+}
+
+# Put the source tree into the state of $1 (stock: tag base; patched: base + series).
+checkout_variant() {
+	local variant=$1
+	cd "$SRC"
+	git am --abort >/dev/null 2>&1 || true
+	if [ "$variant" = stock ]; then
+		step "checking out base"
+		git checkout -q -f --detach base
+		return
+	fi
+	local n
+	n=$(ls "$HERE"/patches/*.patch 2>/dev/null | wc -l)
+	step "applying $n patch(es) with git am"
+	git checkout -q -f -B autoballoon base
+	if [ "$n" -gt 0 ]; then
+		git am -q --whitespace=nowarn "$HERE"/patches/*.patch ||
+			{ git am --abort; die "git am failed"; }
+	fi
+}
+
+configure() {
+	step "configuring (tinyconfig + $(basename "$FRAGMENT"))"
+	mkdir -p "$BUILD"
+	cd "$SRC"
+	make -s O=_build tinyconfig >/dev/null
+	./scripts/kconfig/merge_config.sh -m -O _build _build/.config "$FRAGMENT" >/dev/null
+	make -s O=_build olddefconfig >/dev/null
+	# merge_config does not complain about options the fragment asks for
+	# but Kconfig refused (unmet dependencies); do that here.
+	local bad=0 line sym val
+	while read -r line; do
+		case "$line" in
+		CONFIG_*=*)
+			sym=${line%%=*}; val=${line#*=}
+			grep -qx "$sym=$val" _build/.config || { step "warning: $line not set"; bad=1; }
+			;;
+		esac
+	done < "$FRAGMENT"
+	[ $bad = 0 ] || step "warning: config differs from fragment (see above)"
+}
+
+build_variant() {
+	local variant=$1 out t0 t1
+	out=$(out_dir "$variant")
+	if [ -f "$out/bzImage" ]; then
+		step "cache hit: $out/bzImage"
+		echo "$out/bzImage"
+		return
+	fi
+	ensure_deps
+	ensure_tree
+	exec 9>"$KCACHE/.build.lock"
+	step "waiting for build lock" && flock 9
+	checkout_variant "$variant"
+	configure
+	mkdir -p "$CCACHE_DIR"
+	ccache -M 8G >/dev/null
+	step "building bzImage ($variant, -j$JOBS, ccache in $CCACHE_DIR); log: $BUILD/build.log"
+	t0=$(date +%s)
+	if ! KBUILD_BUILD_USER=autoballoon KBUILD_BUILD_HOST=autoballoon \
+		nice -n 19 make O=_build -j"$JOBS" CC="ccache gcc" bzImage \
+		> "$BUILD/build.log" 2>&1; then
+		tail -40 "$BUILD/build.log" >&2
+		die "build failed (full log: $BUILD/build.log)"
+	fi
+	t1=$(date +%s)
+	step "built in $((t1 - t0)) s"
+	mkdir -p "$out.tmp"
+	cp _build/arch/x86/boot/bzImage "$out.tmp/bzImage"
+	cp _build/.config "$out.tmp/config"
+	cp _build/System.map "$out.tmp/System.map"
+	git log --oneline base..HEAD > "$out.tmp/series.txt" 2>/dev/null || true
+	echo "$((t1 - t0))" > "$out.tmp/build-seconds"
+	rm -rf "$out"
+	mv "$out.tmp" "$out"
+	step "cached: $out/bzImage"
+	echo "$out/bzImage"
+}
+
+mkdir -p "$KCACHE"
+case "${1:-patched}" in
+--path)
+	echo "$(out_dir "${2:-patched}")/bzImage"
+	;;
+--tree)
+	ensure_deps
+	ensure_tree
+	echo "$SRC"
+	;;
+patched|stock)
+	build_variant "${1:-patched}"
+	;;
+*)
+	die "usage: $0 [patched|stock] | --path VARIANT | --tree"
+	;;
+esac
