@@ -6,6 +6,9 @@
 #   kernel/build.sh [patched|stock]   build (or fetch from cache) one variant
 #   kernel/build.sh --path VARIANT    print where that variant's bzImage is/will be
 #   kernel/build.sh --tree            prepare the source tree only, print its path
+#   kernel/build.sh --kunit [ARGS]    run the KUnit suites of kernel/.kunitconfig
+#                                     on the patched tree (UML; ARGS go to kunit.py,
+#                                     e.g. --arch=x86_64)
 #
 # Variants: "patched" = base + kernel/patches/*.patch, "stock" = base only.
 # Both use tinyconfig + kernel/config/guest.config.
@@ -23,6 +26,9 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE_ROOT=${AUTOBALLOON_CACHE:-$HOME/.cache/autoballoon}
 KCACHE=$CACHE_ROOT/kernel
 export CCACHE_DIR=${CCACHE_DIR:-$CACHE_ROOT/ccache}
+# Paths below this are hashed relative to the build dir, so trees that
+# live side by side (and build in a subdirectory) share cache entries.
+export CCACHE_BASEDIR=$KCACHE
 JOBS=${JOBS:-2}
 # Bump when the way a kernel is built changes (invalidates cached images).
 RECIPE=1
@@ -98,16 +104,25 @@ checkout_variant() {
 	if [ "$variant" = stock ]; then
 		step "checking out base"
 		git checkout -q -f --detach base
+		rm -f .git/autoballoon-series
 		return
 	fi
-	local n
+	local n key stamp=.git/autoballoon-series
 	n=$(ls "$HERE"/patches/*.patch 2>/dev/null | wc -l)
+	key=$(cache_key patched)
+	# Re-applying the same series would only touch files and cost a rebuild.
+	if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$key $(git rev-parse HEAD)" ] &&
+	   git diff --quiet HEAD; then
+		step "series already applied ($n patches)"
+		return
+	fi
 	step "applying $n patch(es) with git am"
 	git checkout -q -f -B autoballoon base
 	if [ "$n" -gt 0 ]; then
 		git am -q --whitespace=nowarn "$HERE"/patches/*.patch ||
 			{ git am --abort; die "git am failed"; }
 	fi
+	echo "$key $(git rev-parse HEAD)" > "$stamp"
 }
 
 configure() {
@@ -169,8 +184,31 @@ build_variant() {
 	echo "$out/bzImage"
 }
 
+run_kunit() {
+	ensure_deps
+	ensure_tree
+	exec 9>"$KCACHE/.build.lock"
+	step "waiting for build lock" && flock 9
+	checkout_variant patched
+	cd "$SRC"
+	step "running KUnit ($HERE/.kunitconfig) in $SRC/_kunit; log: $KCACHE/kunit.log"
+	local t0=$SECONDS rc=0
+	nice -n 19 ./tools/testing/kunit/kunit.py run \
+		--kunitconfig="$HERE/.kunitconfig" --build_dir=_kunit \
+		--jobs "$JOBS" --make_options CC="ccache gcc" "$@" \
+		> "$KCACHE/kunit.log" 2>&1 || rc=$?
+	grep -E '^\[..:..:..\] (Testing complete|Elapsed time)|FAILED|PASSED.*balloon' \
+		"$KCACHE/kunit.log" | tail -60 >&2 || true
+	step "KUnit finished in $((SECONDS - t0)) s, exit status $rc"
+	return $rc
+}
+
 mkdir -p "$KCACHE"
 case "${1:-patched}" in
+--kunit)
+	shift
+	run_kunit "$@"
+	;;
 --path)
 	echo "$(out_dir "${2:-patched}")/bzImage"
 	;;

@@ -10,7 +10,7 @@ use autoballoon_core::guard::GuardRails;
 use autoballoon_core::interval::{AdaptiveInterval, Interval};
 use autoballoon_core::outlier::{Filtered, OutlierFilter};
 use autoballoon_core::policy::{MemView, Sample, SwapFree};
-use autoballoon_core::procfs::{parse_meminfo, parse_vmstat};
+use autoballoon_core::procfs::{parse_meminfo, parse_vmstat, Vmstat};
 use autoballoon_core::protocol::{encode, AgentMessage, AgentSample, HostMessage};
 use autoballoon_core::Kib;
 use std::path::Path;
@@ -24,8 +24,8 @@ fn read_view(proc_dir: &Path) -> Result<MemView, String> {
     MemView::from_meminfo(&m).map_err(|e| e.to_string())
 }
 
-fn read_oom_kills(proc_dir: &Path) -> Option<u64> {
-    parse_vmstat(&std::fs::read_to_string(proc_dir.join("vmstat")).ok()?).ok()?.oom_kills()
+fn read_vmstat(proc_dir: &Path) -> Option<Vmstat> {
+    parse_vmstat(&std::fs::read_to_string(proc_dir.join("vmstat")).ok()?).ok()
 }
 
 pub fn run(a: &RunArgs) -> Result<(), String> {
@@ -67,7 +67,9 @@ pub fn run(a: &RunArgs) -> Result<(), String> {
     loop {
         let now = Instant::now();
         seq += 1;
+        // Read back to back, so the balloon size matches the memory view.
         let view = read_view(&a.proc_dir).map_err(|e| bad_sample.log(now, format_args!("bad memory sample, keeping the last target: {e}"))).ok();
+        let vmstat = read_vmstat(&a.proc_dir);
         let mut next_in = tau;
         let mut own_target = None;
         match backend.size() {
@@ -94,7 +96,7 @@ pub fn run(a: &RunArgs) -> Result<(), String> {
             Err(e) => bad_backend.log(now, format_args!("{e}")),
         }
         if let (Some(ch), Some(mem)) = (&mut channel, view) {
-            let msg = AgentMessage::Sample(AgentSample { seq, uptime_ms: (now - start).as_millis() as u64, mem, oom_kills: read_oom_kills(&a.proc_dir), target: own_target });
+            let msg = AgentMessage::Sample(AgentSample { seq, uptime_ms: (now - start).as_millis() as u64, mem, oom_kills: vmstat.as_ref().and_then(|v| v.oom_kills()), balloon: vmstat.as_ref().and_then(|v| v.balloon_pages()), target: own_target });
             if let Err(e) = ch.send(&encode(&msg)) {
                 bad_port.log(now, format_args!("cannot write to the host port: {e}"));
             }

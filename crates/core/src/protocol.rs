@@ -3,7 +3,7 @@
 //! [`MAX_LINE`] bytes; unknown fields are ignored so either side may be newer.
 
 use crate::policy::MemView;
-use crate::units::Kib;
+use crate::units::{Kib, Pages};
 use serde::{Deserialize, Serialize};
 
 /// Longest line either side accepts; longer ones are dropped as garbage.
@@ -31,6 +31,9 @@ pub struct AgentSample {
     /// OOM kills in the guest since boot (/proc/vmstat `oom_kill`), if known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oom_kills: Option<u64>,
+    /// Pages in the balloon when the sample was taken (guest /proc/vmstat), if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub balloon: Option<Pages>,
     /// The agent's own estimate, when it knows its current size (kernel or Xen backend).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<Kib>,
@@ -67,7 +70,7 @@ mod tests {
 
     #[test]
     fn roundtrip_and_garbage() {
-        let m = AgentMessage::Sample(AgentSample { seq: 3, uptime_ms: 10, mem: MemView { available: Kib(5), ..Default::default() }, oom_kills: Some(0), target: None });
+        let m = AgentMessage::Sample(AgentSample { seq: 3, uptime_ms: 10, mem: MemView { available: Kib(5), ..Default::default() }, oom_kills: Some(0), balloon: Some(Pages(7)), target: None });
         let line = encode(&m);
         assert!(line.ends_with('\n') && !line[..line.len() - 1].contains('\n'));
         assert_eq!(decode::<AgentMessage>(&line), Some(m));

@@ -156,7 +156,7 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
 
         live.phase("hold at full size, dirty memory");
         vm.command(VmCommand::Pause);
-        let ctl_a = step("QMP", Qmp::connect(&vm_a.qmp_ctl, Duration::from_secs(5)))?;
+        let ctl_a = step("QMP", Qmp::connect_with_retry(&vm_a.qmp_ctl, Instant::now() + Duration::from_secs(10)))?;
         step("balloon", ctl_a.set_balloon_guest_size(configured.as_bytes().0))?;
         wait_size(vm, Duration::from_secs(60), "the guest to be back at full size", |s| s >= configured)?;
         step("fill", vm_a.console.run(&format!("fill {fill_mib}"), Duration::from_secs(120)))?;
@@ -179,7 +179,7 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
         live.phase("migration with autoballoon");
         let port = step("port", free_port())?;
         let vm_c = step("starting the destination", Qemu::start(&image, spec("demo-c", Some(port)), &out))?;
-        let ctl_b = step("QMP", Qmp::connect(&vm_b.qmp_ctl, Duration::from_secs(5)))?;
+        let ctl_b = step("QMP", Qmp::connect_with_retry(&vm_b.qmp_ctl, Instant::now() + Duration::from_secs(10)))?;
         let before = vm.snapshot().size;
         let with = step("migration", migrate(&ctl_b, port, bandwidth, Duration::from_secs(300)))?;
         drop(ctl_b);
@@ -191,7 +191,7 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
         // The kernel log travels with the guest: dmesg on the final QEMU covers the whole run.
         let dmesg = step("dmesg", vm_c.console.run("dmesg", Duration::from_secs(30)))?;
         let oom_kills = crate::testbed::count_oom_kills(&dmesg.text);
-        Ok((vec![rows_without, rows_with], Summary { idle, peak: *peak.lock().unwrap(), after, spike_ok, oom_kills, boot }))
+        Ok((vec![rows_without, rows_with], Summary { idle, peak: { let p = *peak.lock().unwrap(); p }, after, spike_ok, oom_kills, boot }))
     })();
 
     live.stop.store(true, Ordering::SeqCst);
@@ -242,11 +242,11 @@ fn report(out: &Path, configured: Kib, rows: &[MigrationRow], s: &Summary, phase
     println!("  {:<22} {:>14} {:>9} {:>12} {:>13}", "", "guest size MiB", "seconds", "MiB sent", "downtime ms");
     for r in rows {
         println!("  {:<22} {:>14.0} {:>9.2} {:>12.1} {:>13}", r.label, r.size_before.mib_f64(), r.info.total_time_ms.unwrap_or(0) as f64 / 1000.0,
-            mib(r.info.ram_transferred.unwrap_or(0)), r.info.downtime_ms.map(|d| d.to_string()).unwrap_or_else(|| "-".into()));
+            mib(r.info.ram_transferred_bytes.unwrap_or(0)), r.info.downtime_ms.map(|d| d.to_string()).unwrap_or_else(|| "-".into()));
     }
     let (w, a) = (&rows[0].info, &rows[1].info);
     let speedup = w.total_time_ms.unwrap_or(0) as f64 / a.total_time_ms.unwrap_or(1).max(1) as f64;
-    let saved = 100.0 * (1.0 - a.ram_transferred.unwrap_or(0) as f64 / w.ram_transferred.unwrap_or(1).max(1) as f64);
+    let saved = 100.0 * (1.0 - a.ram_transferred_bytes.unwrap_or(0) as f64 / w.ram_transferred_bytes.unwrap_or(1).max(1) as f64);
     println!("  speedup {speedup:.1}x, {saved:.0} % fewer bytes sent");
 
     let series = [
@@ -266,7 +266,7 @@ fn report(out: &Path, configured: Kib, rows: &[MigrationRow], s: &Summary, phase
         "configured_mib": configured.mib_f64(), "boot_s": s.boot.as_secs_f64(), "idle_mib": s.idle.mib_f64(), "spike_peak_mib": s.peak.mib_f64(),
         "after_spike_mib": s.after.mib_f64(), "spike_completed": s.spike_ok, "oom_kills": s.oom_kills, "bandwidth_mib_s": bw,
         "migrations": rows.iter().map(|r| serde_json::json!({"label": r.label, "guest_size_mib": r.size_before.mib_f64(),
-            "total_time_ms": r.info.total_time_ms, "ram_transferred_bytes": r.info.ram_transferred, "downtime_ms": r.info.downtime_ms})).collect::<Vec<_>>(),
+            "total_time_ms": r.info.total_time_ms, "ram_transferred_bytes": r.info.ram_transferred_bytes, "downtime_ms": r.info.downtime_ms})).collect::<Vec<_>>(),
         "speedup": speedup, "bytes_saved_percent": saved,
     });
     std::fs::write(out.join("summary.json"), format!("{summary:#}\n")).map_err(|e| e.to_string())?;

@@ -29,7 +29,7 @@ impl Backoff {
     pub const DEFAULT_MAX: Duration = Duration::from_secs(5);
 
     /// A back-off starting at `initial` and doubling up to `max`.
-    /// If `max < initial`, every delay is `max`.
+    /// If `max < initial`, every delay is `max`; an `initial` of zero stays zero.
     pub fn new(initial: Duration, max: Duration) -> Self {
         let initial = initial.min(max);
         Backoff {

@@ -96,7 +96,10 @@ mod tests {
             command: "query-balloon".into(),
             after: Duration::from_millis(1500),
         };
-        assert_eq!(e.to_string(), "QMP command query-balloon timed out after 1.5s");
+        assert_eq!(
+            e.to_string(),
+            "QMP command query-balloon timed out after 1.5s"
+        );
         assert_eq!(QmpError::Disconnected.to_string(), "QMP connection closed");
     }
 

@@ -2,7 +2,7 @@
 //! thread keeps the newest sample; the controller sends migration notices.
 
 use autoballoon_core::protocol::{decode, encode, AgentMessage, AgentSample, HostMessage, MAX_LINE};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -32,7 +32,7 @@ impl AgentLink {
             let mut line = Vec::with_capacity(MAX_LINE);
             loop {
                 line.clear();
-                match r.by_ref().take(MAX_LINE as u64 * 4).read_until(b'\n', &mut line) {
+                match (&mut r).take(MAX_LINE as u64 * 4).read_until(b'\n', &mut line) {
                     Ok(0) | Err(_) => break,
                     Ok(_) => {}
                 }

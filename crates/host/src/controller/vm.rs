@@ -131,7 +131,7 @@ impl VmWorker {
 
     fn session(&mut self, qmp: Qmp) -> End {
         let name = self.cfg.name.clone();
-        let configured = match qmp.memory_size() {
+        let configured = match qmp.query_memory_size_bytes() {
             Ok(b) => Bytes(b).kib_floor(),
             Err(e) => return End::Error(e),
         };
@@ -150,13 +150,12 @@ impl VmWorker {
             st.configured = configured;
             st.state = if migrating { VmState::Migrating } else { VmState::Running };
         }
-        self.log.event(&name, "connected", &format!("managing {} (QEMU {}), configured {configured}", self.cfg.qmp.display(), qmp.version_string()), &[("configured_kib", json!(configured.0))]);
+        self.log.event(&name, "connected", &format!("managing {} (QEMU {}), configured {configured}", self.cfg.qmp.display(), qmp.version()), &[("configured_kib", json!(configured.0))]);
         let stale = Duration::from_secs(self.policy.agent_stale_s);
         loop {
             // 1. Migration events (and a poll while one runs, in case events are off).
-            while let Some(ev) = qmp.next_event() {
-                if ev.name == "MIGRATION" {
-                    let status = MigrationStatus::from_str_lossy(ev.data.get("status").and_then(|s| s.as_str()).unwrap_or(""));
+            for ev in qmp.poll_events() {
+                if let Some(status) = ev.migration_status() {
                     if self.migration_changed(&name, &mut migrating, &status, agent.as_mut()) {
                         return self.wait_gone(&qmp);
                     }
@@ -187,14 +186,21 @@ impl VmWorker {
                 }
             }
             let now = Instant::now();
-            let (mem, source, ooms) = match agent.as_ref().and_then(|a| a.latest()) {
-                Some((at, s)) if now.duration_since(at) <= stale => (Some(s.mem), "agent", s.oom_kills),
+            // The estimator needs the size MemAvailable was measured at. The agent's report
+            // may be a second older than `actual`; its own balloon count is consistent with
+            // it, whereas mixing a fresh `actual` with a stale MemAvailable double-counts
+            // whatever the balloon moved in between.
+            let (mem, sampled_size, source, ooms) = match agent.as_ref().and_then(|a| a.latest()) {
+                Some((at, s)) if now.duration_since(at) <= stale => {
+                    let sized = s.balloon.map(|b| configured.saturating_sub(b.as_kib())).unwrap_or(size);
+                    (Some(s.mem), sized, "agent", s.oom_kills)
+                }
                 _ => match qmp.guest_stats(&self.cfg.balloon_device) {
-                    Ok(gs) => (guest_stats_view(&gs), "guest-stats", None),
+                    Ok(gs) => (guest_stats_view(&gs), size, "guest-stats", None),
                     Err(e) => return End::Error(e),
                 },
             };
-            let sample = Sample { at: now - self.started, vm_size: size, max: configured, mem, migrating };
+            let sample = Sample { at: now - self.started, vm_size: sampled_size, max: configured, mem, migrating };
             // 3. Policy and guard rails; 4. actuator.
             let tick = lp.tick(&sample);
             let mut target = lp.last_target();
@@ -223,7 +229,7 @@ impl VmWorker {
                 }
             }
             {
-                let used = mem.map(|m: MemView| size.saturating_sub(m.available));
+                let used = mem.map(|m: MemView| sampled_size.saturating_sub(m.available));
                 let mut st = self.status.lock().unwrap();
                 st.size = size;
                 st.target = target;
@@ -297,10 +303,10 @@ fn idle_text(i: &Idle) -> String {
 fn guest_stats_view(gs: &autoballoon_qmp::GuestStats) -> Option<MemView> {
     let kib = |b: Option<u64>| b.map(|b| Bytes(b).kib_floor());
     Some(MemView {
-        total: kib(gs.total_memory)?,
-        free: kib(gs.free_memory)?,
-        available: kib(gs.available_memory)?,
-        cached: kib(gs.disk_caches).unwrap_or_default(),
+        total: kib(gs.total_memory_bytes)?,
+        free: kib(gs.free_memory_bytes)?,
+        available: kib(gs.available_memory_bytes)?,
+        cached: kib(gs.disk_caches_bytes).unwrap_or_default(),
         ..Default::default()
     })
 }

@@ -133,6 +133,9 @@ impl Qemu {
         }
         // Connect at once: with wait=off QEMU drops console output while no client listens.
         let console = Console::connect(&serial, &p("console.log"))?;
+        // QMP greets only once QEMU's main loop runs, and by then `-incoming` listens too.
+        autoballoon_qmp::Qmp::connect_with_retry(&qmp_ctl, std::time::Instant::now() + Duration::from_secs(20))
+            .map_err(|_| QemuError::NoSocket(qmp_ctl.clone(), log.clone()))?;
         let child = guard.0.take().expect("child present");
         Ok(Qemu { spec, child, qmp, qmp_ctl, agent, console })
     }
