@@ -7,9 +7,9 @@ use crate::config::{Config, ControllerConfig, LogFormat, PolicyConfig, VmConfig}
 use crate::controller::{Controller, VmCommand, VmHandle};
 use crate::log::Logger;
 use crate::plot::{self, Series, Span};
-use crate::testbed::{free_port, migrate, wait_for, GuestImage, Qemu, VmSpec};
+use crate::testbed::{free_port, migrate, wait_for, GuestImage, Migrated, Qemu, VmSpec};
 use autoballoon_core::Kib;
-use autoballoon_qmp::{MigrationInfo, Qmp};
+use autoballoon_qmp::Qmp;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -77,23 +77,14 @@ fn wait_size(vm: &VmHandle, timeout: Duration, what: &str, cond: impl Fn(Kib) ->
     wait_for(timeout, Duration::from_millis(200), || cond(vm.snapshot().size)).ok_or_else(|| format!("timed out after {timeout:?} waiting for {what} (size {})", vm.snapshot().size))
 }
 
-/// Waits until the size stops falling: no change of more than 8 MiB in 4 s.
 fn wait_settled(vm: &VmHandle, timeout: Duration) -> Result<Kib, String> {
-    let mut window: Vec<(Instant, Kib)> = Vec::new();
-    let ok = wait_for(timeout, Duration::from_millis(250), || {
-        let now = Instant::now();
-        window.push((now, vm.snapshot().size));
-        window.retain(|(t, _)| now.duration_since(*t) <= Duration::from_secs(4));
-        let (lo, hi) = window.iter().fold((Kib(u64::MAX), Kib(0)), |(lo, hi), (_, s)| (lo.min(*s), hi.max(*s)));
-        window.first().is_some_and(|(t, _)| now.duration_since(*t) >= Duration::from_millis(3750)) && hi.saturating_sub(lo) <= Kib::from_mib(8)
-    });
-    ok.map(|_| vm.snapshot().size).ok_or_else(|| format!("the guest size did not settle within {timeout:?}"))
+    crate::testbed::wait_settled(timeout, || vm.snapshot().size).ok_or_else(|| format!("the guest size did not settle within {timeout:?}"))
 }
 
 struct MigrationRow {
     label: &'static str,
     size_before: Kib,
-    info: MigrationInfo,
+    info: Migrated,
 }
 
 pub fn run(a: DemoArgs) -> Result<(), String> {
@@ -241,12 +232,12 @@ fn report(out: &Path, configured: Kib, rows: &[MigrationRow], s: &Summary, phase
     println!("Live migration to a second QEMU on 127.0.0.1 ({bw} MiB/s cap), same guest state:");
     println!("  {:<22} {:>14} {:>9} {:>12} {:>13}", "", "guest size MiB", "seconds", "MiB sent", "downtime ms");
     for r in rows {
-        println!("  {:<22} {:>14.0} {:>9.2} {:>12.1} {:>13}", r.label, r.size_before.mib_f64(), r.info.total_time_ms.unwrap_or(0) as f64 / 1000.0,
-            mib(r.info.ram_transferred_bytes.unwrap_or(0)), r.info.downtime_ms.map(|d| d.to_string()).unwrap_or_else(|| "-".into()));
+        println!("  {:<22} {:>14.0} {:>9.2} {:>12.1} {:>13}", r.label, r.size_before.mib_f64(), r.info.seconds(),
+            mib(r.info.bytes_sent()), r.info.info.downtime_ms.map(|d| d.to_string()).unwrap_or_else(|| "-".into()));
     }
     let (w, a) = (&rows[0].info, &rows[1].info);
-    let speedup = w.total_time_ms.unwrap_or(0) as f64 / a.total_time_ms.unwrap_or(1).max(1) as f64;
-    let saved = 100.0 * (1.0 - a.ram_transferred_bytes.unwrap_or(0) as f64 / w.ram_transferred_bytes.unwrap_or(1).max(1) as f64);
+    let speedup = w.seconds() / a.seconds().max(0.001);
+    let saved = 100.0 * (1.0 - a.bytes_sent() as f64 / w.bytes_sent().max(1) as f64);
     println!("  speedup {speedup:.1}x, {saved:.0} % fewer bytes sent");
 
     let series = [
@@ -266,7 +257,7 @@ fn report(out: &Path, configured: Kib, rows: &[MigrationRow], s: &Summary, phase
         "configured_mib": configured.mib_f64(), "boot_s": s.boot.as_secs_f64(), "idle_mib": s.idle.mib_f64(), "spike_peak_mib": s.peak.mib_f64(),
         "after_spike_mib": s.after.mib_f64(), "spike_completed": s.spike_ok, "oom_kills": s.oom_kills, "bandwidth_mib_s": bw,
         "migrations": rows.iter().map(|r| serde_json::json!({"label": r.label, "guest_size_mib": r.size_before.mib_f64(),
-            "total_time_ms": r.info.total_time_ms, "ram_transferred_bytes": r.info.ram_transferred_bytes, "downtime_ms": r.info.downtime_ms})).collect::<Vec<_>>(),
+            "seconds": r.info.seconds(), "qemu_total_time_ms": r.info.info.total_time_ms, "ram_transferred_bytes": r.info.bytes_sent(), "downtime_ms": r.info.info.downtime_ms})).collect::<Vec<_>>(),
         "speedup": speedup, "bytes_saved_percent": saved,
     });
     std::fs::write(out.join("summary.json"), format!("{summary:#}\n")).map_err(|e| e.to_string())?;

@@ -7,10 +7,33 @@ pub fn free_port() -> std::io::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// A finished migration: QEMU's report and the time we measured ourselves.
+#[derive(Debug, Clone)]
+pub struct Migrated {
+    pub info: MigrationInfo,
+    /// From the `migrate` command to the first `completed` seen (polled every 100 ms).
+    pub wall: Duration,
+}
+
+impl Migrated {
+    /// QEMU's `total-time`, or our own measure where QEMU reported none (it sometimes
+    /// answers a completed migration with `total-time` 0).
+    pub fn seconds(&self) -> f64 {
+        match self.info.total_time_ms {
+            Some(ms) if ms > 0 => ms as f64 / 1000.0,
+            _ => self.wall.as_secs_f64(),
+        }
+    }
+    pub fn bytes_sent(&self) -> u64 {
+        self.info.ram_transferred_bytes.unwrap_or(0)
+    }
+}
+
 /// Migrates the VM behind `source` to a QEMU listening on 127.0.0.1:`port`, with the
 /// bandwidth cap given (bytes/s), and waits until it completes or fails.
-pub fn migrate(source: &Qmp, port: u16, max_bandwidth: u64, timeout: Duration) -> Result<MigrationInfo, QmpError> {
+pub fn migrate(source: &Qmp, port: u16, max_bandwidth: u64, timeout: Duration) -> Result<Migrated, QmpError> {
     source.migrate_set_max_bandwidth(max_bandwidth)?;
+    let start = std::time::Instant::now();
     source.migrate(&format!("tcp:127.0.0.1:{port}"))?;
     let mut last = None;
     let mut err = None;
@@ -29,7 +52,7 @@ pub fn migrate(source: &Qmp, port: u16, max_bandwidth: u64, timeout: Duration) -
         return Err(e);
     }
     match last {
-        Some(m) if m.status == MigrationStatus::Completed => Ok(m),
+        Some(m) if m.status == MigrationStatus::Completed => Ok(Migrated { info: m, wall: start.elapsed() }),
         Some(m) => Err(QmpError::Protocol(format!("migration ended as {}", m.status))),
         None => Err(QmpError::Protocol("no migration status".into())),
     }

@@ -7,7 +7,7 @@ mod migrate;
 mod qemu;
 
 pub use console::{count_oom_kills, Console, ConsoleError};
-pub use migrate::{free_port, migrate};
+pub use migrate::{free_port, migrate, Migrated};
 pub use qemu::{GuestImage, Qemu, QemuError, VmSpec};
 
 use std::path::Path;
@@ -31,4 +31,20 @@ pub fn wait_for(timeout: Duration, every: Duration, mut cond: impl FnMut() -> bo
 /// Waits for a path (a socket QEMU creates) to appear.
 pub fn wait_for_path(path: &Path, timeout: Duration) -> bool {
     wait_for(timeout, Duration::from_millis(20), || path.exists()).is_some()
+}
+
+/// Waits until a size stops moving: no change of more than 8 MiB over 4 s. Returns it.
+pub fn wait_settled(timeout: Duration, mut size: impl FnMut() -> autoballoon_core::Kib) -> Option<autoballoon_core::Kib> {
+    use autoballoon_core::Kib;
+    let mut window: Vec<(Instant, Kib)> = Vec::new();
+    let mut last = Kib(0);
+    wait_for(timeout, Duration::from_millis(250), || {
+        let now = Instant::now();
+        last = size();
+        window.push((now, last));
+        window.retain(|(t, _)| now.duration_since(*t) <= Duration::from_secs(4));
+        let (lo, hi) = window.iter().fold((Kib(u64::MAX), Kib(0)), |(lo, hi), (_, s)| (lo.min(*s), hi.max(*s)));
+        window.first().is_some_and(|(t, _)| now.duration_since(*t) >= Duration::from_millis(3750)) && hi.saturating_sub(lo) <= Kib::from_mib(8)
+    })
+    .map(|_| last)
 }

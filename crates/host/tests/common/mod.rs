@@ -1,0 +1,49 @@
+//! Shared set-up for the integration tests: real QEMU guests (TCG) and a real controller.
+#![allow(dead_code)]
+
+use autoballoon::config::{Config, ControllerConfig, LogFormat, PolicyConfig, VmConfig};
+use autoballoon::controller::{Controller, VmHandle};
+use autoballoon::log::Logger;
+use autoballoon::testbed::{GuestImage, Qemu, VmSpec};
+use autoballoon_core::Kib;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub fn run_dir(test: &str) -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(test);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+pub fn image() -> GuestImage {
+    GuestImage::from_env().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Boots a guest with the agent and deflate-on-oom, and waits for its shell.
+pub fn boot(test: &str, name: &str, mib: u64) -> Qemu {
+    let vm = Qemu::start(&image(), VmSpec::new(name, Kib::from_mib(mib)), &run_dir(test).join(name)).unwrap_or_else(|e| panic!("{e}"));
+    vm.wait_booted(Duration::from_secs(120)).unwrap_or_else(|e| panic!("{e}"));
+    vm
+}
+
+pub fn vm_config(name: &str, q: &Qemu) -> VmConfig {
+    VmConfig { name: name.into(), qmp: q.qmp.clone(), agent: Some(q.agent.clone()), balloon_device: autoballoon::config::default_balloon_path(), policy: None }
+}
+
+/// A controller managing the given VMs, logging to stderr (shown on failure).
+pub fn controller(vms: Vec<VmConfig>) -> Controller {
+    let config = Config { controller: ControllerConfig { interval_ms: 1000, log_format: LogFormat::Text, verbose: false }, defaults: PolicyConfig::default(), vms };
+    config.validate().unwrap();
+    Controller::start(&config, Logger::new(LogFormat::Text, false))
+}
+
+/// OOM kills in the guest's kernel log (dmesg travels with the guest across migrations).
+pub fn guest_oom_kills(q: &Qemu) -> usize {
+    let out = q.console.run("dmesg", Duration::from_secs(30)).expect("dmesg");
+    autoballoon::testbed::count_oom_kills(&out.text)
+}
+
+pub fn size(vm: &VmHandle) -> Kib {
+    vm.snapshot().size
+}

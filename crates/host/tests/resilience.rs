@@ -1,0 +1,40 @@
+//! Killing the agent or QEMU does not crash the controller; other VMs go on.
+mod common;
+
+use autoballoon::controller::VmState;
+use autoballoon::testbed::{wait_for, Qemu, VmSpec};
+use autoballoon_core::Kib;
+use std::time::Duration;
+
+#[test]
+fn controller_survives_agent_and_qemu_deaths() {
+    let mut one = common::boot("resilience", "one", 768);
+    let two = common::boot("resilience", "two", 768);
+    let ctl = common::controller(vec![common::vm_config("one", &one), common::vm_config("two", &two)]);
+    let (v1, v2) = (ctl.vm("one").unwrap(), ctl.vm("two").unwrap());
+    let agent_seen = |v: &autoballoon::controller::VmHandle| wait_for(Duration::from_secs(30), Duration::from_millis(200), || v.snapshot().source == "agent");
+    assert!(agent_seen(v1).is_some() && agent_seen(v2).is_some(), "agents report");
+
+    // Kill the agent in guest one: the controller falls back to guest-stats and goes on.
+    one.console.run("kill -9 $(pidof autoballoon-guest)", Duration::from_secs(20)).unwrap();
+    let ticks = v1.snapshot().history.len();
+    assert!(wait_for(Duration::from_secs(20), Duration::from_millis(200), || v1.snapshot().history.len() >= ticks + 3).is_some(), "worker one still ticks");
+    assert_eq!(v1.snapshot().state, VmState::Running);
+
+    // Kill QEMU one: its worker says unreachable; worker two keeps managing its VM.
+    one.kill();
+    assert!(wait_for(Duration::from_secs(20), Duration::from_millis(200), || v1.snapshot().state == VmState::Unreachable).is_some(), "state {:?}", v1.snapshot().state);
+    let ticks2 = v2.snapshot().history.len();
+    assert!(wait_for(Duration::from_secs(20), Duration::from_millis(200), || v2.snapshot().history.len() >= ticks2 + 3).is_some(), "worker two still ticks");
+    assert_eq!(v2.snapshot().state, VmState::Running);
+    assert!(v1.snapshot().errors >= 1);
+
+    // A new QEMU at the same socket is picked up again (retry with back-off).
+    let dir = one.qmp.parent().unwrap().to_path_buf();
+    drop(one);
+    let again = Qemu::start(&common::image(), VmSpec::new("one", Kib::from_mib(768)), &dir).unwrap();
+    again.wait_booted(Duration::from_secs(120)).unwrap();
+    assert!(wait_for(Duration::from_secs(30), Duration::from_millis(200), || v1.snapshot().state == VmState::Running).is_some(),
+        "worker one reconnects: {:?}", v1.snapshot().state);
+    ctl.stop();
+}

@@ -1,0 +1,42 @@
+//! A memory spike in a shrunk guest is followed by growth, and completes with no OOM kill
+//! (deflate-on-oom on; the guest's dmesg is checked).
+mod common;
+
+use autoballoon::testbed::{wait_for, wait_settled};
+use autoballoon_core::Kib;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[test]
+fn spike_grows_the_guest_without_oom() {
+    let q = common::boot("spike_growth", "spike", 1536);
+    let ctl = common::controller(vec![common::vm_config("spike", &q)]);
+    let vm = ctl.vm("spike").unwrap();
+    assert!(wait_for(Duration::from_secs(60), Duration::from_millis(200), || common::size(vm) <= Kib::from_mib(384)).is_some(), "shrinks first: {}", common::size(vm));
+    let before = wait_settled(Duration::from_secs(30), || common::size(vm)).expect("settles");
+
+    let peak = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (p, st, s2) = (peak.clone(), vm.status.clone(), stop.clone());
+    let watcher = std::thread::spawn(move || {
+        while !s2.load(Ordering::SeqCst) {
+            p.fetch_max(st.lock().unwrap().size.0, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    // 3 threads x 300 MiB: far more than the shrunk guest has.
+    let out = q.console.run("spike 3 300 3 0 1", Duration::from_secs(240)).expect("spike finishes");
+    stop.store(true, Ordering::SeqCst);
+    watcher.join().unwrap();
+    let peak = Kib(peak.load(Ordering::SeqCst));
+    eprintln!("{}", out.text);
+    assert_eq!(out.status, 0, "spike exit status");
+    assert!(out.text.contains("SPIKE done cycles=1 failed=0"), "spike output: {}", out.text);
+    assert!(peak >= before.saturating_add(Kib::from_mib(700)), "the guest grew from {before} only to {peak}");
+    assert_eq!(common::guest_oom_kills(&q), 0, "OOM kills in dmesg");
+    // And it shrinks back afterwards.
+    assert!(wait_for(Duration::from_secs(60), Duration::from_millis(200), || common::size(vm) <= before.saturating_add(Kib::from_mib(128))).is_some(),
+        "shrinks back after the spike: {} vs {before}", common::size(vm));
+    ctl.stop();
+}
