@@ -117,6 +117,9 @@ def main():
                 raw, buf = buf.split(b"\n", 1)
                 line = raw.decode("utf-8", "replace").rstrip("\r")
                 log(line)
+                # The console may prefix the first line with escape codes.
+                if "AB: " in line:
+                    line = line[line.index("AB: "):]
                 lines.append(line)
                 if line.startswith("AB: READY"):
                     res["ready_s"] = round(time.monotonic() - t_start, 2)

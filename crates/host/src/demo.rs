@@ -74,11 +74,11 @@ fn step<T, E: std::fmt::Display>(what: &str, r: Result<T, E>) -> Result<T, Strin
 }
 
 fn wait_size(vm: &VmHandle, timeout: Duration, what: &str, cond: impl Fn(Kib) -> bool) -> Result<Duration, String> {
-    wait_for(timeout, Duration::from_millis(200), || cond(vm.snapshot().size)).ok_or_else(|| format!("timed out after {timeout:?} waiting for {what} (size {})", vm.snapshot().size))
+    wait_for(timeout, Duration::from_millis(200), || vm.snapshot().known_size().is_some_and(&cond)).ok_or_else(|| format!("timed out after {timeout:?} waiting for {what} (size {})", vm.snapshot().size))
 }
 
 fn wait_settled(vm: &VmHandle, timeout: Duration) -> Result<Kib, String> {
-    crate::testbed::wait_settled(timeout, || vm.snapshot().size).ok_or_else(|| format!("the guest size did not settle within {timeout:?}"))
+    crate::testbed::wait_settled(timeout, || vm.snapshot().known_size().unwrap_or(Kib(u64::MAX))).ok_or_else(|| format!("the guest size did not settle within {timeout:?}"))
 }
 
 struct MigrationRow {
@@ -242,8 +242,8 @@ fn report(out: &Path, configured: Kib, rows: &[MigrationRow], s: &Summary, phase
 
     let series = [
         Series { name: "guest size", color: "#1f77b4", points: history.iter().map(|p| (p.t, p.size.mib_f64())).collect() },
-        Series { name: "target", color: "#ff7f0e", points: history.iter().filter_map(|p| p.target.map(|t| (p.t, t.mib_f64()))).collect() },
-        Series { name: "used", color: "#2ca02c", points: history.iter().filter_map(|p| p.used.map(|u| (p.t, u.mib_f64()))).collect() },
+        Series { name: "target", color: "#ff7f0e", points: history.iter().map(|p| (p.t, p.target.map_or(f64::NAN, |t| t.mib_f64()))).collect() },
+        Series { name: "used", color: "#2ca02c", points: history.iter().map(|p| (p.t, p.used.map_or(f64::NAN, |u| u.mib_f64()))).collect() },
     ];
     // Phases are timed from the demo's start, the history from the controller's: near enough
     // (the controller starts right after boot), so shift spans by the boot phase.

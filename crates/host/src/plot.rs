@@ -6,7 +6,7 @@ use std::fmt::Write;
 pub struct Series<'a> {
     pub name: &'a str,
     pub color: &'a str,
-    /// (seconds, MiB) points in time order.
+    /// (seconds, MiB) points in time order; a NaN value breaks the line (no data there).
     pub points: Vec<(f64, f64)>,
 }
 
@@ -41,7 +41,9 @@ pub fn svg(title: &str, series: &[Series], spans: &[Span], y_max: f64) -> String
     for sp in spans {
         let (x0, x1) = (x(sp.from), x(sp.to.max(sp.from)));
         let _ = writeln!(o, r##"<rect x="{x0:.1}" y="{T}" width="{:.1}" height="{:.1}" fill="#f0e6c8" opacity="0.7"/>"##, (x1 - x0).max(1.5), H - T - B);
-        let _ = writeln!(o, r##"<text x="{x0:.1}" y="{:.1}" fill="#806020">{}</text>"##, T + 12.0, esc(sp.label));
+        // Labels of spans near the right edge end at the span's end, so they stay inside.
+        let (lx, anchor) = if x0 > W * 0.6 { (x1.max(x0 + 1.5), "end") } else { (x0, "start") };
+        let _ = writeln!(o, r##"<text x="{lx:.1}" y="{:.1}" fill="#806020" text-anchor="{anchor}">{}</text>"##, T + 12.0, esc(sp.label));
     }
     // Axes with ticks.
     let _ = writeln!(o, r#"<line x1="{L}" y1="{}" x2="{}" y2="{}" stroke="black"/>"#, H - B, W - R, H - B);
@@ -58,8 +60,10 @@ pub fn svg(title: &str, series: &[Series], spans: &[Span], y_max: f64) -> String
         if s.points.is_empty() {
             continue;
         }
-        let pts: Vec<String> = s.points.iter().map(|&(t, v)| format!("{:.1},{:.1}", x(t), y(v))).collect();
-        let _ = writeln!(o, r#"<polyline fill="none" stroke="{}" stroke-width="2" points="{}"/>"#, s.color, pts.join(" "));
+        for run in s.points.split(|p| p.1.is_nan()).filter(|r| !r.is_empty()) {
+            let pts: Vec<String> = run.iter().map(|&(t, v)| format!("{:.1},{:.1}", x(t), y(v))).collect();
+            let _ = writeln!(o, r#"<polyline fill="none" stroke="{}" stroke-width="2" points="{}"/>"#, s.color, pts.join(" "));
+        }
         let lx = L + 10.0 + 150.0 * i as f64;
         let _ = writeln!(o, r#"<line x1="{lx}" y1="{0}" x2="{1}" y2="{0}" stroke="{2}" stroke-width="3"/><text x="{3}" y="{4}">{5}</text>"#, H - B + 34.0, lx + 20.0, s.color, lx + 25.0, H - B + 38.0, esc(s.name));
     }
@@ -77,5 +81,7 @@ mod tests {
         assert!(s.starts_with("<svg") && s.trim_end().ends_with("</svg>"));
         assert!(s.contains("a &lt;b&gt;"));
         assert!(s.contains("<polyline") && s.contains(">spike<") && s.contains(">size<"));
+        let gap = svg("t", &[Series { name: "target", color: "red", points: vec![(0.0, 1.0), (1.0, f64::NAN), (2.0, 3.0), (3.0, 3.0)] }], &[], 10.0);
+        assert_eq!(gap.matches("<polyline").count(), 2, "a NaN splits the line");
     }
 }

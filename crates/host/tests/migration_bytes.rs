@@ -13,7 +13,7 @@ const BANDWIDTH: u64 = 1 << 30;
 fn destination(name: &str) -> (Qemu, u16) {
     let port = free_port().unwrap();
     let spec = VmSpec { incoming_port: Some(port), ..VmSpec::new(name, Kib::from_mib(1024)) };
-    (Qemu::start(&common::image(), spec, &common::run_dir("migration_bytes").join(name)).unwrap(), port)
+    (Qemu::start(&common::image(), spec, &common::vm_dir("migration_bytes", name)).unwrap(), port)
 }
 
 #[test]

@@ -21,5 +21,16 @@ fn idle_guest_shrinks_to_a_quarter_within_30s() {
     assert!(settled <= quarter, "settled at {settled}");
     assert_eq!(q.console.run("echo alive", Duration::from_secs(20)).unwrap().text.trim(), "alive");
     assert_eq!(common::guest_oom_kills(&q), 0, "OOM kills in dmesg");
+
+    // The agent protects itself, turned overcommit on, and stays small.
+    let run = |c: &str| q.console.run(c, Duration::from_secs(20)).unwrap().text.trim().to_string();
+    let pid = run("pidof autoballoon-guest");
+    assert!(!pid.is_empty(), "agent running");
+    assert_eq!(run(&format!("cat /proc/{pid}/oom_score_adj")), "-1000");
+    assert_eq!(run("cat /proc/sys/vm/overcommit_memory"), "1");
+    let rss_kb: u64 = run(&format!("grep '^Rss:' /proc/{pid}/smaps_rollup")).split_whitespace().nth(1).unwrap().parse().unwrap();
+    eprintln!("agent RSS {rss_kb} kB");
+    assert!(rss_kb <= 2048, "agent RSS {rss_kb} kB > 2 MiB");
+    assert!(run(&format!("grep VmLck /proc/{pid}/status")).contains("kB"), "agent memory locked");
     ctl.stop();
 }

@@ -53,6 +53,11 @@ pub struct VmStatus {
 }
 
 impl VmStatus {
+    /// The guest's size, once the worker has sampled it (`size` reads 0 before).
+    pub fn known_size(&self) -> Option<Kib> {
+        self.history.last().map(|p| p.size)
+    }
+
     pub fn push(&mut self, p: Point) {
         if self.history.len() >= HISTORY {
             self.history.remove(0);

@@ -9,8 +9,9 @@ use autoballoon_core::Kib;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub fn run_dir(test: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(test);
+/// A fresh folder for one VM's sockets and logs (other VMs' folders are left alone).
+pub fn vm_dir(test: &str, vm: &str) -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(test).join(vm);
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
@@ -22,7 +23,7 @@ pub fn image() -> GuestImage {
 
 /// Boots a guest with the agent and deflate-on-oom, and waits for its shell.
 pub fn boot(test: &str, name: &str, mib: u64) -> Qemu {
-    let vm = Qemu::start(&image(), VmSpec::new(name, Kib::from_mib(mib)), &run_dir(test).join(name)).unwrap_or_else(|e| panic!("{e}"));
+    let vm = Qemu::start(&image(), VmSpec::new(name, Kib::from_mib(mib)), &vm_dir(test, name)).unwrap_or_else(|e| panic!("{e}"));
     vm.wait_booted(Duration::from_secs(120)).unwrap_or_else(|e| panic!("{e}"));
     vm
 }
@@ -44,6 +45,8 @@ pub fn guest_oom_kills(q: &Qemu) -> usize {
     autoballoon::testbed::count_oom_kills(&out.text)
 }
 
+/// The VM's size as the controller last sampled it; unknown reads as huge, so a
+/// "shrunk below" condition never holds before the first sample.
 pub fn size(vm: &VmHandle) -> Kib {
-    vm.snapshot().size
+    vm.snapshot().known_size().unwrap_or(Kib(u64::MAX))
 }
