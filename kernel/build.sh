@@ -3,7 +3,7 @@
 #
 # Build the autoballoon guest kernel (bzImage) from Debian's linux-source-6.12.
 #
-#   kernel/build.sh [patched|stock]   build (or fetch from cache) one variant
+#   kernel/build.sh [patched|stock|debug]  build (or fetch from cache) one variant
 #   kernel/build.sh --path VARIANT    print where that variant's bzImage is/will be
 #   kernel/build.sh --tree            prepare the source tree only, print its path
 #   kernel/build.sh --kunit [ARGS]    run the KUnit suites of kernel/.kunitconfig
@@ -11,7 +11,9 @@
 #                                     e.g. --arch=x86_64)
 #
 # Variants: "patched" = base + kernel/patches/*.patch, "stock" = base only.
-# Both use tinyconfig + kernel/config/guest.config.
+# Both use tinyconfig + kernel/config/guest.config.  "debug" = patched plus
+# kernel/config/debug.config (lockdep, DEBUG_ATOMIC_SLEEP, DEBUG_VM), built
+# in its own directory (_build-debug) so it does not disturb the others.
 #
 # Layout (nothing of this goes into the repository):
 #   ~/.cache/autoballoon/kernel/src-<version>/         git repo, tag "base" = pristine
@@ -45,7 +47,8 @@ cache_key() {
 	{
 		echo "recipe=$RECIPE base=$BASE_VERSION variant=$variant"
 		cat "$FRAGMENT"
-		if [ "$variant" = patched ]; then
+		[ "$variant" != debug ] || cat "$HERE/config/debug.config"
+		if [ "$variant" != stock ]; then
 			for p in "$HERE"/patches/*.patch; do
 				[ -e "$p" ] && cat "$p"
 			done
@@ -126,12 +129,14 @@ checkout_variant() {
 }
 
 configure() {
-	step "configuring (tinyconfig + $(basename "$FRAGMENT"))"
+	local frags=("$FRAGMENT")
+	[ "$1" != debug ] || frags+=("$HERE/config/debug.config")
+	step "configuring (tinyconfig + ${frags[*]##*/})"
 	mkdir -p "$BUILD"
 	cd "$SRC"
-	make -s O=_build tinyconfig >/dev/null
-	./scripts/kconfig/merge_config.sh -m -O _build _build/.config "$FRAGMENT" >/dev/null
-	make -s O=_build olddefconfig >/dev/null
+	make -s O="$B" tinyconfig >/dev/null
+	./scripts/kconfig/merge_config.sh -m -O "$B" "$B/.config" "${frags[@]}" >/dev/null
+	make -s O="$B" olddefconfig >/dev/null
 	# merge_config does not complain about options the fragment asks for
 	# but Kconfig refused (unmet dependencies); do that here.
 	local bad=0 line sym val
@@ -139,10 +144,10 @@ configure() {
 		case "$line" in
 		CONFIG_*=*)
 			sym=${line%%=*}; val=${line#*=}
-			grep -qx "$sym=$val" _build/.config || { step "warning: $line not set"; bad=1; }
+			grep -qx "$sym=$val" "$B/.config" || { step "warning: $line not set"; bad=1; }
 			;;
 		esac
-	done < "$FRAGMENT"
+	done < <(cat "${frags[@]}")
 	[ $bad = 0 ] || step "warning: config differs from fragment (see above)"
 }
 
@@ -158,14 +163,17 @@ build_variant() {
 	ensure_tree
 	exec 9>"$KCACHE/.build.lock"
 	step "waiting for build lock" && flock 9
+	B=_build
+	[ "$variant" != debug ] || B=_build-debug
+	BUILD=$SRC/$B
 	checkout_variant "$variant"
-	configure
+	configure "$variant"
 	mkdir -p "$CCACHE_DIR"
 	ccache -M 8G >/dev/null
 	step "building bzImage ($variant, -j$JOBS, ccache in $CCACHE_DIR); log: $BUILD/build.log"
 	t0=$(date +%s)
 	if ! KBUILD_BUILD_USER=autoballoon KBUILD_BUILD_HOST=autoballoon \
-		nice -n 19 make O=_build -j"$JOBS" CC="ccache gcc" bzImage \
+		nice -n 19 make O="$B" -j"$JOBS" CC="ccache gcc" bzImage \
 		> "$BUILD/build.log" 2>&1; then
 		tail -40 "$BUILD/build.log" >&2
 		die "build failed (full log: $BUILD/build.log)"
@@ -173,9 +181,9 @@ build_variant() {
 	t1=$(date +%s)
 	step "built in $((t1 - t0)) s"
 	mkdir -p "$out.tmp"
-	cp _build/arch/x86/boot/bzImage "$out.tmp/bzImage"
-	cp _build/.config "$out.tmp/config"
-	cp _build/System.map "$out.tmp/System.map"
+	cp "$B/arch/x86/boot/bzImage" "$out.tmp/bzImage"
+	cp "$B/.config" "$out.tmp/config"
+	cp "$B/System.map" "$out.tmp/System.map"
 	git log --oneline base..HEAD > "$out.tmp/series.txt" 2>/dev/null || true
 	echo "$((t1 - t0))" > "$out.tmp/build-seconds"
 	rm -rf "$out"
@@ -217,10 +225,10 @@ case "${1:-patched}" in
 	ensure_tree
 	echo "$SRC"
 	;;
-patched|stock)
+patched|stock|debug)
 	build_variant "${1:-patched}"
 	;;
 *)
-	die "usage: $0 [patched|stock] | --path VARIANT | --tree"
+	die "usage: $0 [patched|stock|debug] | --path VARIANT | --tree | --kunit [ARGS]"
 	;;
 esac

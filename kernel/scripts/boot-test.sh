@@ -10,7 +10,10 @@
 # Scenarios (MIB and THREADS from env: MIB=1536 THREADS=4):
 #   patched-doo    patched, deflate-on-oom=on, QMP balloon to 256 MiB, spike
 #   patched-guest  patched, deflate-on-oom=off, guest sets target_pages to
-#                  256 MiB itself, spike
+#                  256 MiB itself, spike, then target_pages=max_pages
+#                  (the balloon must deflate completely)
+#   patched-transp patched-guest with virtio_balloon.transparent=1
+#   patched-nob    patched, no balloon (QMP balloon to 2048 MiB): reference
 #   stock-doo      stock, deflate-on-oom=on, QMP balloon to 256 MiB, spike
 #   stock-nodoo    stock, deflate-on-oom=off, QMP balloon to 256 MiB, spike
 #                  (the baseline: expect the OOM killer)
@@ -20,7 +23,8 @@ KCACHE=${AUTOBALLOON_CACHE:-$HOME/.cache/autoballoon}/kernel
 MIB=${MIB:-1536}
 THREADS=${THREADS:-4}
 scenarios=("$@")
-[ ${#scenarios[@]} -gt 0 ] || scenarios=(patched-doo patched-guest stock-nodoo stock-doo)
+[ ${#scenarios[@]} -gt 0 ] ||
+	scenarios=(patched-doo patched-guest patched-transp patched-nob stock-nodoo stock-doo)
 
 need_patched=0 need_stock=0
 for s in "${scenarios[@]}"; do
@@ -41,14 +45,17 @@ results=$out/boot-$stamp.jsonl
 : > "$results"
 for s in "${scenarios[@]}"; do
 	case $s in
-	patched-doo)   k=$PATCHED args=(--scenario spike --doo on) ;;
+	patched-doo)   k=$PATCHED args=(--scenario spike --doo on --balloon-mib 256) ;;
 	patched-guest) k=$PATCHED args=(--scenario guest --doo off --gtarget 65536) ;;
-	stock-doo)     k=$STOCK args=(--scenario spike --doo on) ;;
-	stock-nodoo)   k=$STOCK args=(--scenario spike --doo off) ;;
+	patched-transp) k=$PATCHED args=(--scenario guest --doo off --gtarget 65536
+			--append virtio_balloon.transparent=1) ;;
+	patched-nob)   k=$PATCHED args=(--scenario spike --doo on --balloon-mib 2048) ;;
+	stock-doo)     k=$STOCK args=(--scenario spike --doo on --balloon-mib 256) ;;
+	stock-nodoo)   k=$STOCK args=(--scenario spike --doo off --balloon-mib 256) ;;
 	esac
 	echo "[boot-test] $s ..." >&2
 	nice -n 19 python3 "$HERE/scripts/qemu-test.py" --kernel "$k" --initrd "$INITRD" \
-		--mem-mib 2048 --balloon-mib 256 --threads "$THREADS" --mib "$MIB" \
+		--mem-mib 2048 --threads "$THREADS" --mib "$MIB" \
 		--log "$out/boot-$stamp-$s.log" "${args[@]}" |
 		python3 -c 'import json,sys; r=json.loads(sys.stdin.read()); r["name"]=sys.argv[1]; print(json.dumps(r))' "$s" \
 		>> "$results" || echo "{\"name\": \"$s\", \"error\": true}" >> "$results"
@@ -56,7 +63,7 @@ done
 python3 - "$results" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-print("%-14s %6s %8s %8s %9s %8s %7s %s" % ("scenario", "done", "inflate", "touch_s", "oom_kills", "rc", "wall_s", "hook(order0/9 pages)"))
+print("%-14s %6s %8s %8s %9s %8s %7s %s" % ("scenario", "done", "inflate", "touch_s", "oom_kills", "rc", "wall_s", "hook pages served (order 0, 9), balloon pages deflated by hook"))
 for r in rows:
     hook = ""
     for h in r.get("hook", []):

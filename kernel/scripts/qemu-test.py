@@ -159,6 +159,9 @@ def main():
                 k, v = kv.split("=")
                 if k == "seconds":
                     res["touch_s"] = float(v)
+        elif line.startswith("AB: DEFLATED"):
+            f = line.split()
+            res["deflated_fully"] = f[-3] == f[-1]
         elif line.startswith("AB: dmesg"):
             res.setdefault("dmesg", []).append(line[10:])
         elif line.startswith("AB: ") and (" hook" in line or "hook_" in line):

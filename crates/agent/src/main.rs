@@ -48,7 +48,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub port: Option<PathBuf>,
     /// Directory of the patched kernel's interface (max_pages, current_pages, target_pages).
-    #[arg(long, default_value = "/sys/kernel/mm/autoballoon")]
+    #[arg(long, default_value = "/proc/sys/vm/balloon")]
     pub kernel_dir: PathBuf,
     /// Xen's balloon sysfs directory (target_kb, info/current_kb).
     #[arg(long, default_value = "/sys/devices/system/xen_memory/xen_memory0")]

@@ -147,6 +147,8 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
 
         live.phase("hold at full size, dirty memory");
         vm.command(VmCommand::Pause);
+        wait_for(Duration::from_secs(10), Duration::from_millis(50), || vm.snapshot().state == crate::controller::VmState::Paused)
+            .ok_or("the controller did not pause")?;
         let ctl_a = step("QMP", Qmp::connect_with_retry(&vm_a.qmp_ctl, Instant::now() + Duration::from_secs(10)))?;
         step("balloon", ctl_a.set_balloon_guest_size(configured.as_bytes().0))?;
         wait_size(vm, Duration::from_secs(60), "the guest to be back at full size", |s| s >= configured)?;

@@ -2,7 +2,7 @@
 //! bytes than one without; the controller holds shrinking during each migration.
 mod common;
 
-use autoballoon::controller::VmCommand;
+use autoballoon::controller::{VmCommand, VmState};
 use autoballoon::testbed::{free_port, migrate, wait_for, wait_settled, Qemu, VmSpec};
 use autoballoon_core::Kib;
 use autoballoon_qmp::Qmp;
@@ -24,7 +24,9 @@ fn migration_with_autoballoon_sends_70_percent_fewer_bytes() {
     let full = Kib::from_mib(1024);
 
     // The same state for both runs: the guest at full size with 700 MiB of dirty free memory.
+    assert!(wait_for(Duration::from_secs(30), Duration::from_millis(100), || vm.snapshot().source == "agent").is_some(), "agent reports");
     vm.command(VmCommand::Pause);
+    assert!(wait_for(Duration::from_secs(10), Duration::from_millis(50), || vm.snapshot().state == VmState::Paused).is_some(), "pause takes effect");
     let qa = Qmp::connect_with_retry(&a.qmp_ctl, Instant::now() + Duration::from_secs(10)).unwrap();
     qa.set_balloon_guest_size(full.as_bytes().0).unwrap();
     assert!(wait_for(Duration::from_secs(30), Duration::from_millis(100), || qa.query_balloon().unwrap() == full.as_bytes().0).is_some());

@@ -152,6 +152,7 @@ impl VmWorker {
         }
         self.log.event(&name, "connected", &format!("managing {} (QEMU {}), configured {configured}", self.cfg.qmp.display(), qmp.version()), &[("configured_kib", json!(configured.0))]);
         let stale = Duration::from_secs(self.policy.agent_stale_s);
+        let mut prev_size: Option<Kib> = None;
         loop {
             // 1. Migration events (and a poll while one runs, in case events are off).
             for ev in qmp.poll_events() {
@@ -195,11 +196,15 @@ impl VmWorker {
                     let sized = s.balloon.map(|b| configured.saturating_sub(b.as_kib())).unwrap_or(size);
                     (Some(s.mem), sized, "agent", s.oom_kills)
                 }
+                // guest-stats carry no balloon count and refresh once a second: while the
+                // balloon moves they describe a size that is gone, so decide nothing then.
                 _ => match qmp.guest_stats(&self.cfg.balloon_device) {
+                    Ok(_) if prev_size.is_some_and(|p| p != size) => (None, size, "guest-stats", None),
                     Ok(gs) => (guest_stats_view(&gs), size, "guest-stats", None),
                     Err(e) => return End::Error(e),
                 },
             };
+            prev_size = Some(size);
             let sample = Sample { at: now - self.started, vm_size: sampled_size, max: configured, mem, migrating };
             // 3. Policy and guard rails; 4. actuator.
             let tick = lp.tick(&sample);
