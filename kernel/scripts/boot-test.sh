@@ -17,6 +17,8 @@
 #   stock-doo      stock, deflate-on-oom=on, QMP balloon to 256 MiB, spike
 #   stock-nodoo    stock, deflate-on-oom=off, QMP balloon to 256 MiB, spike
 #                  (the baseline: expect the OOM killer)
+#   debug-doo, debug-guest   patched-doo/-guest on the debug kernel (lockdep,
+#                  DEBUG_ATOMIC_SLEEP, DEBUG_VM); not in the default set
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 KCACHE=${AUTOBALLOON_CACHE:-$HOME/.cache/autoballoon}/kernel
@@ -26,16 +28,18 @@ scenarios=("$@")
 [ ${#scenarios[@]} -gt 0 ] ||
 	scenarios=(patched-doo patched-guest patched-transp patched-nob stock-nodoo stock-doo)
 
-need_patched=0 need_stock=0
+need_patched=0 need_stock=0 need_debug=0
 for s in "${scenarios[@]}"; do
 	case $s in
 	patched-*) need_patched=1 ;;
 	stock-*) need_stock=1 ;;
+	debug-*) need_debug=1 ;;
 	*) echo "unknown scenario $s" >&2; exit 2 ;;
 	esac
 done
 [ $need_patched = 0 ] || PATCHED=$("$HERE/build.sh" patched | tail -1)
 [ $need_stock = 0 ] || STOCK=$("$HERE/build.sh" stock | tail -1)
+[ $need_debug = 0 ] || DEBUG=$("$HERE/build.sh" debug | tail -1)
 INITRD=$("$HERE/scripts/mkinitramfs.sh")
 
 stamp=$(date +%Y%m%d-%H%M%S)
@@ -50,6 +54,8 @@ for s in "${scenarios[@]}"; do
 	patched-transp) k=$PATCHED args=(--scenario guest --doo off --gtarget 65536
 			--append virtio_balloon.transparent=1) ;;
 	patched-nob)   k=$PATCHED args=(--scenario spike --doo on --balloon-mib 2048) ;;
+	debug-doo)     k=$DEBUG args=(--scenario spike --doo on --balloon-mib 256) ;;
+	debug-guest)   k=$DEBUG args=(--scenario guest --doo off --gtarget 65536) ;;
 	stock-doo)     k=$STOCK args=(--scenario spike --doo on --balloon-mib 256) ;;
 	stock-nodoo)   k=$STOCK args=(--scenario spike --doo off --balloon-mib 256) ;;
 	esac
@@ -75,4 +81,20 @@ for r in rows:
     print("%-14s %6s %8s %8s %9s %8s %7s %s" % (r.get("name"), r.get("done"), r.get("inflate_s"),
           r.get("touch_s"), r.get("oom_kills"), r.get("rc"), r.get("wall_s"), hook))
 print("results: " + sys.argv[1])
+# Expectations: the patched kernels survive without OOM kills (and deflate
+# completely when asked to); stock without deflate-on-oom is the baseline
+# that gets the OOM killer.
+bad = []
+for r in rows:
+    n = r.get("name", "")
+    if not r.get("done"):
+        bad.append(n + ": did not finish")
+    elif n.startswith(("patched", "debug")):
+        if r.get("oom_kills") != 0 or r.get("rc") != 0 or r.get("deflated_fully") is False:
+            bad.append(n + ": OOM kill, failed workload or incomplete deflation")
+    elif n == "stock-doo" and r.get("oom_kills") != 0:
+        bad.append(n + ": OOM kill")
+for b in bad:
+    print("FAIL " + b)
+sys.exit(1 if bad else 0)
 PY

@@ -5,6 +5,8 @@
 # the options the series needs, via `make bindeb-pkg`.  Slow (a full
 # distribution kernel: an hour or more on two busy cores).  Output:
 # ~/.cache/autoballoon/kernel/deb-<hash>/*.deb
+#
+#   build-deb.sh [--config-only]   --config-only: stop after making the .config
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 KCACHE=${AUTOBALLOON_CACHE:-$HOME/.cache/autoballoon}/kernel
@@ -37,6 +39,13 @@ xzcat /usr/src/linux-config-6.12/config.amd64_none_amd64.xz > $B/.config
 	--set-str SYSTEM_REVOCATION_KEYS "" --set-str LOCALVERSION "-autoballoon" \
 	-d DEBUG_INFO_BTF
 make -s O=$B olddefconfig
+for opt in BALLOON_STORE VIRTIO_BALLOON; do
+	grep -E "^CONFIG_$opt=[ym]" $B/.config >&2 || { echo "[kernel-deb] CONFIG_$opt missing" >&2; exit 1; }
+done
+if [ "${1:-}" = --config-only ]; then
+	echo "[kernel-deb] config ok: $SRC/$B/.config" >&2
+	exit 0
+fi
 echo "[kernel-deb] make bindeb-pkg (log: $SRC/$B/deb.log)" >&2
 t0=$SECONDS
 touch $B/.deb-start

@@ -74,7 +74,7 @@ impl Default for PolicyConfig {
             cache_buffer_mib: 0,
             min_mib: 128,
             max_shrink_mib_per_tick: 1024,
-            dead_band_mib: 4,
+            dead_band_mib: 16,
             hold_off_s: 5,
             align_mib: 1,
             agent_stale_s: 3,
