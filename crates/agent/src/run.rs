@@ -5,7 +5,7 @@ use crate::backend::Backend;
 use crate::channel::Channel;
 use crate::logging::{info, RateLimited};
 use crate::{protect, BackendKind, RunArgs};
-use autoballoon_core::control::{ControlLoop, Idle};
+use autoballoon_core::control::ControlLoop;
 use autoballoon_core::guard::GuardRails;
 use autoballoon_core::interval::{AdaptiveInterval, Interval};
 use autoballoon_core::outlier::{Filtered, OutlierFilter};
@@ -81,14 +81,14 @@ pub fn run(a: &RunArgs) -> Result<(), String> {
                     Ok(act) => {
                         own_target = Some(act.target);
                         match backend.set_guest_size(act.target) {
-                            Ok(()) => info(format_args!("target {} -> {}: {}{}", act.previous, act.target, act.reason, limits_note(&act.limits))),
+                            Ok(()) => info(format_args!("target {} -> {}: {}{}", act.previous, act.target, act.reason, act.limits_note())),
                             Err(e) => {
                                 lp.forget_target();
                                 bad_backend.log(now, format_args!("{e}"));
                             }
                         }
                     }
-                    Err(idle) if a.verbose => info(format_args!("tick: {}", idle_note(idle))),
+                    Err(idle) if a.verbose => info(format_args!("tick: {idle}")),
                     Err(_) => {}
                 }
             }
@@ -121,21 +121,5 @@ pub fn run(a: &RunArgs) -> Result<(), String> {
                 HostMessage::MigrationEnded { outcome } => info(format_args!("migration ended ({outcome}): shrinking resumes")),
             }
         }
-    }
-}
-
-fn limits_note(limits: &[autoballoon_core::guard::Limit]) -> String {
-    if limits.is_empty() {
-        return String::new();
-    }
-    let parts: Vec<String> = limits.iter().map(|l| l.to_string()).collect();
-    format!(" ({})", parts.join(", "))
-}
-
-fn idle_note(i: Idle) -> String {
-    match i {
-        Idle::NoDecision => "no decision".into(),
-        Idle::Held(h) => h.to_string(),
-        Idle::Unconfirmed { until } => format!("waiting to confirm a large change until {:.1} s", until.as_secs_f64()),
     }
 }

@@ -32,6 +32,27 @@ pub enum Idle {
     Unconfirmed { until: Duration },
 }
 
+impl std::fmt::Display for Idle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Idle::NoDecision => f.write_str("no guest memory report"),
+            Idle::Held(h) => write!(f, "{h}"),
+            Idle::Unconfirmed { until } => write!(f, "large change unconfirmed until {:.1} s", until.as_secs_f64()),
+        }
+    }
+}
+
+impl Action {
+    /// The rails that limited this action, as ` (a, b)` for a log line; empty if none.
+    pub fn limits_note(&self) -> String {
+        if self.limits.is_empty() {
+            return String::new();
+        }
+        let parts: Vec<String> = self.limits.iter().map(|l| l.to_string()).collect();
+        format!(" ({})", parts.join(", "))
+    }
+}
+
 /// The outcome of one tick.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tick {

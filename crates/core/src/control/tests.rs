@@ -85,3 +85,14 @@ fn step_converges_on_used_plus_buffer_and_forgets_on_actuator_error() {
     assert_eq!(step(&mut lp, &mut vm, &mut balloon).err(), Some(StepError::Actuator("qmp gone")));
     assert_eq!(lp.last_target(), None);
 }
+
+#[test]
+fn idle_and_limits_read_as_log_text() {
+    use crate::guard::Limit;
+    assert_eq!(Idle::Held(Hold::Migration).to_string(), "migration running: no shrinking");
+    assert_eq!(Idle::Unconfirmed { until: Duration::from_millis(1500) }.to_string(), "large change unconfirmed until 1.5 s");
+    let mut a = Action { target: Kib(4), previous: Kib(8), reason: Reason::NoData, limits: vec![] };
+    assert_eq!(a.limits_note(), "");
+    a.limits = vec![Limit::RaisedToMin, Limit::ShrinkStepLimited];
+    assert_eq!(a.limits_note(), " (raised to the minimum, shrink limited to one step)");
+}

@@ -5,7 +5,7 @@ use super::agent_link::AgentLink;
 use super::status::{Point, VmState, VmStatus};
 use crate::config::{PolicyConfig, VmConfig};
 use crate::log::Logger;
-use autoballoon_core::control::{ControlLoop, Idle};
+use autoballoon_core::control::ControlLoop;
 use autoballoon_core::interval::Interval;
 use autoballoon_core::policy::{MemView, Sample, SwapFree};
 use autoballoon_core::protocol::HostMessage;
@@ -76,7 +76,7 @@ impl VmWorker {
                     }
                     self.set_state(VmState::Unreachable);
                     let d = backoff.next_delay();
-                    if let End::Shutdown = self.idle(d) {
+                    if let Some(End::Shutdown) = self.idle(d) {
                         return;
                     }
                     continue;
@@ -96,12 +96,12 @@ impl VmWorker {
         }
     }
 
-    /// Waits `d` while handling commands; returns Retarget/Shutdown if one arrived.
-    fn idle(&mut self, d: Duration) -> End {
+    /// Waits `d` while handling commands; `Some` if the session must end (retarget, shutdown).
+    fn idle(&mut self, d: Duration) -> Option<End> {
         let deadline = Instant::now() + d;
         loop {
             if self.shutdown.load(Ordering::SeqCst) {
-                return End::Shutdown;
+                return Some(End::Shutdown);
             }
             let left = deadline.saturating_duration_since(Instant::now());
             match self.commands.recv_timeout(left) {
@@ -109,7 +109,7 @@ impl VmWorker {
                     self.log.event(&self.cfg.name, "retarget", &format!("now managing QMP {}", qmp.display()), &[]);
                     self.cfg.qmp = qmp;
                     self.cfg.agent = agent;
-                    return End::Retarget;
+                    return Some(End::Retarget);
                 }
                 Ok(VmCommand::Pause) => {
                     self.paused = true;
@@ -120,10 +120,11 @@ impl VmWorker {
                     self.log.event(&self.cfg.name, "resume", "resumed", &[]);
                 }
                 Ok(VmCommand::Wake) => {}
-                Err(RecvTimeoutError::Timeout) => return End::Error(QmpError::Disconnected),
+                Err(RecvTimeoutError::Timeout) => return None,
                 Err(RecvTimeoutError::Disconnected) => {
+                    // Nobody can steer us any more; just let the time pass.
                     std::thread::sleep(left);
-                    return End::Error(QmpError::Disconnected);
+                    return None;
                 }
             }
         }
@@ -219,9 +220,7 @@ impl VmWorker {
                             lp.forget_target();
                             return End::Error(e);
                         }
-                        let limits: Vec<String> = a.limits.iter().map(|l| l.to_string()).collect();
-                        let note = if limits.is_empty() { String::new() } else { format!(" ({})", limits.join(", ")) };
-                        let msg = format!("set size {} -> {}: {}{note} [from {source}]", a.previous, a.target, a.reason);
+                        let msg = format!("set size {} -> {}: {}{} [from {source}]", a.previous, a.target, a.reason, a.limits_note());
                         self.log.event(&name, "set_target", &msg, &[
                             ("target_kib", json!(a.target.0)), ("previous_kib", json!(a.previous.0)),
                             ("reason", json!(a.reason.to_string())), ("source", json!(source)),
@@ -230,7 +229,7 @@ impl VmWorker {
                         st.actions += 1;
                         st.last_reason = a.reason.to_string();
                     }
-                    Err(idle) => self.log.debug(&name, &format!("size {size}: {}", idle_text(idle))),
+                    Err(idle) => self.log.debug(&name, &format!("size {size}: {idle}")),
                 }
             }
             {
@@ -247,9 +246,8 @@ impl VmWorker {
                 st.push(Point { t: sample.at.as_secs_f64(), size, target, used });
             }
             // 5. Wait for the next tick, handling commands meanwhile.
-            match self.idle(tick.next_in) {
-                End::Error(_) => {}
-                other => return other,
+            if let Some(end) = self.idle(tick.next_in) {
+                return end;
             }
         }
     }
@@ -283,23 +281,13 @@ impl VmWorker {
     /// (then reconnect, in case a new QEMU takes the socket) or we are retargeted.
     fn wait_gone(&mut self, qmp: &Qmp) -> End {
         loop {
-            match self.idle(self.interval) {
-                End::Error(_) => {
-                    if let Err(e) = qmp.query_status() {
-                        return End::Error(e);
-                    }
-                }
-                other => return other,
+            if let Some(end) = self.idle(self.interval) {
+                return end;
+            }
+            if let Err(e) = qmp.query_status() {
+                return End::Error(e);
             }
         }
-    }
-}
-
-fn idle_text(i: &Idle) -> String {
-    match i {
-        Idle::NoDecision => "no guest memory report".into(),
-        Idle::Held(h) => h.to_string(),
-        Idle::Unconfirmed { until } => format!("large change unconfirmed until {:.1} s", until.as_secs_f64()),
     }
 }
 
