@@ -9,13 +9,14 @@ AGENT := target/$(TRIPLE)/release/autoballoon-guest
 HOSTBIN := target/release/autoballoon
 IMAGE_PATH := run/image.path
 
-.PHONY: all deps build agent host image demo test unit-test integration-test clean help
+.PHONY: all deps build agent host image demo test unit-test integration-test bench clean help
 
 all: build
 
 help:
 	@echo "make demo   - boot a guest, spike it, migrate it with and without autoballoon"
-	@echo "make test   - the whole suite (unit, property and QEMU integration tests)"
+	@echo "make test   - the whole suite (unit, property and QEMU integration tests, make kernel-test)"
+	@echo "make bench  - the patched kernel against the stock one: spike times, balloon GB/s, ratios"
 	@echo "make image  - build the guest image (cached under $(CACHE))"
 	@echo "make kernel / kernel-test / kernel-deb - the patched guest kernel (see kernel/README.md)"
 
@@ -46,9 +47,17 @@ unit-test: deps
 integration-test: image
 	AUTOBALLOON_IMAGE="$$(cat $(IMAGE_PATH))" cargo test --locked --workspace --tests --doc -- --test-threads=1
 
+# Everything: the cargo suite (unit, property, doc and QEMU tests; the kernel scenarios
+# are ignored there), then the kernel scenarios, which build both kernels if not cached.
 test: image
 	AUTOBALLOON_IMAGE="$$(cat $(IMAGE_PATH))" cargo test --locked --workspace -- --test-threads=1
-	@if [ -f kernel/kernel.mk ] && grep -q '^kernel-test-in-suite' kernel/kernel.mk; then $(MAKE) kernel-test-in-suite; fi
+	$(MAKE) kernel-test
+
+# Benchmarks (not tests): printed ratios, measured side by side in one run.
+bench: agent
+	@images=$$(kernel/scripts/images.sh $(AGENT)) && \
+	AUTOBALLOON_PATCHED_IMAGE=$$(sed -n 1p <<< "$$images") AUTOBALLOON_STOCK_IMAGE=$$(sed -n 2p <<< "$$images") \
+	  cargo bench --locked -p autoballoon --bench kernel
 
 clean:
 	cargo clean

@@ -5,18 +5,17 @@
 #   make kernel          patched bzImage (base + kernel/patches), cached
 #   make kernel-stock    same source and config without the series
 #   make kernel-kunit    KUnit suites of kernel/.kunitconfig (UML)
-#   make kernel-boot     QEMU boot scenarios on both kernels
-#   make kernel-test     kernel-kunit + kernel-boot
+#   make kernel-test     both kernels in the project's guest image, with the
+#                        agent: KUnit at boot, floor, spike, 20 spike+migration
+#                        cycles; one JSON summary line per variant
+#   make kernel-boot     quick spike scenarios on a minimal initramfs (no agent)
 #   make kernel-check    checkpatch --strict on every patch, and every prefix
 #                        of the series builds
 #   make kernel-deb      Debian packages of the patched kernel (slow)
-#   kernel-test-in-suite what the top-level `make test` runs: KUnit and the
-#                        patched boot scenarios, if already built (else skipped)
 
 KERNEL_DIR ?= kernel
 
-.PHONY: kernel kernel-stock kernel-kunit kernel-boot kernel-test kernel-check kernel-deb \
-	kernel-test-in-suite
+.PHONY: kernel kernel-stock kernel-kunit kernel-boot kernel-test kernel-check kernel-deb
 
 kernel:
 	$(KERNEL_DIR)/build.sh patched
@@ -30,7 +29,9 @@ kernel-kunit:
 kernel-boot:
 	$(KERNEL_DIR)/scripts/boot-test.sh
 
-kernel-test: kernel-kunit kernel-boot
+# AGENT (the static guest agent) and its target come from the top-level Makefile.
+kernel-test: agent
+	$(KERNEL_DIR)/scripts/kernel-test.sh $(AGENT)
 
 kernel-check:
 	$(KERNEL_DIR)/scripts/check-patches.sh
@@ -38,6 +39,3 @@ kernel-check:
 
 kernel-deb:
 	$(KERNEL_DIR)/scripts/build-deb.sh
-
-kernel-test-in-suite:
-	$(KERNEL_DIR)/scripts/suite-test.sh

@@ -24,6 +24,9 @@ pub enum ConsoleError {
     /// cannot write to the console: {0}
     #[error("cannot write to the console: {0}")]
     Write(std::io::Error),
+    /// `{command}` printed {output:?}, not what was expected
+    #[error("`{command}` printed {output:?}, not what was expected")]
+    Unexpected { command: String, output: String },
     /// `{command}` did not finish within {after:?}
     #[error("`{command}` did not finish within {after:?}")]
     Timeout { command: String, after: Duration },

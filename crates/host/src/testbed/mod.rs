@@ -3,12 +3,13 @@
 //! serial console and keeps everything the guest printed.
 
 mod console;
+pub mod guest;
 mod migrate;
 mod qemu;
 
 pub use console::{count_oom_kills, Console, ConsoleError};
 pub use migrate::{free_port, migrate, Migrated};
-pub use qemu::{GuestImage, Qemu, QemuError, VmSpec};
+pub use qemu::{GuestAgent, GuestImage, Qemu, QemuError, VmSpec};
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -29,6 +29,17 @@ impl GuestImage {
     }
 }
 
+/// The agent the guest runs (`autoballoon.agent=` on the kernel command line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuestAgent {
+    /// No agent.
+    None,
+    /// Reports samples over virtio-serial; the host controller sets the balloon.
+    Host,
+    /// Sets the patched kernel's own target (`/proc/sys/vm/balloon/target_pages`).
+    Kernel,
+}
+
 /// How to start one VM.
 #[derive(Debug, Clone)]
 pub struct VmSpec {
@@ -37,8 +48,8 @@ pub struct VmSpec {
     pub cpus: u32,
     /// virtio-balloon deflate-on-oom: the driver gives pages back before the OOM killer runs.
     pub deflate_on_oom: bool,
-    /// Start the agent in the guest with the host backend.
-    pub agent: bool,
+    /// Which agent the guest's init starts.
+    pub agent: GuestAgent,
     /// Extra kernel command line words.
     pub append: String,
     /// Wait for an incoming migration on this TCP port of 127.0.0.1 instead of booting.
@@ -47,7 +58,7 @@ pub struct VmSpec {
 
 impl VmSpec {
     pub fn new(name: &str, memory: Kib) -> VmSpec {
-        VmSpec { name: name.into(), memory, cpus: 1, deflate_on_oom: true, agent: true, append: String::new(), incoming_port: None }
+        VmSpec { name: name.into(), memory, cpus: 1, deflate_on_oom: true, agent: GuestAgent::Host, append: String::new(), incoming_port: None }
     }
 }
 
@@ -97,9 +108,11 @@ impl Qemu {
             let _ = std::fs::remove_file(s);
         }
         let mut append = String::from("console=ttyS0 quiet panic=-1 init_on_alloc=0");
-        if spec.agent {
-            append.push_str(" autoballoon.agent=host");
-        }
+        append.push_str(match spec.agent {
+            GuestAgent::None => " autoballoon.agent=none",
+            GuestAgent::Host => " autoballoon.agent=host",
+            GuestAgent::Kernel => " autoballoon.agent=kernel",
+        });
         if !spec.append.is_empty() {
             append.push(' ');
             append.push_str(&spec.append);

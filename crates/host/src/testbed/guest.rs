@@ -1,0 +1,117 @@
+//! What tests and benchmarks ask of a running guest: the `spike` workload, the patched
+//! kernel's balloon files and counters, OOM kills, and ballooning to a size over QMP.
+
+use super::{count_oom_kills, wait_for, ConsoleError, Qemu};
+use autoballoon_core::{Kib, Pages};
+use autoballoon_qmp::{Qmp, QmpError};
+use std::time::Duration;
+
+/// The patched kernel's guest interface (kernel/README.md).
+pub const BALLOON_DIR: &str = "/proc/sys/vm/balloon";
+
+/// One run of the guest's `spike` workload (guest/workloads/spike.c).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpikeRun {
+    /// Exit status 0 and every thread's allocation succeeded.
+    pub completed: bool,
+    /// The first cycle's allocation time as `spike` measured it (`alloc_s=`).
+    pub alloc_s: Option<f64>,
+    /// `None` when the shell did not answer (the OOM killer may take it along).
+    pub exit: Option<i32>,
+}
+
+impl SpikeRun {
+    /// Reads `spike`'s output: `SPIKE cycle=1 ... alloc_s=X ok=K` lines and `SPIKE done cycles=N failed=F`.
+    pub fn parse(text: &str, exit: i32) -> SpikeRun {
+        let alloc_s = text
+            .lines()
+            .find(|l| l.starts_with("SPIKE cycle="))
+            .and_then(|l| l.split_whitespace().find_map(|w| w.strip_prefix("alloc_s=")))
+            .and_then(|v| v.parse().ok());
+        let done_ok = text.lines().any(|l| l.starts_with("SPIKE done ") && l.split_whitespace().any(|w| w == "failed=0"));
+        SpikeRun { completed: exit == 0 && done_ok, alloc_s, exit: Some(exit) }
+    }
+}
+
+/// Runs `spike THREADS MIB 0 0 1` (one cycle, no hold) and waits up to `timeout`.
+pub fn run_spike(q: &Qemu, threads: u32, mib_per_thread: u64, timeout: Duration) -> SpikeRun {
+    match q.console.run(&format!("spike {threads} {mib_per_thread} 0 0 1"), timeout) {
+        Ok(out) => SpikeRun::parse(&out.text, out.status),
+        Err(_) => SpikeRun { completed: false, alloc_s: None, exit: None },
+    }
+}
+
+/// OOM kills: the larger of what the console showed and what the guest's dmesg still holds.
+pub fn oom_kills(q: &Qemu) -> usize {
+    let dmesg = q.console.run("dmesg", Duration::from_secs(30)).map(|o| count_oom_kills(&o.text)).unwrap_or(0);
+    dmesg.max(q.console.oom_kills())
+}
+
+/// A number read from a guest file (e.g. `/proc/sys/vm/balloon/current_pages`).
+pub fn read_number(q: &Qemu, path: &str) -> Result<u64, ConsoleError> {
+    let out = q.console.run(&format!("cat {path}"), Duration::from_secs(60))?;
+    out.text.trim().parse().map_err(|_| ConsoleError::Unexpected { command: format!("cat {path}"), output: out.text })
+}
+
+/// The patched kernel's page allocator hook counters (debugfs `virtio_balloon/hook_stats`).
+pub fn hook_stats(q: &Qemu) -> Result<String, ConsoleError> {
+    let cmd = "grep -q ' /sys/kernel/debug ' /proc/mounts || mount -t debugfs none /sys/kernel/debug; cat /sys/kernel/debug/virtio_balloon/hook_stats";
+    Ok(q.console.run(cmd, Duration::from_secs(60))?.text)
+}
+
+/// Pages the hook handed out, summed over orders: `hook_stats` has a header
+/// `order calls pages misses`, one row per order, then two-word totals.
+pub fn hook_pages_served(stats: &str) -> Option<u64> {
+    let mut lines = stats.lines();
+    let header: Vec<&str> = lines.find(|l| l.starts_with("order "))?.split_whitespace().collect();
+    let col = header.iter().position(|h| *h == "pages")?;
+    Some(lines.map(|l| l.split_whitespace().collect::<Vec<_>>()).filter(|f| f.len() == header.len()).filter_map(|f| f[col].parse::<u64>().ok()).sum())
+}
+
+/// Pages in the balloon as QEMU counts them: `memory` minus the guest size `query-balloon` reports.
+pub fn qemu_balloon(qmp: &Qmp, memory: Kib) -> Result<Pages, QmpError> {
+    Ok(Pages(memory.as_bytes().0.saturating_sub(qmp.query_balloon()?) / 4096))
+}
+
+/// Sets the guest's size over QMP and waits (polling every 10 ms) until QEMU reports it
+/// there: at or below `size` when shrinking, at or above when growing. Returns the time
+/// it took, or `None` if it did not get there within `timeout`.
+pub fn balloon_to(qmp: &Qmp, size: Kib, timeout: Duration) -> Result<Option<Duration>, QmpError> {
+    let target = size.as_bytes().0;
+    let start = qmp.query_balloon()?;
+    qmp.set_balloon_guest_size(target)?;
+    let mut err = None;
+    let took = wait_for(timeout, Duration::from_millis(10), || match qmp.query_balloon() {
+        Ok(now) if start >= target => now <= target,
+        Ok(now) => now >= target,
+        Err(e) => {
+            err = Some(e);
+            true
+        }
+    });
+    match err {
+        Some(e) => Err(e),
+        None => Ok(took),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spike_output_is_read() {
+        let out = "SPIKE cycle=1 threads=4 mib=384 alloc_s=3.41 ok=4\nSPIKE done cycles=1 failed=0\n";
+        assert_eq!(SpikeRun::parse(out, 0), SpikeRun { completed: true, alloc_s: Some(3.41), exit: Some(0) });
+        let failed = "SPIKE cycle=1 threads=4 mib=384 alloc_s=0.20 ok=3\nSPIKE done cycles=1 failed=1\n";
+        assert!(!SpikeRun::parse(failed, 1).completed);
+        assert!(!SpikeRun::parse("Killed\n", 137).completed);
+    }
+
+    #[test]
+    fn hook_pages_are_summed_over_orders() {
+        let stats = "order calls pages misses\n0 1199 1199 0\n1 0 0 0\n9 684 350208 2\ndeflated 690\nstore_pages 10\ncache_pages 3\n";
+        assert_eq!(hook_pages_served(stats), Some(1199 + 350208));
+        assert_eq!(hook_pages_served("nothing"), None);
+    }
+}

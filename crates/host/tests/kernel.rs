@@ -1,0 +1,288 @@
+//! The swap-free guest kernel (`kernel/`) on real QEMU guests: 2 GiB, 2 vCPUs, no swap,
+//! the project's guest image with the patched or the stock kernel in it.
+//!
+//! Run by `make kernel-test`, which builds both kernels and their images and sets
+//! `AUTOBALLOON_PATCHED_IMAGE`, `AUTOBALLOON_STOCK_IMAGE` and `AUTOBALLOON_KERNEL_RESULTS`;
+//! a plain `cargo test` lists these tests as ignored. Each test appends one JSON record
+//! (`variant`, `scenario`, figures) to the results file; `kernel/scripts/summary.py` merges
+//! them into one line per variant.
+mod common;
+
+use autoballoon::testbed::guest::{balloon_to, hook_pages_served, hook_stats, oom_kills, qemu_balloon, run_spike, SpikeRun};
+use autoballoon::testbed::{free_port, migrate, wait_for, wait_settled, GuestAgent, GuestImage, Qemu, VmSpec};
+use autoballoon_core::{Kib, Pages};
+use autoballoon_qmp::Qmp;
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const GUEST: Kib = Kib::from_mib(2048);
+/// The size the host balloons the guest to before a spike.
+const SHRUNK: Kib = Kib::from_mib(256);
+/// The spike: 4 threads × 384 MiB = 1.5 GiB, six times what the shrunk guest has.
+const SPIKE_THREADS: u32 = 4;
+const SPIKE_MIB: u64 = 384;
+
+fn spike(q: &Qemu) -> SpikeRun {
+    run_spike(q, SPIKE_THREADS, SPIKE_MIB, Duration::from_secs(300))
+}
+
+/// Balloons the guest to [`SHRUNK`] over QMP and waits until QEMU reports it there.
+fn shrink(qmp: &Qmp) {
+    balloon_to(qmp, SHRUNK, Duration::from_secs(120)).expect("QMP").expect("the balloon reaches 256 MiB in 2 min");
+}
+
+fn image(var: &str) -> GuestImage {
+    let dir = std::env::var_os(var).unwrap_or_else(|| panic!("{var} is not set: run `make kernel-test`"));
+    GuestImage::at(Path::new(&dir)).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn patched() -> GuestImage {
+    image("AUTOBALLOON_PATCHED_IMAGE")
+}
+
+fn stock() -> GuestImage {
+    image("AUTOBALLOON_STOCK_IMAGE")
+}
+
+/// Appends one record to the results file (and prints it).
+fn record(variant: &str, scenario: &str, mut fields: Value) {
+    fields["variant"] = json!(variant);
+    fields["scenario"] = json!(scenario);
+    let line = fields.to_string();
+    println!("{line}");
+    if let Some(path) = std::env::var_os("AUTOBALLOON_KERNEL_RESULTS") {
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&path).expect("results file");
+        writeln!(f, "{line}").expect("write results");
+    }
+}
+
+fn spec(name: &str, agent: GuestAgent, deflate_on_oom: bool) -> VmSpec {
+    VmSpec { cpus: 2, agent, deflate_on_oom, ..VmSpec::new(name, GUEST) }
+}
+
+fn boot(test: &str, image: &GuestImage, spec: VmSpec) -> Qemu {
+    let name = spec.name.clone();
+    let q = Qemu::start(image, spec, &common::vm_dir(test, &name)).unwrap_or_else(|e| panic!("{e}"));
+    q.wait_booted(Duration::from_secs(120)).unwrap_or_else(|e| panic!("{e}"));
+    q
+}
+
+fn ctl(q: &Qemu) -> Qmp {
+    Qmp::connect_with_retry(&q.qmp_ctl, Instant::now() + Duration::from_secs(10)).expect("QMP")
+}
+
+/// Runs a command that must succeed and returns its output.
+fn sh(q: &Qemu, cmd: &str) -> String {
+    let out = q.console.run(cmd, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(out.status, 0, "`{cmd}`: {}", out.text);
+    out.text
+}
+
+fn read_u64(q: &Qemu, path: &str) -> u64 {
+    autoballoon::testbed::guest::read_number(q, path).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Pages in the guest's balloon, as the patched guest counts them: `max_pages - current_pages`.
+fn guest_balloon(q: &Qemu) -> Pages {
+    let max = read_u64(q, "/proc/sys/vm/balloon/max_pages");
+    Pages(max.saturating_sub(read_u64(q, "/proc/sys/vm/balloon/current_pages")))
+}
+
+fn mib(p: Pages) -> f64 {
+    p.as_kib().0 as f64 / 1024.0
+}
+
+/// The balloon_store KUnit suite, built into the patched kernel, run at boot.
+#[test]
+#[ignore = "needs the patched kernel: make kernel-test"]
+fn patched_kunit_balloon_store() {
+    let q = boot("kernel_kunit", &patched(), VmSpec { append: "kunit.enable=1".into(), ..spec("kunit", GuestAgent::None, true) });
+    let dmesg = sh(&q, "dmesg");
+    // KTAP: "# balloon_store: pass:35 fail:0 skip:0 total:35" and "ok 1 balloon_store".
+    let totals = dmesg.lines().find_map(|l| l.split_once("# balloon_store: pass:").map(|(_, r)| r.to_string())).unwrap_or_else(|| panic!("no balloon_store totals in dmesg:\n{dmesg}"));
+    let field = |k: &str| -> u64 { totals.split_whitespace().find_map(|w| w.strip_prefix(k)).and_then(|v| v.parse().ok()).unwrap_or(0) };
+    let pass: u64 = totals.split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let fail = field("fail:");
+    record("patched", "kunit", json!({ "kunit_passed": pass, "kunit_failed": fail }));
+    assert_eq!(fail, 0, "KUnit failures:\n{dmesg}");
+    assert!(pass >= 30, "only {pass} KUnit cases passed:\n{dmesg}");
+    assert!(dmesg.lines().any(|l| l.trim_end().ends_with("ok 1 balloon_store")), "suite not ok:\n{dmesg}");
+}
+
+/// Target 1 page: the balloon takes everything it can get and the guest still answers.
+#[test]
+#[ignore = "needs the patched kernel: make kernel-test"]
+fn patched_floor_with_target_one_page() {
+    // No agent: it would set its own target.
+    let q = boot("kernel_floor", &patched(), spec("floor", GuestAgent::None, true));
+    let max = Pages(read_u64(&q, "/proc/sys/vm/balloon/max_pages"));
+    sh(&q, "echo 1 > /proc/sys/vm/balloon/target_pages");
+    let floor = wait_settled(Duration::from_secs(120), || Pages(read_u64(&q, "/proc/sys/vm/balloon/current_pages")).as_kib()).expect("the balloon settles");
+    // The guest keeps answering shell commands at the floor.
+    for cmd in ["echo alive", "ls / > /dev/null", "cat /proc/meminfo > /dev/null", "ps > /dev/null", "dmesg | tail -1 > /dev/null"] {
+        sh(&q, cmd);
+    }
+    let after = Pages(read_u64(&q, "/proc/sys/vm/balloon/current_pages"));
+    let qmp = ctl(&q);
+    let kills = oom_kills(&q);
+    let floor_mib = floor.0 as f64 / 1024.0;
+    record("patched", "floor", json!({ "floor_mib": floor_mib, "max_mib": mib(max), "after_commands_mib": mib(after), "qemu_guest_mib": qmp.query_balloon().unwrap() >> 20, "floor_oom_kills": kills }));
+    eprintln!("floor {floor_mib:.1} MiB of {:.1} MiB; after shell commands {:.1} MiB\n{}", mib(max), mib(after), hook_stats(&q).unwrap_or_else(|e| e.to_string()));
+    assert_eq!(kills, 0, "OOM kills at the floor");
+    assert!(floor < Kib::from_mib(128), "the balloon stopped early: {floor_mib:.1} MiB left");
+}
+
+/// The spike in a guest shrunk to 256 MiB: patched (hook, agent on the kernel interface).
+#[test]
+#[ignore = "needs the patched kernel: make kernel-test"]
+fn patched_spike_at_256_mib() {
+    let q = boot("kernel_spike", &patched(), spec("patched", GuestAgent::Kernel, true));
+    let qmp = ctl(&q);
+    shrink(&qmp);
+    let before = Pages(read_u64(&q, "/proc/sys/vm/balloon/current_pages"));
+    let t = Instant::now();
+    let s = spike(&q);
+    let wall = t.elapsed().as_secs_f64();
+    let kills = oom_kills(&q);
+    let stats = hook_stats(&q).unwrap_or_else(|e| e.to_string());
+    eprintln!("{s:?} in {wall:.2} s, OOM kills {kills}\n{stats}");
+    record("patched", "spike", json!({ "oom_kills": kills, "spike_completed": s.completed, "spike_alloc_s": s.alloc_s, "spike_wall_s": wall, "size_before_mib": mib(before), "hook_pages_served": hook_pages_served(&stats) }));
+    assert!(s.completed, "the spike failed: {s:?}");
+    assert_eq!(kills, 0, "OOM kills on the patched kernel");
+}
+
+/// The guest's own target, without deflate-on-oom (the hook may then use only what the
+/// guest's target added): shrink to 256 MiB from inside, spike, then give everything back.
+fn guest_target_spike(name: &str, append: &str, scenario: &str) -> serde_json::Map<String, Value> {
+    let q = boot("kernel_guest_target", &patched(), VmSpec { append: append.into(), ..spec(name, GuestAgent::None, false) });
+    let memtotal = || sh(&q, "grep MemTotal /proc/meminfo").split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).expect("MemTotal");
+    let total_before = memtotal();
+    let max = read_u64(&q, "/proc/sys/vm/balloon/max_pages");
+    let target = SHRUNK.pages_floor().0;
+    sh(&q, &format!("echo {target} > /proc/sys/vm/balloon/target_pages"));
+    let current = || read_u64(&q, "/proc/sys/vm/balloon/current_pages");
+    wait_for(Duration::from_secs(120), Duration::from_millis(100), || current() <= target).expect("the guest shrinks itself to 256 MiB");
+    let total_shrunk = memtotal();
+    if total_shrunk < total_before {
+        // With MemTotal shrunk to 256 MiB, heuristic overcommit refuses a 384 MiB mmap
+        // before the hook is ever asked; the agent sets this too (transparent mode need not).
+        sh(&q, "echo 1 > /proc/sys/vm/overcommit_memory");
+    }
+    let s = spike(&q);
+    let kills = oom_kills(&q);
+    sh(&q, &format!("echo {max} > /proc/sys/vm/balloon/target_pages"));
+    let deflated = wait_for(Duration::from_secs(120), Duration::from_millis(100), || current() == max).is_some();
+    eprintln!("{scenario}: {s:?}, OOM kills {kills}, deflated fully: {deflated}, MemTotal {total_before} -> {total_shrunk} kB");
+    assert!(s.completed, "the spike failed: {s:?}");
+    assert_eq!(kills, 0, "OOM kills");
+    assert!(deflated, "target_pages = max_pages did not empty the balloon: {} of {max} pages", current());
+    let mut m = serde_json::Map::new();
+    m.insert(format!("{scenario}_spike_alloc_s"), json!(s.alloc_s));
+    m.insert(format!("{scenario}_oom_kills"), json!(kills));
+    m.insert(format!("{scenario}_deflated_fully"), json!(deflated));
+    m.insert(format!("{scenario}_memtotal_shrunk_kb"), json!(total_shrunk));
+    m.insert("memtotal_full_kb".into(), json!(total_before));
+    m
+}
+
+/// The guest shrinks itself (target_pages), deflate-on-oom off: the spike is served from
+/// what the guest's own target added, and the balloon empties when the target is raised.
+#[test]
+#[ignore = "needs the patched kernel: make kernel-test"]
+fn patched_guest_target_without_deflate_on_oom() {
+    let m = guest_target_spike("guest-target", "", "guest_target");
+    assert!(m["guest_target_memtotal_shrunk_kb"].as_u64() < m["memtotal_full_kb"].as_u64(), "MemTotal shrinks with the balloon");
+    record("patched", "guest_target", Value::Object(m));
+}
+
+/// The same with `virtio_balloon.transparent=1`: MemTotal stays whole while ballooned.
+#[test]
+#[ignore = "needs the patched kernel: make kernel-test"]
+fn patched_transparent_meminfo() {
+    let m = guest_target_spike("transparent", "virtio_balloon.transparent=1", "transparent");
+    assert_eq!(m["transparent_memtotal_shrunk_kb"], m["memtotal_full_kb"], "MemTotal stays whole in transparent mode");
+    record("patched", "transparent", Value::Object(m));
+}
+
+fn stock_spike(name: &str, deflate_on_oom: bool, variant: &str) {
+    // The stock kernel has no guest interface: the agent reports to the host (nobody listens).
+    let q = boot("kernel_stock", &stock(), spec(name, GuestAgent::Host, deflate_on_oom));
+    let qmp = ctl(&q);
+    shrink(&qmp);
+    let t = Instant::now();
+    let s = spike(&q);
+    let wall = t.elapsed().as_secs_f64();
+    let kills = oom_kills(&q);
+    eprintln!("{variant}: {s:?} in {wall:.2} s, OOM kills {kills}");
+    record(variant, "spike", json!({ "oom_kills": kills, "spike_completed": s.completed, "spike_alloc_s": s.alloc_s, "spike_wall_s": wall, "spike_exit": s.exit }));
+    // The baseline: without deflate-on-oom the stock kernel has nothing but the OOM killer.
+    if !deflate_on_oom {
+        assert!(kills > 0 || !s.completed, "stock without deflate-on-oom survived the spike: {s:?}");
+    }
+}
+
+/// The same spike on the stock kernel without deflate-on-oom (the baseline: OOM kills).
+#[test]
+#[ignore = "needs the stock kernel: make kernel-test"]
+fn stock_spike_at_256_mib() {
+    stock_spike("stock", false, "stock");
+}
+
+/// The same spike on the stock kernel with deflate-on-oom (slow, 1 MiB per OOM round).
+#[test]
+#[ignore = "needs the stock kernel: make kernel-test"]
+fn stock_deflate_on_oom_spike_at_256_mib() {
+    stock_spike("stock-doo", true, "stock-deflate-on-oom");
+}
+
+/// Spike cycles with a live migration after each one (patched kernel, agent on the kernel
+/// interface): no OOM kill, no failed migration, and after every migration the guest's own
+/// balloon agrees with QEMU's `actual` on the destination.
+#[test]
+#[ignore = "needs the patched kernel: make kernel-test"]
+fn patched_spike_cycles_with_migrations() {
+    let cycles: usize = std::env::var("AUTOBALLOON_KERNEL_CYCLES").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+    let image = patched();
+    let mut q = boot("kernel_cycles", &image, spec("cycle0", GuestAgent::Kernel, true));
+    let (mut failed_spikes, mut failed_migrations, mut worst_gap, mut sent) = (0, 0, 0u64, Vec::new());
+    for i in 1..=cycles {
+        let s = spike(&q);
+        if !s.completed {
+            failed_spikes += 1;
+            eprintln!("cycle {i}: spike failed: {s:?}");
+        }
+        let port = free_port().unwrap();
+        let dst_spec = VmSpec { incoming_port: Some(port), ..spec(&format!("cycle{i}"), GuestAgent::Kernel, true) };
+        let dst = Qemu::start(&image, dst_spec, &common::vm_dir("kernel_cycles", &format!("cycle{i}"))).unwrap_or_else(|e| panic!("{e}"));
+        let src = ctl(&q);
+        match migrate(&src, port, 1 << 30, Duration::from_secs(300)) {
+            Ok(m) => sent.push(m.bytes_sent()),
+            Err(e) => {
+                failed_migrations += 1;
+                eprintln!("cycle {i}: migration failed: {e}");
+                continue;
+            }
+        }
+        drop(src);
+        q = dst;
+        // The destination's `actual` came with the migration; the guest's count never left.
+        // They agree once the balloon holds still (the agent may be moving it).
+        let d = ctl(&q);
+        let mut gap = u64::MAX;
+        let agreed = wait_for(Duration::from_secs(60), Duration::from_millis(200), || {
+            let (g, h) = (guest_balloon(&q), qemu_balloon(&d, GUEST).expect("query-balloon"));
+            gap = g.0.abs_diff(h.0);
+            gap == 0
+        });
+        worst_gap = worst_gap.max(gap);
+        eprintln!("cycle {i}: spike {:?} s, sent {} MiB, balloon guest {:.1} MiB / QEMU {:.1} MiB", s.alloc_s, sent.last().unwrap() >> 20, mib(guest_balloon(&q)), mib(qemu_balloon(&d, GUEST).expect("query-balloon")));
+        assert!(agreed.is_some(), "cycle {i}: the guest's balloon and QEMU's actual differ by {gap} pages");
+    }
+    let kills = oom_kills(&q);
+    sh(&q, "echo alive");
+    let mean_sent = sent.iter().sum::<u64>() as f64 / sent.len().max(1) as f64 / (1 << 20) as f64;
+    record("patched", "cycles", json!({ "cycles": cycles, "cycle_failed_spikes": failed_spikes, "failed_migrations": failed_migrations, "cycle_oom_kills": kills, "balloon_mismatch_pages": worst_gap, "migration_mean_mib_sent": mean_sent }));
+    assert_eq!((failed_spikes, failed_migrations, kills), (0, 0, 0), "failed spikes, failed migrations, OOM kills");
+}

@@ -1,0 +1,35 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# make kernel-test: build the patched and the stock kernel (cached), put each
+# into the project's guest image with the agent, run the scenarios of
+# crates/host/tests/kernel.rs on real QEMU guests, and print one JSON summary
+# line per variant (patched, stock, stock-deflate-on-oom).
+#
+#   kernel/scripts/kernel-test.sh AGENT [TEST-NAME-FILTER]
+#
+# AUTOBALLOON_KERNEL_CYCLES sets the number of spike+migration cycles (20).
+# Exit status: non-zero if a test failed, the patched kernel had an OOM kill,
+# or the stock kernel without deflate-on-oom had none.
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+AGENT=${1:?usage: kernel-test.sh AGENT [FILTER]}
+FILTER=${2:-}
+step() { printf '[kernel-test] %s\n' "$*" >&2; }
+
+t0=$SECONDS
+export AUTOBALLOON_PATCHED_IMAGE AUTOBALLOON_STOCK_IMAGE AUTOBALLOON_KERNEL_RESULTS
+images=$("$HERE/scripts/images.sh" "$AGENT") ||
+	{ step "error: building the kernels or the guest images failed (see above)"; exit 1; }
+AUTOBALLOON_PATCHED_IMAGE=$(sed -n 1p <<< "$images")
+AUTOBALLOON_STOCK_IMAGE=$(sed -n 2p <<< "$images")
+mkdir -p "$ROOT/run/kernel-test"
+AUTOBALLOON_KERNEL_RESULTS=$ROOT/run/kernel-test/results-$(date +%Y%m%d-%H%M%S).jsonl
+: > "$AUTOBALLOON_KERNEL_RESULTS"
+step "guest images: $AUTOBALLOON_PATCHED_IMAGE (patched), $AUTOBALLOON_STOCK_IMAGE (stock)"
+step "running the scenarios (crates/host/tests/kernel.rs); results: $AUTOBALLOON_KERNEL_RESULTS"
+rc=0
+(cd "$ROOT" && cargo test --locked -p autoballoon --test kernel -- --ignored --test-threads=1 $FILTER) || rc=$?
+python3 "$HERE/scripts/summary.py" "$AUTOBALLOON_KERNEL_RESULTS" || rc=$?
+step "done in $((SECONDS - t0)) s"
+exit $rc
