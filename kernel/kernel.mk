@@ -8,14 +8,15 @@
 #   make kernel-test     both kernels in the project's guest image, with the
 #                        agent: KUnit at boot, floor, spike, 20 spike+migration
 #                        cycles; one JSON summary line per variant
-#   make kernel-boot     quick spike scenarios on a minimal initramfs (no agent)
+#   make kernel-test-debug  the same on the debug build of the series (lockdep,
+#                        DEBUG_VM, DEBUG_LIST): any kernel warning fails a test
 #   make kernel-check    checkpatch --strict on every patch, and every prefix
 #                        of the series builds
 #   make kernel-deb      Debian packages of the patched kernel (slow)
 
 KERNEL_DIR ?= kernel
 
-.PHONY: kernel kernel-stock kernel-kunit kernel-boot kernel-test kernel-check kernel-deb
+.PHONY: kernel kernel-stock kernel-kunit kernel-test kernel-test-debug kernel-check kernel-deb
 
 kernel:
 	$(KERNEL_DIR)/build.sh patched
@@ -26,12 +27,12 @@ kernel-stock:
 kernel-kunit:
 	$(KERNEL_DIR)/build.sh --kunit
 
-kernel-boot:
-	$(KERNEL_DIR)/scripts/boot-test.sh
-
 # AGENT (the static guest agent) and its target come from the top-level Makefile.
 kernel-test: agent
 	$(KERNEL_DIR)/scripts/kernel-test.sh $(AGENT)
+
+kernel-test-debug: agent
+	PATCHED_VARIANT=debug $(KERNEL_DIR)/scripts/kernel-test.sh $(AGENT)
 
 kernel-check:
 	$(KERNEL_DIR)/scripts/check-patches.sh

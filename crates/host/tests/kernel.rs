@@ -8,7 +8,7 @@
 //! them into one line per variant.
 mod common;
 
-use autoballoon::testbed::guest::{balloon_to, hook_pages_served, hook_stats, oom_kills, qemu_balloon, run_spike, SpikeRun};
+use autoballoon::testbed::guest::{balloon_to, hook_pages_served, hook_stats, kernel_errors, oom_kills, qemu_balloon, run_spike, SpikeRun};
 use autoballoon::testbed::{free_port, migrate, wait_for, wait_settled, GuestAgent, GuestImage, Qemu, VmSpec};
 use autoballoon_core::{Kib, Pages};
 use autoballoon_qmp::Qmp;
@@ -69,6 +69,13 @@ fn boot(test: &str, image: &GuestImage, spec: VmSpec) -> Qemu {
     q
 }
 
+/// Fails the test if the guest kernel reported an oops, a BUG, a warning or a panic.
+fn assert_clean(q: &Qemu) {
+    let text = q.console.transcript();
+    let errors = kernel_errors(&text);
+    assert!(errors.is_empty(), "{} reported kernel errors (console log {}):\n{}", q.spec.name, q.console.log_path().display(), errors.join("\n"));
+}
+
 fn ctl(q: &Qemu) -> Qmp {
     Qmp::connect_with_retry(&q.qmp_ctl, Instant::now() + Duration::from_secs(10)).expect("QMP")
 }
@@ -85,9 +92,9 @@ fn read_u64(q: &Qemu, path: &str) -> u64 {
 }
 
 /// Pages in the guest's balloon, as the patched guest counts them: `max_pages - current_pages`.
-fn guest_balloon(q: &Qemu) -> Pages {
-    let max = read_u64(q, "/proc/sys/vm/balloon/max_pages");
-    Pages(max.saturating_sub(read_u64(q, "/proc/sys/vm/balloon/current_pages")))
+fn guest_balloon(q: &Qemu) -> Option<Pages> {
+    let read = |f: &str| autoballoon::testbed::guest::read_number(q, &format!("/proc/sys/vm/balloon/{f}")).ok();
+    Some(Pages(read("max_pages")?.saturating_sub(read("current_pages")?)))
 }
 
 fn mib(p: Pages) -> f64 {
@@ -100,12 +107,13 @@ fn mib(p: Pages) -> f64 {
 fn patched_kunit_balloon_store() {
     let q = boot("kernel_kunit", &patched(), VmSpec { append: "kunit.enable=1".into(), ..spec("kunit", GuestAgent::None, true) });
     let dmesg = sh(&q, "dmesg");
-    // KTAP: "# balloon_store: pass:35 fail:0 skip:0 total:35" and "ok 1 balloon_store".
-    let totals = dmesg.lines().find_map(|l| l.split_once("# balloon_store: pass:").map(|(_, r)| r.to_string())).unwrap_or_else(|| panic!("no balloon_store totals in dmesg:\n{dmesg}"));
+    // KTAP: "# Totals: pass:35 fail:0 skip:0 total:35" (parameterised cases counted),
+    // then "ok 1 balloon_store" for the suite.
+    let totals = dmesg.lines().find_map(|l| l.split_once("# Totals: ").map(|(_, r)| r.to_string())).unwrap_or_else(|| panic!("no KUnit totals in dmesg:\n{dmesg}"));
     let field = |k: &str| -> u64 { totals.split_whitespace().find_map(|w| w.strip_prefix(k)).and_then(|v| v.parse().ok()).unwrap_or(0) };
-    let pass: u64 = totals.split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(0);
-    let fail = field("fail:");
+    let (pass, fail) = (field("pass:"), field("fail:"));
     record("patched", "kunit", json!({ "kunit_passed": pass, "kunit_failed": fail }));
+    assert_clean(&q);
     assert_eq!(fail, 0, "KUnit failures:\n{dmesg}");
     assert!(pass >= 30, "only {pass} KUnit cases passed:\n{dmesg}");
     assert!(dmesg.lines().any(|l| l.trim_end().ends_with("ok 1 balloon_store")), "suite not ok:\n{dmesg}");
@@ -131,6 +139,7 @@ fn patched_floor_with_target_one_page() {
     record("patched", "floor", json!({ "floor_mib": floor_mib, "max_mib": mib(max), "after_commands_mib": mib(after), "qemu_guest_mib": qmp.query_balloon().unwrap() >> 20, "floor_oom_kills": kills }));
     eprintln!("floor {floor_mib:.1} MiB of {:.1} MiB; after shell commands {:.1} MiB\n{}", mib(max), mib(after), hook_stats(&q).unwrap_or_else(|e| e.to_string()));
     assert_eq!(kills, 0, "OOM kills at the floor");
+    assert_clean(&q);
     assert!(floor < Kib::from_mib(128), "the balloon stopped early: {floor_mib:.1} MiB left");
 }
 
@@ -151,6 +160,7 @@ fn patched_spike_at_256_mib() {
     record("patched", "spike", json!({ "oom_kills": kills, "spike_completed": s.completed, "spike_alloc_s": s.alloc_s, "spike_wall_s": wall, "size_before_mib": mib(before), "hook_pages_served": hook_pages_served(&stats) }));
     assert!(s.completed, "the spike failed: {s:?}");
     assert_eq!(kills, 0, "OOM kills on the patched kernel");
+    assert_clean(&q);
 }
 
 /// The guest's own target, without deflate-on-oom (the hook may then use only what the
@@ -178,6 +188,7 @@ fn guest_target_spike(name: &str, append: &str, scenario: &str) -> serde_json::M
     assert!(s.completed, "the spike failed: {s:?}");
     assert_eq!(kills, 0, "OOM kills");
     assert!(deflated, "target_pages = max_pages did not empty the balloon: {} of {max} pages", current());
+    assert_clean(&q);
     let mut m = serde_json::Map::new();
     m.insert(format!("{scenario}_spike_alloc_s"), json!(s.alloc_s));
     m.insert(format!("{scenario}_oom_kills"), json!(kills));
@@ -218,6 +229,7 @@ fn stock_spike(name: &str, deflate_on_oom: bool, variant: &str) {
     eprintln!("{variant}: {s:?} in {wall:.2} s, OOM kills {kills}");
     record(variant, "spike", json!({ "oom_kills": kills, "spike_completed": s.completed, "spike_alloc_s": s.alloc_s, "spike_wall_s": wall, "spike_exit": s.exit }));
     // The baseline: without deflate-on-oom the stock kernel has nothing but the OOM killer.
+    assert_clean(&q);
     if !deflate_on_oom {
         assert!(kills > 0 || !s.completed, "stock without deflate-on-oom survived the spike: {s:?}");
     }
@@ -266,18 +278,27 @@ fn patched_spike_cycles_with_migrations() {
             }
         }
         drop(src);
+        assert_clean(&q);
         q = dst;
         // The destination's `actual` came with the migration; the guest's count never left.
         // They agree once the balloon holds still (the agent may be moving it).
         let d = ctl(&q);
         let mut gap = u64::MAX;
         let agreed = wait_for(Duration::from_secs(60), Duration::from_millis(200), || {
-            let (g, h) = (guest_balloon(&q), qemu_balloon(&d, GUEST).expect("query-balloon"));
-            gap = g.0.abs_diff(h.0);
-            gap == 0
+            if !kernel_errors(&q.console.transcript()).is_empty() {
+                return true;
+            }
+            match (guest_balloon(&q), qemu_balloon(&d, GUEST)) {
+                (Some(g), Ok(h)) => {
+                    gap = g.0.abs_diff(h.0);
+                    gap == 0
+                }
+                _ => false,
+            }
         });
+        assert_clean(&q);
         worst_gap = worst_gap.max(gap);
-        eprintln!("cycle {i}: spike {:?} s, sent {} MiB, balloon guest {:.1} MiB / QEMU {:.1} MiB", s.alloc_s, sent.last().unwrap() >> 20, mib(guest_balloon(&q)), mib(qemu_balloon(&d, GUEST).expect("query-balloon")));
+        eprintln!("cycle {i}: spike {:?} s, sent {} MiB, balloon guest {:.1} MiB / QEMU {:.1} MiB", s.alloc_s, sent.last().unwrap() >> 20, mib(guest_balloon(&q).unwrap_or(Pages(0))), mib(qemu_balloon(&d, GUEST).expect("query-balloon")));
         assert!(agreed.is_some(), "cycle {i}: the guest's balloon and QEMU's actual differ by {gap} pages");
     }
     let kills = oom_kills(&q);

@@ -47,6 +47,13 @@ pub fn oom_kills(q: &Qemu) -> usize {
     dmesg.max(q.console.oom_kills())
 }
 
+/// Kernel error reports in what the guest printed: oopses, BUGs, warnings (lockdep, list
+/// debugging and might_sleep report through these), bad page states and panics.
+pub fn kernel_errors(text: &str) -> Vec<&str> {
+    const MARKS: [&str; 7] = ["Oops:", "BUG:", "WARNING:", "Kernel panic", "Bad page state", "list_del corruption", "list_add corruption"];
+    text.lines().filter(|l| MARKS.iter().any(|m| l.contains(m))).collect()
+}
+
 /// A number read from a guest file (e.g. `/proc/sys/vm/balloon/current_pages`).
 pub fn read_number(q: &Qemu, path: &str) -> Result<u64, ConsoleError> {
     let out = q.console.run(&format!("cat {path}"), Duration::from_secs(60))?;
@@ -106,6 +113,13 @@ mod tests {
         let failed = "SPIKE cycle=1 threads=4 mib=384 alloc_s=0.20 ok=3\nSPIKE done cycles=1 failed=1\n";
         assert!(!SpikeRun::parse(failed, 1).completed);
         assert!(!SpikeRun::parse("Killed\n", 137).completed);
+    }
+
+    #[test]
+    fn kernel_errors_are_found() {
+        let t = "[ 1.0] ok\n[29.3] Oops: general protection fault, probably for non-canonical address 0xdead000000000108\n[ 2.0] WARNING: CPU: 0 PID: 1 at mm/page_alloc.c:1 x\n";
+        assert_eq!(kernel_errors(t).len(), 2);
+        assert!(kernel_errors("[ 1.0] all fine\n").is_empty());
     }
 
     #[test]
