@@ -59,7 +59,9 @@ fn record(variant: &str, scenario: &str, mut fields: Value) {
 }
 
 fn spec(name: &str, agent: GuestAgent, deflate_on_oom: bool) -> VmSpec {
-    VmSpec { cpus: 2, agent, deflate_on_oom, ..VmSpec::new(name, GUEST) }
+    // AUTOBALLOON_KERNEL_CPUS: vCPUs per guest (2).
+    let cpus = std::env::var("AUTOBALLOON_KERNEL_CPUS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
+    VmSpec { cpus, agent, deflate_on_oom, ..VmSpec::new(name, GUEST) }
 }
 
 fn boot(test: &str, image: &GuestImage, spec: VmSpec) -> Qemu {
@@ -256,8 +258,8 @@ fn stock_deflate_on_oom_spike_at_256_mib() {
 #[ignore = "needs the patched kernel: make kernel-test"]
 fn patched_spike_cycles_with_migrations() {
     let cycles: usize = std::env::var("AUTOBALLOON_KERNEL_CYCLES").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
-    let image = patched();
-    let mut q = boot("kernel_cycles", &image, spec("cycle0", GuestAgent::Kernel, true));
+    let (image, agent, test) = (patched(), GuestAgent::Kernel, "kernel_cycles");
+    let mut q = boot(test, &image, spec("cycle0", agent, true));
     let (mut failed_spikes, mut failed_migrations, mut worst_gap, mut sent) = (0, 0, 0u64, Vec::new());
     for i in 1..=cycles {
         let s = spike(&q);
@@ -266,8 +268,8 @@ fn patched_spike_cycles_with_migrations() {
             eprintln!("cycle {i}: spike failed: {s:?}");
         }
         let port = free_port().unwrap();
-        let dst_spec = VmSpec { incoming_port: Some(port), ..spec(&format!("cycle{i}"), GuestAgent::Kernel, true) };
-        let dst = Qemu::start(&image, dst_spec, &common::vm_dir("kernel_cycles", &format!("cycle{i}"))).unwrap_or_else(|e| panic!("{e}"));
+        let dst_spec = VmSpec { incoming_port: Some(port), ..spec(&format!("cycle{i}"), agent, true) };
+        let dst = Qemu::start(&image, dst_spec, &common::vm_dir(test, &format!("cycle{i}"))).unwrap_or_else(|e| panic!("{e}"));
         let src = ctl(&q);
         match migrate(&src, port, 1 << 30, Duration::from_secs(300)) {
             Ok(m) => sent.push(m.bytes_sent()),
