@@ -119,7 +119,12 @@ impl Qemu {
         }
         let balloon = format!("virtio-balloon-pci,id=balloon0{}", if spec.deflate_on_oom { ",deflate-on-oom=on" } else { "" });
         let mut cmd = Command::new("qemu-system-x86_64");
-        cmd.args(["-accel", "tcg", "-machine", "pc", "-cpu", "qemu64", "-nodefaults", "-display", "none", "-no-reboot"])
+        // AUTOBALLOON_TCG_THREAD=single|multi picks QEMU's TCG threading (default: QEMU's).
+        let accel = match std::env::var("AUTOBALLOON_TCG_THREAD") {
+            Ok(t) => format!("tcg,thread={t}"),
+            Err(_) => "tcg".to_string(),
+        };
+        cmd.args(["-accel", &accel, "-machine", "pc", "-cpu", "qemu64", "-nodefaults", "-display", "none", "-no-reboot"])
             .args(["-name", &spec.name])
             .args(["-m", &format!("{}M", spec.memory.0 / 1024), "-smp", &spec.cpus.to_string()])
             .arg("-kernel").arg(image.dir.join("vmlinuz"))
@@ -140,14 +145,14 @@ impl Qemu {
         let child = cmd.stdin(Stdio::null()).stdout(logf.try_clone().map_err(QemuError::Spawn)?).stderr(logf).spawn().map_err(QemuError::Spawn)?;
         let mut guard = KillOnDrop(Some(child));
         for s in [&serial, &qmp, &qmp_ctl] {
-            if !wait_for_path(s, Duration::from_secs(20)) {
+            if !wait_for_path(s, Duration::from_secs(60)) {
                 return Err(QemuError::NoSocket(s.clone(), log));
             }
         }
         // Connect at once: with wait=off QEMU drops console output while no client listens.
         let console = Console::connect(&serial, &p("console.log"))?;
         // QMP greets only once QEMU's main loop runs, and by then `-incoming` listens too.
-        autoballoon_qmp::Qmp::connect_with_retry(&qmp_ctl, std::time::Instant::now() + Duration::from_secs(20))
+        autoballoon_qmp::Qmp::connect_with_retry(&qmp_ctl, std::time::Instant::now() + Duration::from_secs(60))
             .map_err(|_| QemuError::NoSocket(qmp_ctl.clone(), log.clone()))?;
         let child = guard.0.take().expect("child present");
         Ok(Qemu { spec, child, qmp, qmp_ctl, agent, console })
