@@ -23,9 +23,19 @@ pub enum ParseError {
 }
 
 pub(crate) fn malformed(line: usize, expected: &'static str, found: &str) -> ParseError {
-    let mut found = found.to_string();
-    found.truncate(80);
+    // At most 80 characters (not bytes: a byte cut could split a character).
+    let found = found.chars().take(80).collect();
     ParseError::Malformed { line: line + 1, expected, found }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn long_lines_are_cut_at_a_character() {
+        let line = "𝕆".repeat(100);
+        let super::ParseError::Malformed { found, .. } = super::malformed(0, "x", &line) else { unreachable!() };
+        assert_eq!(found.chars().count(), 80);
+    }
 }
 
 #[cfg(test)]
