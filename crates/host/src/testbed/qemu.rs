@@ -90,6 +90,9 @@ pub enum QemuError {
     /// QEMU did not create {0} in time; see {1}
     #[error("QEMU did not create {0} in time; see {1}")]
     NoSocket(PathBuf, PathBuf),
+    /// QEMU's QMP socket {0} did not answer: {1}; see {2}
+    #[error("QEMU's QMP socket {0} did not answer: {1}; see {2}")]
+    Qmp(PathBuf, autoballoon_qmp::QmpError, PathBuf),
     /// the guest did not boot to a shell within {0:?}; console log: {1}
     #[error("the guest did not boot to a shell within {0:?}; console log: {1}")]
     Boot(Duration, PathBuf),
@@ -153,7 +156,7 @@ impl Qemu {
         let console = Console::connect(&serial, &p("console.log"))?;
         // QMP greets only once QEMU's main loop runs, and by then `-incoming` listens too.
         autoballoon_qmp::Qmp::connect_with_retry(&qmp_ctl, std::time::Instant::now() + Duration::from_secs(60))
-            .map_err(|_| QemuError::NoSocket(qmp_ctl.clone(), log.clone()))?;
+            .map_err(|e| QemuError::Qmp(qmp_ctl.clone(), e, log.clone()))?;
         let child = guard.0.take().expect("child present");
         Ok(Qemu { spec, child, qmp, qmp_ctl, agent, console })
     }
