@@ -49,11 +49,9 @@ integration-test: image
 
 # Everything: the cargo suite (unit, property, doc and QEMU tests; the kernel scenarios
 # are ignored there), then the kernel scenarios, which build both kernels if not cached.
-# The spike+migration cycles are left out here: they hit an open guest crash about once
-# in 40-60 migrations (kernel/README.md, "Open"); `make kernel-test` runs them.
 test: image
 	AUTOBALLOON_IMAGE="$$(cat $(IMAGE_PATH))" cargo test --locked --workspace -- --test-threads=1
-	KERNEL_TEST_SKIP=patched_spike_cycles_with_migrations $(MAKE) kernel-test
+	$(MAKE) kernel-test
 
 # Benchmarks (not tests): printed ratios, measured side by side in one run.
 bench: agent

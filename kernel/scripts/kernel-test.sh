@@ -8,8 +8,7 @@
 #   kernel/scripts/kernel-test.sh AGENT [TEST-NAME-FILTER]
 #
 # AUTOBALLOON_KERNEL_CYCLES sets the number of spike+migration cycles (20).
-# KERNEL_TEST_SKIP="NAME ..." leaves scenarios out (the top-level `make test`
-# leaves out the migration cycles: see "Open" in kernel/README.md).
+# KERNEL_TEST_SKIP="NAME ..." leaves scenarios out.
 # Exit status: non-zero if a test failed, the patched kernel had an OOM kill,
 # or the stock kernel without deflate-on-oom had none.
 set -euo pipefail
