@@ -1,58 +1,111 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# Debian packages (linux-image, linux-headers) of the patched kernel, built
-# with Debian's own config (linux-config-6.12, amd64 "none" flavour) plus
-# the options the series needs, via `make bindeb-pkg`.  Slow (a full
-# distribution kernel: an hour or more on two busy cores).  Output:
-# ~/.cache/autoballoon/kernel/deb-<hash>/*.deb
+# Debian packages (linux-image, linux-headers) of the patched kernel for real
+# guests, built with one of Debian's own configs (package linux-config-6.12)
+# plus the options the series needs, via `make bindeb-pkg`.
 #
 #   build-deb.sh [--config-only]   --config-only: stop after making the .config
+#
+# FLAVOUR=cloud-amd64 (default; Debian's kernel for KVM/Xen/cloud guests,
+# about 1,100 modules, 1-2 h on two cores) or FLAVOUR=amd64 (the generic
+# kernel, about 4,000 modules, several hours).  The build runs in its own
+# git worktree (~/.cache/autoballoon/kernel/deb-tree), so the guest kernel
+# builds of `make kernel`/`make test` are not blocked while it runs.
+# Output: ~/.cache/autoballoon/kernel/deb-<flavour>-<hash>/*.deb (a cache hit
+# prints them at once).  Progress: a line a minute on stderr.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 KCACHE=${AUTOBALLOON_CACHE:-$HOME/.cache/autoballoon}/kernel
 export CCACHE_DIR=${CCACHE_DIR:-$KCACHE/../ccache} CCACHE_BASEDIR=$KCACHE
 JOBS=${JOBS:-2}
-dpkg-query -W -f='${Status}' linux-config-6.12 2>/dev/null | grep -q "ok installed" ||
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-config-6.12 debhelper >/dev/null
+FLAVOUR=${FLAVOUR:-cloud-amd64}
+BASE_VERSION=$(sed -n 's/^version: *//p' "$HERE/BASE")
+step() { printf '[kernel-deb] %s\n' "$*" >&2; }
+die() { printf '[kernel-deb] error: %s\n' "$*" >&2; exit 1; }
+
+CONFIG_XZ=/usr/src/linux-config-6.12/config.amd64_none_$FLAVOUR.xz
+# bindeb-pkg checks the build dependencies of its debian/control.
+for p in linux-config-6.12 debhelper dpkg-dev; do
+	dpkg-query -W -f='${Status}' $p 2>/dev/null | grep -q "ok installed" || {
+		step "installing $p"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $p >/dev/null
+	}
+done
+[ -f "$CONFIG_XZ" ] || die "no Debian config for FLAVOUR=$FLAVOUR ($CONFIG_XZ); try cloud-amd64 or amd64"
 SRC=$("$HERE/build.sh" --tree)
-key=$({ cat "$HERE"/patches/*.patch; cat "$HERE/BASE"; echo deb1; } | sha256sum | cut -c1-16)
-out=$KCACHE/deb-$key
+key=$({ cat "$HERE"/patches/*.patch; cat "$HERE/BASE"; echo "deb2 $FLAVOUR"; } | sha256sum | cut -c1-16)
+out=$KCACHE/deb-$FLAVOUR-$key
 if ls "$out"/linux-image-*.deb >/dev/null 2>&1; then
-	echo "[kernel-deb] cache hit: $out"
+	step "cache hit: $out"
 	ls "$out"/*.deb
 	exit 0
 fi
-exec 9>"$KCACHE/.build.lock"
-flock 9
-cd "$SRC"
-echo "[kernel-deb] applying the series" >&2
-git checkout -q -f -B autoballoon-deb base
-git am -q "$HERE"/patches/*.patch
-rm -f .git/autoballoon-series
-B=_build-deb
-mkdir -p $B
-xzcat /usr/src/linux-config-6.12/config.amd64_none_amd64.xz > $B/.config
-# Options the series relies on; Debian builds the balloon as a module,
-# the hook and the store are built in (BALLOON_STORE is selected).
-./scripts/config --file $B/.config -m VIRTIO_BALLOON -e DEBUG_FS \
+
+# Only one deb build at a time; the shared source repository is locked just
+# while the worktree is set up (build.sh takes the same lock).
+exec 8>"$KCACHE/.deb.lock"
+flock -n 8 || die "another kernel-deb build is running (lock $KCACHE/.deb.lock)"
+TREE=$KCACHE/deb-tree
+(
+	exec 9>"$KCACHE/.build.lock"
+	flock 9
+	cd "$SRC"
+	if [ ! -e "$TREE/.git" ]; then
+		git worktree prune
+		git worktree add -q --detach "$TREE" base
+	fi
+	cd "$TREE"
+	git am --abort >/dev/null 2>&1 || true
+	step "applying the series ($(ls "$HERE"/patches/*.patch | wc -l) patches) in $TREE"
+	git checkout -q -f -B autoballoon-deb base
+	git am -q --whitespace=nowarn "$HERE"/patches/*.patch
+)
+cd "$TREE"
+B=_build-deb-$FLAVOUR
+mkdir -p "$B"
+xzcat "$CONFIG_XZ" > "$B/.config"
+# Debian builds the balloon as a module; the hook and the store are built in
+# (VIRTIO_BALLOON selects BALLOON_STORE).  No signing keys here.
+./scripts/config --file "$B/.config" -m VIRTIO_BALLOON -e DEBUG_FS \
 	-d MODULE_SIG_ALL -d MODULE_SIG --set-str SYSTEM_TRUSTED_KEYS "" \
 	--set-str SYSTEM_REVOCATION_KEYS "" --set-str LOCALVERSION "-autoballoon" \
-	-d DEBUG_INFO_BTF
-make -s O=$B olddefconfig
+	-d DEBUG_INFO_BTF -d DEBUG_INFO -e DEBUG_INFO_NONE
+make -s O="$B" olddefconfig
 for opt in BALLOON_STORE VIRTIO_BALLOON; do
-	grep -E "^CONFIG_$opt=[ym]" $B/.config >&2 || { echo "[kernel-deb] CONFIG_$opt missing" >&2; exit 1; }
+	grep -qE "^CONFIG_$opt=[ym]" "$B/.config" || die "CONFIG_$opt missing from $TREE/$B/.config"
 done
 if [ "${1:-}" = --config-only ]; then
-	echo "[kernel-deb] config ok: $SRC/$B/.config" >&2
+	step "config ok: $TREE/$B/.config"
 	exit 0
 fi
-echo "[kernel-deb] make bindeb-pkg (log: $SRC/$B/deb.log)" >&2
+total=$(grep -cE '=(y|m)$' "$B/.config")
+step "make bindeb-pkg ($FLAVOUR, -j$JOBS, nice 19); log: $TREE/$B/deb.log"
 t0=$SECONDS
-touch $B/.deb-start
-nice -n 19 make O=$B -j"$JOBS" CC="ccache gcc" KDEB_PKGVERSION="$(sed -n 's/^version: *//p' "$HERE/BASE")+autoballoon1" \
-	bindeb-pkg > $B/deb.log 2>&1 || { tail -30 $B/deb.log; exit 1; }
-mkdir -p "$out"
-# bindeb-pkg leaves the packages next to the source or the build tree.
-find "$SRC" "$SRC/.." -maxdepth 1 -name '*.deb' -newer $B/.deb-start -exec mv {} "$out"/ \;
-echo "[kernel-deb] built in $((SECONDS - t0)) s: $out" >&2
+: > "$B/deb.log"
+touch "$B/.deb-start"
+(
+	while sleep 60; do
+		step "building $FLAVOUR: $(grep -c '^  CC ' "$B/deb.log" || true) objects compiled" \
+			"($total options on), $((SECONDS - t0)) s"
+	done
+) &
+ticker=$!
+trap 'kill $ticker 2>/dev/null || true' EXIT
+rc=0
+KBUILD_BUILD_USER=autoballoon KBUILD_BUILD_HOST=autoballoon \
+	nice -n 19 make O="$B" -j"$JOBS" CC="ccache gcc" \
+	KDEB_PKGVERSION="$BASE_VERSION+autoballoon1" bindeb-pkg > "$B/deb.log" 2>&1 || rc=$?
+kill $ticker 2>/dev/null || true
+if [ $rc -ne 0 ]; then
+	tail -30 "$B/deb.log" >&2
+	die "bindeb-pkg failed after $((SECONDS - t0)) s (full log: $TREE/$B/deb.log)"
+fi
+mkdir -p "$out.tmp"
+# bindeb-pkg leaves the packages in the parent of the source tree.
+find "$TREE/.." -maxdepth 1 -name '*.deb' -newer "$B/.deb-start" -exec mv {} "$out.tmp"/ \;
+ls "$out.tmp"/linux-image-*.deb >/dev/null 2>&1 || die "bindeb-pkg made no linux-image package"
+echo "$((SECONDS - t0))" > "$out.tmp/build-seconds"
+rm -rf "$out"
+mv "$out.tmp" "$out"
+step "built in $((SECONDS - t0)) s: $out"
 ls "$out"/*.deb

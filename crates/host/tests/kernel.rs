@@ -103,22 +103,50 @@ fn mib(p: Pages) -> f64 {
     p.as_kib().0 as f64 / 1024.0
 }
 
-/// The balloon_store KUnit suite, built into the patched kernel, run at boot.
+/// The KUnit suites built into the patched kernel, run at boot: `balloon_store` (the
+/// store and the cache) and `virtio_balloon_hook` (the hook called from a hard
+/// interrupt, a soft interrupt and with interrupts off, on the real device).
 #[test]
 #[ignore = "needs the patched kernel: make kernel-test"]
-fn patched_kunit_balloon_store() {
+fn patched_kunit() {
     let q = boot("kernel_kunit", &patched(), VmSpec { append: "kunit.enable=1".into(), ..spec("kunit", GuestAgent::None, true) });
     let dmesg = sh(&q, "dmesg");
-    // KTAP: "# Totals: pass:35 fail:0 skip:0 total:35" (parameterised cases counted),
-    // then "ok 1 balloon_store" for the suite.
-    let totals = dmesg.lines().find_map(|l| l.split_once("# Totals: ").map(|(_, r)| r.to_string())).unwrap_or_else(|| panic!("no KUnit totals in dmesg:\n{dmesg}"));
-    let field = |k: &str| -> u64 { totals.split_whitespace().find_map(|w| w.strip_prefix(k)).and_then(|v| v.parse().ok()).unwrap_or(0) };
-    let (pass, fail) = (field("pass:"), field("fail:"));
-    record("patched", "kunit", json!({ "kunit_passed": pass, "kunit_failed": fail }));
+    let mut fields = json!({});
+    // KTAP: "# balloon_store: pass:5 fail:0 skip:0 total:5" (test cases), then
+    // "# Totals: pass:35 ..." (parameterised cases counted), once per batch of suites.
+    for (suite, min_cases) in [("balloon_store", 5), ("virtio_balloon_hook", 3)] {
+        let c = kunit_counts(&dmesg, &format!("# {suite}: ")).pop().unwrap_or_else(|| panic!("no KUnit results for {suite} in dmesg:\n{dmesg}"));
+        fields[format!("kunit_{suite}_cases")] = json!(c.pass);
+        assert_eq!((c.fail, c.skip), (0, 0), "{suite}: {c:?}:\n{dmesg}");
+        assert!(c.pass >= min_cases, "{suite}: only {} cases passed:\n{dmesg}", c.pass);
+    }
+    let totals = kunit_counts(&dmesg, "# Totals: ");
+    fields["kunit_passed"] = json!(totals.iter().map(|c| c.pass).sum::<u64>());
+    fields["kunit_failed"] = json!(totals.iter().map(|c| c.fail).sum::<u64>());
+    record("patched", "kunit", fields);
     assert_clean(&q);
-    assert_eq!(fail, 0, "KUnit failures:\n{dmesg}");
-    assert!(pass >= 30, "only {pass} KUnit cases passed:\n{dmesg}");
-    assert!(dmesg.lines().any(|l| l.trim_end().ends_with("ok 1 balloon_store")), "suite not ok:\n{dmesg}");
+    // The hook suite gives the guest's target back: the balloon empties, and QEMU,
+    // told about every unit the hook took, agrees.
+    let qmp = ctl(&q);
+    let empty = wait_for(Duration::from_secs(60), Duration::from_millis(200), || qmp.query_balloon().ok() == Some(GUEST.as_bytes().0));
+    assert!(empty.is_some(), "QEMU reports a {} MiB guest after the KUnit run, not {} MiB", qmp.query_balloon().unwrap_or(0) >> 20, GUEST.0 / 1024);
+    assert_eq!(guest_balloon(&q), Some(Pages(0)), "the guest's balloon after the KUnit run");
+}
+
+#[derive(Debug)]
+struct KunitCounts {
+    pass: u64,
+    fail: u64,
+    skip: u64,
+}
+
+/// The counts of every KUnit line "<tag>pass:N fail:N skip:N total:N", in order.
+fn kunit_counts(dmesg: &str, tag: &str) -> Vec<KunitCounts> {
+    let counts = |rest: &str| {
+        let field = |k: &str| rest.split_whitespace().find_map(|w| w.strip_prefix(k)).and_then(|v| v.parse().ok());
+        Some(KunitCounts { pass: field("pass:")?, fail: field("fail:")?, skip: field("skip:")? })
+    };
+    dmesg.lines().filter_map(|l| l.split_once(tag)).filter_map(|(_, rest)| counts(rest)).collect()
 }
 
 /// Target 1 page: the balloon takes everything it can get and the guest still answers.
