@@ -7,7 +7,7 @@ use crate::config::{Config, ControllerConfig, LogFormat, PolicyConfig, VmConfig}
 use crate::controller::{Controller, VmCommand, VmHandle};
 use crate::log::Logger;
 use crate::plot::{self, Series, Span};
-use crate::testbed::{free_port, migrate, wait_for, GuestImage, Migrated, Qemu, VmSpec};
+use crate::testbed::{migrate, wait_for, GuestImage, Migrated, Qemu, VmSpec};
 use autoballoon_core::Kib;
 use autoballoon_qmp::Qmp;
 use std::io::Write;
@@ -102,8 +102,8 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
 
     let live = Live { phases: Arc::default(), t0: Instant::now(), stop: Arc::default() };
     live.phase("boot");
-    let spec = |name: &str, incoming: Option<u16>| VmSpec { incoming_port: incoming, ..VmSpec::new(name, configured) };
-    let mut vm_a = step("starting QEMU", Qemu::start(&image, spec("demo-a", None), &out))?;
+    let spec = |name: &str| VmSpec::new(name, configured);
+    let mut vm_a = step("starting QEMU", Qemu::start(&image, spec("demo-a"), &out))?;
     let boot = step("booting the guest", vm_a.wait_booted(Duration::from_secs(120)))?;
     println!("    guest booted in {:.1} s", boot.as_secs_f64());
 
@@ -155,8 +155,7 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
         step("fill", vm_a.console.run(&format!("fill {fill_mib}"), Duration::from_secs(120)))?;
 
         live.phase("migration without autoballoon");
-        let port = step("port", free_port())?;
-        let vm_b = step("starting the destination", Qemu::start(&image, spec("demo-b", Some(port)), &out))?;
+        let (vm_b, port) = step("starting the destination", Qemu::start_incoming(&image, spec("demo-b"), &out))?;
         let before = vm.snapshot().size;
         let without = step("migration", migrate(&ctl_a, port, bandwidth, Duration::from_secs(300)))?;
         drop(ctl_a);
@@ -170,8 +169,7 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
         wait_settled(vm, Duration::from_secs(60))?;
 
         live.phase("migration with autoballoon");
-        let port = step("port", free_port())?;
-        let vm_c = step("starting the destination", Qemu::start(&image, spec("demo-c", Some(port)), &out))?;
+        let (vm_c, port) = step("starting the destination", Qemu::start_incoming(&image, spec("demo-c"), &out))?;
         let ctl_b = step("QMP", Qmp::connect_with_retry(&vm_b.qmp_ctl, Instant::now() + Duration::from_secs(10)))?;
         let before = vm.snapshot().size;
         let with = step("migration", migrate(&ctl_b, port, bandwidth, Duration::from_secs(300)))?;

@@ -9,7 +9,7 @@
 mod common;
 
 use autoballoon::testbed::guest::{balloon_to, hook_pages_served, hook_stats, kernel_errors, oom_kills, qemu_balloon, run_spike, SpikeRun};
-use autoballoon::testbed::{free_port, migrate, wait_for, wait_settled, GuestAgent, GuestImage, Qemu, VmSpec};
+use autoballoon::testbed::{migrate, wait_for, wait_settled, GuestAgent, GuestImage, Qemu, VmSpec};
 use autoballoon_core::{Kib, Pages};
 use autoballoon_qmp::Qmp;
 use serde_json::{json, Value};
@@ -303,9 +303,7 @@ fn patched_spike_cycles_with_migrations() {
         wait_settled(Duration::from_secs(60), balloon).expect("the agent shrinks the guest back");
         sh(&q, "kill -STOP $(pidof autoballoon-guest)");
         wait_settled(Duration::from_secs(60), balloon).expect("the balloon holds still");
-        let port = free_port().unwrap();
-        let dst_spec = VmSpec { incoming_port: Some(port), ..spec(&format!("cycle{i}"), agent, true) };
-        let dst = Qemu::start(&image, dst_spec, &common::vm_dir(test, &format!("cycle{i}"))).unwrap_or_else(|e| panic!("{e}"));
+        let (dst, port) = Qemu::start_incoming(&image, spec(&format!("cycle{i}"), agent, true), &common::vm_dir(test, &format!("cycle{i}"))).unwrap_or_else(|e| panic!("{e}"));
         let src = ctl(&q);
         match migrate(&src, port, 1 << 30, Duration::from_secs(300)) {
             Ok(m) => sent.push(m.bytes_sent()),

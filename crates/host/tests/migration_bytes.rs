@@ -3,7 +3,7 @@
 mod common;
 
 use autoballoon::controller::{VmCommand, VmState};
-use autoballoon::testbed::{free_port, migrate, wait_for, wait_settled, Qemu, VmSpec};
+use autoballoon::testbed::{migrate, wait_for, wait_settled, Qemu, VmSpec};
 use autoballoon_core::Kib;
 use autoballoon_qmp::Qmp;
 use std::time::{Duration, Instant};
@@ -11,9 +11,7 @@ use std::time::{Duration, Instant};
 const BANDWIDTH: u64 = 1 << 30;
 
 fn destination(name: &str) -> (Qemu, u16) {
-    let port = free_port().unwrap();
-    let spec = VmSpec { incoming_port: Some(port), ..VmSpec::new(name, Kib::from_mib(1024)) };
-    (Qemu::start(&common::image(), spec, &common::vm_dir("migration_bytes", name)).unwrap(), port)
+    Qemu::start_incoming(&common::image(), VmSpec::new(name, Kib::from_mib(1024)), &common::vm_dir("migration_bytes", name)).unwrap()
 }
 
 #[test]
@@ -52,7 +50,7 @@ fn migration_with_autoballoon_sends_70_percent_fewer_bytes() {
     assert!((ab as f64) <= 0.3 * wb as f64, "with autoballoon {ab} bytes, without {wb}: less than 70 % saved");
     // The guest is fine on the final destination.
     assert_eq!(c.console.run("echo alive", Duration::from_secs(30)).unwrap().text.trim(), "alive");
-    assert_eq!(common::guest_oom_kills(&c), 0);
+    assert_eq!(autoballoon::testbed::guest::oom_kills(&c), 0);
     drop(qb);
     ctl.stop();
 }

@@ -10,7 +10,7 @@
 mod common;
 
 use autoballoon::testbed::guest::kernel_errors;
-use autoballoon::testbed::{free_port, migrate, wait_for, GuestAgent, GuestImage, Qemu, VmSpec};
+use autoballoon::testbed::{migrate, wait_for, GuestAgent, GuestImage, Qemu, VmSpec};
 use autoballoon_core::Kib;
 use autoballoon_qmp::Qmp;
 use std::time::{Duration, Instant};
@@ -28,9 +28,8 @@ fn migrating_while_the_balloon_churns() {
     q.console.spawn("spike 4 384 0 0.3 100000 > /dev/null").unwrap();
     std::thread::sleep(Duration::from_secs(3));
     for i in 1..=10 {
-        let port = free_port().unwrap();
         let name = format!("m{i}");
-        let dst = Qemu::start(&image, VmSpec { incoming_port: Some(port), ..spec(&name) }, &common::vm_dir("migration_stress", &name)).unwrap();
+        let (dst, port) = Qemu::start_incoming(&image, spec(&name), &common::vm_dir("migration_stress", &name)).unwrap();
         migrate(&ctl(&q), port, 1 << 30, Duration::from_secs(300)).expect("migrates");
         q = dst;
         wait_for(Duration::from_secs(4), Duration::from_millis(500), || !kernel_errors(&q.console.transcript()).is_empty());

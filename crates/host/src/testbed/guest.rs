@@ -41,7 +41,8 @@ pub fn run_spike(q: &Qemu, threads: u32, mib_per_thread: u64, timeout: Duration)
     }
 }
 
-/// OOM kills: the larger of what the console showed and what the guest's dmesg still holds.
+/// OOM kills: the larger of what the console showed and what the guest's dmesg holds
+/// (dmesg travels with the guest across migrations; the console starts with this QEMU).
 pub fn oom_kills(q: &Qemu) -> usize {
     let dmesg = q.console.run("dmesg", Duration::from_secs(30)).map(|o| count_oom_kills(&o.text)).unwrap_or(0);
     dmesg.max(q.console.oom_kills())

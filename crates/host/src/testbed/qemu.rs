@@ -100,6 +100,16 @@ pub enum QemuError {
     Console(#[from] super::ConsoleError),
 }
 
+impl QemuError {
+    /// QEMU's own log, where the error has one.
+    pub fn log(&self) -> Option<&Path> {
+        match self {
+            QemuError::NoSocket(_, log) | QemuError::Qmp(_, _, log) => Some(log),
+            _ => None,
+        }
+    }
+}
+
 impl Qemu {
     /// Starts QEMU under TCG and connects to its console. `run_dir` holds the sockets and logs.
     /// Does not wait for the guest to boot; see [`Qemu::wait_booted`].
@@ -159,6 +169,21 @@ impl Qemu {
             .map_err(|e| QemuError::Qmp(qmp_ctl.clone(), e, log.clone()))?;
         let child = guard.0.take().expect("child present");
         Ok(Qemu { spec, child, qmp, qmp_ctl, agent, console })
+    }
+
+    /// Starts a destination QEMU that waits for an incoming migration on a free local
+    /// port, and returns it with that port (for [`super::migrate`]). The port is free
+    /// when picked but may be taken before QEMU binds it: then another one is tried.
+    pub fn start_incoming(image: &GuestImage, spec: VmSpec, run_dir: &Path) -> Result<(Qemu, u16), QemuError> {
+        let mut tries = 0;
+        loop {
+            let port = super::free_port().map_err(QemuError::Spawn)?;
+            match Qemu::start(image, VmSpec { incoming_port: Some(port), ..spec.clone() }, run_dir) {
+                Ok(q) => return Ok((q, port)),
+                Err(e) if tries < 3 && e.log().is_some_and(|log| std::fs::read_to_string(log).unwrap_or_default().contains("Address already in use")) => tries += 1,
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Waits until the guest's shell answers on the console.

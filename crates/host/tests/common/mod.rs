@@ -39,12 +39,6 @@ pub fn controller(vms: Vec<VmConfig>) -> Controller {
     Controller::start(&config, Logger::new(LogFormat::Text, false))
 }
 
-/// OOM kills in the guest's kernel log (dmesg travels with the guest across migrations).
-pub fn guest_oom_kills(q: &Qemu) -> usize {
-    let out = q.console.run("dmesg", Duration::from_secs(30)).expect("dmesg");
-    autoballoon::testbed::count_oom_kills(&out.text)
-}
-
 /// The VM's size as the controller last sampled it; unknown reads as huge, so a
 /// "shrunk below" condition never holds before the first sample.
 pub fn size(vm: &VmHandle) -> Kib {
