@@ -12,11 +12,14 @@
 #                        DEBUG_VM, DEBUG_LIST): any kernel warning fails a test
 #   make kernel-check    checkpatch --strict on every patch, and every prefix
 #                        of the series builds
-#   make kernel-deb      Debian packages of the patched kernel (slow)
+#   make kernel-deb      Debian packages of the patched kernel for real guests
+#                        (Debian's cloud-amd64 config; FLAVOUR=amd64 for the
+#                        generic one; 1-2 h cold)
+#   make kernel-deb-test the spike scenario on the packaged kernel
 
 KERNEL_DIR ?= kernel
 
-.PHONY: kernel kernel-stock kernel-kunit kernel-test kernel-test-debug kernel-check kernel-deb
+.PHONY: kernel kernel-stock kernel-kunit kernel-test kernel-test-debug kernel-check kernel-deb kernel-deb-test
 
 kernel:
 	$(KERNEL_DIR)/build.sh patched
@@ -40,3 +43,6 @@ kernel-check:
 
 kernel-deb:
 	$(KERNEL_DIR)/scripts/build-deb.sh
+
+kernel-deb-test: agent
+	$(KERNEL_DIR)/scripts/deb-test.sh $(AGENT)
