@@ -131,7 +131,7 @@ mod tests {
         #[test]
         fn align_up_is_smallest_multiple(k in 0u64..(1u64 << 40), u in 1u64..(1u64 << 20)) {
             let a = Kib(k).align_up(Kib(u));
-            prop_assert!(a.0 >= k && a.0 % u == 0 && a.0 - k < u);
+            prop_assert!(a.0 >= k && a.0.is_multiple_of(u) && a.0 - k < u);
         }
     }
 }

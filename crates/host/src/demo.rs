@@ -205,7 +205,7 @@ struct Summary {
 
 fn spawn_live_view(status: Arc<Mutex<crate::controller::VmStatus>>, phases: Arc<Mutex<Phases>>, t0: Instant, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        println!("    {:>5}  {:>9} {:>9} {:>9} {:>9}  {}", "t(s)", "size MiB", "target", "used", "balloon", "phase");
+        println!("    {:>5}  {:>9} {:>9} {:>9} {:>9}  phase", "t(s)", "size MiB", "target", "used", "balloon");
         while !stop.load(Ordering::SeqCst) {
             let s = status.lock().unwrap().clone();
             let phase = phases.lock().unwrap().current.clone();
