@@ -10,6 +10,8 @@ mod common;
 
 use autoballoon::testbed::guest::{balloon_to, hook_pages_served, hook_stats, kernel_errors, oom_kills, qemu_balloon, run_spike, SpikeRun};
 use autoballoon::testbed::{migrate, wait_for, wait_settled, GuestAgent, GuestImage, Qemu, VmSpec};
+use autoballoon::controller::AgentLink;
+use autoballoon_core::protocol::{HostMessage, PORT_NAME};
 use autoballoon_core::{Kib, Pages};
 use autoballoon_qmp::Qmp;
 use serde_json::{json, Value};
@@ -97,6 +99,20 @@ fn read_u64(q: &Qemu, path: &str) -> u64 {
 fn guest_balloon(q: &Qemu) -> Option<Pages> {
     let read = |f: &str| autoballoon::testbed::guest::read_number(q, &format!("/proc/sys/vm/balloon/{f}")).ok();
     Some(Pages(read("max_pages")?.saturating_sub(read("current_pages")?)))
+}
+
+/// The host end of the agent's channel (the test stands in for the host controller); it
+/// waits for the agent's first sample, so a notice sent next reaches a listening agent.
+fn agent_link(q: &Qemu) -> AgentLink {
+    let link = AgentLink::connect(&q.agent).unwrap_or_else(|e| panic!("agent socket {}: {e}", q.agent.display()));
+    let heard = wait_for(Duration::from_secs(30), Duration::from_millis(100), || link.latest().is_some());
+    assert!(heard.is_some(), "no sample from the agent on {} in 30 s", q.agent.display());
+    link
+}
+
+/// The agent's own log in the guest.
+fn agent_log(q: &Qemu) -> String {
+    q.console.run("cat /run/autoballoon-guest.log", Duration::from_secs(30)).map(|o| o.text).unwrap_or_default()
 }
 
 fn mib(p: Pages) -> f64 {
@@ -294,14 +310,18 @@ fn stock_deflate_on_oom_spike_at_256_mib() {
 }
 
 /// Spike cycles with a live migration after each one (patched kernel, agent on the kernel
-/// interface, held during the migration): no OOM kill, no failed migration, and after every
-/// migration the guest's own balloon agrees with QEMU's `actual` on the destination.
+/// interface and on the host channel, told about each migration as the host controller tells
+/// it): no OOM kill, no failed migration, and after every migration the guest's own balloon
+/// agrees with QEMU's `actual` on the destination.
 #[test]
 #[ignore = "needs the patched kernel: make kernel-test"]
 fn patched_spike_cycles_with_migrations() {
     let cycles: usize = std::env::var("AUTOBALLOON_KERNEL_CYCLES").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
     let (image, agent, test) = (patched(), GuestAgent::Kernel, "kernel_cycles");
-    let mut q = boot(test, &image, spec("cycle0", agent, true));
+    // The kernel backend sets the balloon itself; --port adds the host channel, over which
+    // the test sends the migration notices the host controller would send.
+    let vm = |name: &str| VmSpec { append: format!("autoballoon.agent_extra=--port,/dev/virtio-ports/{PORT_NAME}"), ..spec(name, agent, true) };
+    let mut q = boot(test, &image, vm("cycle0"));
     let (mut failed_spikes, mut failed_migrations, mut worst_gap, mut sent) = (0, 0, 0u64, Vec::new());
     for i in 1..=cycles {
         let s = spike(&q);
@@ -311,13 +331,21 @@ fn patched_spike_cycles_with_migrations() {
         }
         // Hold the balloon still while the VM migrates, as the host controller does: QEMU 7.2
         // under TCG corrupts guests (stock kernels too) when the balloon churns during a
-        // migration (tests/migration_stress.rs). The agent is stopped and the balloon
-        // allowed to finish its last move; it resumes on the destination.
+        // migration (tests/migration_stress.rs). The agent is told, stops shrinking, and the
+        // balloon finishes its last move; the destination tells it the migration ended.
         let balloon = || guest_balloon(&q).unwrap_or(Pages(0)).as_kib();
         wait_settled(Duration::from_secs(60), balloon).expect("the agent shrinks the guest back");
-        sh(&q, "kill -STOP $(pidof autoballoon-guest)");
+        // Shrinking again also shows the agent resumed after the last migration's end notice.
+        let size = Pages(read_u64(&q, "/proc/sys/vm/balloon/current_pages"));
+        assert!(size.as_kib() < Kib(GUEST.0 / 2), "cycle {i}: the agent left the guest at {:.0} MiB after the spike", mib(size));
+        let mut link = agent_link(&q);
+        let notices = || agent_log(&q).matches("migration started").count();
+        let before = notices();
+        link.send(&HostMessage::MigrationStarted).expect("send the migration notice");
+        let told = wait_for(Duration::from_secs(30), Duration::from_millis(200), || notices() > before);
+        assert!(told.is_some(), "cycle {i}: the agent did not take the migration notice:\n{}", agent_log(&q));
         wait_settled(Duration::from_secs(60), balloon).expect("the balloon holds still");
-        let (dst, port) = Qemu::start_incoming(&image, spec(&format!("cycle{i}"), agent, true), &common::vm_dir(test, &format!("cycle{i}"))).unwrap_or_else(|e| panic!("{e}"));
+        let (dst, port) = Qemu::start_incoming(&image, vm(&format!("cycle{i}")), &common::vm_dir(test, &format!("cycle{i}"))).unwrap_or_else(|e| panic!("{e}"));
         let src = ctl(&q);
         match migrate(&src, port, 1 << 30, Duration::from_secs(300)) {
             Ok(m) => sent.push(m.bytes_sent()),
@@ -327,10 +355,10 @@ fn patched_spike_cycles_with_migrations() {
                 continue;
             }
         }
-        drop(src);
+        drop((src, link));
         assert_clean(&q);
         q = dst;
-        sh(&q, "kill -CONT $(pidof autoballoon-guest)");
+        agent_link(&q).send(&HostMessage::MigrationEnded { outcome: "completed".into() }).expect("send the end of the migration");
         // The destination's `actual` came with the migration; the guest's count never left.
         // They agree once the balloon holds still (the agent may be moving it).
         let d = ctl(&q);
