@@ -220,6 +220,7 @@ fn hook_spike(test: &str, image: &GuestImage, variant: &str) {
     record(variant, "spike", json!({ "oom_kills": kills, "spike_completed": s.completed, "spike_alloc_s": s.alloc_s, "spike_wall_s": wall, "size_before_mib": mib(before), "hook_pages_served": hook_pages_served(&stats) }));
     assert!(s.completed, "the spike failed: {s:?}");
     assert_eq!(kills, 0, "OOM kills on the patched kernel");
+    assert!(hook_pages_served(&stats).unwrap_or(0) > 0, "the allocator hook served nothing:\n{stats}");
     assert_clean(&q);
 }
 
