@@ -65,11 +65,13 @@ B=_build-deb-$FLAVOUR
 mkdir -p "$B"
 xzcat "$CONFIG_XZ" > "$B/.config"
 # Debian builds the balloon as a module; the hook and the store are built in
-# (VIRTIO_BALLOON selects BALLOON_STORE).  No signing keys here.
+# (VIRTIO_BALLOON selects BALLOON_STORE).  No signing keys here, so modules
+# are not signed.  Debian's debug info stays on (bindeb-pkg also makes a
+# linux-image-*-dbg package, about 300 MB); BTF is off (needs pahole).
 ./scripts/config --file "$B/.config" -m VIRTIO_BALLOON -e DEBUG_FS \
 	-d MODULE_SIG_ALL -d MODULE_SIG --set-str SYSTEM_TRUSTED_KEYS "" \
 	--set-str SYSTEM_REVOCATION_KEYS "" --set-str LOCALVERSION "-autoballoon" \
-	-d DEBUG_INFO_BTF -d DEBUG_INFO -e DEBUG_INFO_NONE
+	-d DEBUG_INFO_BTF
 make -s O="$B" olddefconfig
 for opt in BALLOON_STORE VIRTIO_BALLOON; do
 	grep -qE "^CONFIG_$opt=[ym]" "$B/.config" || die "CONFIG_$opt missing from $TREE/$B/.config"
@@ -101,8 +103,8 @@ if [ $rc -ne 0 ]; then
 	die "bindeb-pkg failed after $((SECONDS - t0)) s (full log: $TREE/$B/deb.log)"
 fi
 mkdir -p "$out.tmp"
-# bindeb-pkg leaves the packages in the parent of the source tree.
-find "$TREE/.." -maxdepth 1 -name '*.deb' -newer "$B/.deb-start" -exec mv {} "$out.tmp"/ \;
+# bindeb-pkg leaves the packages in the parent of the build directory.
+find "$TREE" -maxdepth 1 -name '*.deb' -newer "$B/.deb-start" -exec mv {} "$out.tmp"/ \;
 ls "$out.tmp"/linux-image-*.deb >/dev/null 2>&1 || die "bindeb-pkg made no linux-image package"
 echo "$((SECONDS - t0))" > "$out.tmp/build-seconds"
 rm -rf "$out"
