@@ -88,7 +88,7 @@ touch "$B/.deb-start"
 (
 	while sleep 60; do
 		step "building $FLAVOUR: $(grep -c '^  CC ' "$B/deb.log" || true) objects compiled" \
-			"($total options on), $((SECONDS - t0)) s"
+			"($total options on), $((SECONDS - t0)) s; now: $(tail -n1 "$B/deb.log" | cut -c1-70)"
 	done
 ) &
 ticker=$!
