@@ -59,16 +59,8 @@ cache_key() {
 out_dir() { echo "$KCACHE/$1-$(cache_key "$1")"; }
 
 ensure_deps() {
-	local pkgs="bc bison flex libelf-dev libssl-dev dwarves ccache cpio python3 rsync kmod xz-utils gcc make git"
-	local missing=""
-	for p in $pkgs; do
-		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
-	done
-	if [ -n "$missing" ]; then
-		step "installing:$missing"
-		apt-get update -qq
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
-	fi
+	"$HERE/../scripts/install-deps.sh" --only bc bison flex libelf-dev libssl-dev \
+		dwarves ccache cpio python3 rsync kmod xz-utils gcc make git >&2
 	# The base is pinned: install exactly that version (the archive keeps
 	# older security releases), whatever is newest today.
 	local have

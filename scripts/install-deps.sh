@@ -7,18 +7,23 @@
 # cargo is reported and the script exits 1.
 #
 # Usage: scripts/install-deps.sh [--no-rust]
+#        scripts/install-deps.sh --only PKG...
 #   --no-rust   only the Debian packages (e.g. for a machine that only boots guests)
+#   --only      just these Debian packages, no Rust check (the kernel scripts' needs)
 set -euo pipefail
 
 PKGS=(qemu-system-x86 busybox-static cpio gcc libc6-dev xz-utils zstd file ca-certificates)
 want_rust=1
-for a in "$@"; do
-    case "$a" in
+while [ $# -gt 0 ]; do
+    case "$1" in
         --no-rust) want_rust=0 ;;
-        -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "install-deps: unknown argument: $a" >&2; exit 2 ;;
+        --only) shift; PKGS=("$@"); want_rust=0; break ;;
+        -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "install-deps: unknown argument: $1" >&2; exit 2 ;;
     esac
+    shift
 done
+[ ${#PKGS[@]} -gt 0 ] || { echo "install-deps: --only needs package names" >&2; exit 2; }
 
 say() { echo "install-deps: $*"; }
 

@@ -25,12 +25,7 @@ die() { printf '[kernel-deb] error: %s\n' "$*" >&2; exit 1; }
 
 CONFIG_XZ=/usr/src/linux-config-6.12/config.amd64_none_$FLAVOUR.xz
 # bindeb-pkg checks the build dependencies of its debian/control.
-for p in linux-config-6.12 debhelper dpkg-dev; do
-	dpkg-query -W -f='${Status}' $p 2>/dev/null | grep -q "ok installed" || {
-		step "installing $p"
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $p >/dev/null
-	}
-done
+"$HERE/../scripts/install-deps.sh" --only linux-config-6.12 debhelper dpkg-dev >&2
 [ -f "$CONFIG_XZ" ] || die "no Debian config for FLAVOUR=$FLAVOUR ($CONFIG_XZ); try cloud-amd64 or amd64"
 SRC=$("$HERE/build.sh" --tree)
 key=$({ cat "$HERE"/patches/*.patch; cat "$HERE/BASE"; echo "deb2 $FLAVOUR"; } | sha256sum | cut -c1-16)

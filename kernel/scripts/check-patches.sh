@@ -6,10 +6,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SRC=$("$HERE/build.sh" --tree)
 # checkpatch's SPDX check needs these.
-for p in python3-ply python3-git; do
-	dpkg-query -W -f='${Status}' $p 2>/dev/null | grep -q "ok installed" ||
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $p >/dev/null
-done
+"$HERE/../scripts/install-deps.sh" --only python3-ply python3-git >&2
 # spdxcheck.py runs "python3": use the system one, which has ply and git.
 export PATH=/usr/bin:$PATH
 rc=0
