@@ -65,8 +65,8 @@ impl Backend {
         match self {
             Backend::Host => Ok(None),
             Backend::Kernel { dir } => Ok(Some(Size {
-                current: Pages(read_u64(&dir.join("current_pages"))?).as_kib(),
-                max: Pages(read_u64(&dir.join("max_pages"))?).as_kib(),
+                current: Pages(read_u64(&dir.join("current_pages"))?).to_kib_saturating(),
+                max: Pages(read_u64(&dir.join("max_pages"))?).to_kib_saturating(),
             })),
             Backend::Xen { dir, max } => Ok(Some(Size { current: Kib(read_u64(&dir.join("info/current_kb"))?), max: *max })),
         }
@@ -76,7 +76,7 @@ impl Backend {
     pub fn set_guest_size(&self, size: Kib) -> Result<(), BackendError> {
         match self {
             Backend::Host => Ok(()),
-            Backend::Kernel { dir } => write_u64(&dir.join("target_pages"), size.pages_floor().0.max(1)),
+            Backend::Kernel { dir } => write_u64(&dir.join("target_pages"), size.to_pages_floor().0.max(1)),
             Backend::Xen { dir, .. } => write_u64(&dir.join("target_kb"), size.0),
         }
     }
@@ -99,8 +99,8 @@ mod tests {
         std::fs::write(d.join("max_pages"), "524288\n").unwrap();
         std::fs::write(d.join("current_pages"), "65536\n").unwrap();
         let b = Backend::Kernel { dir: d.clone() };
-        assert_eq!(b.size().unwrap(), Some(Size { current: Kib::from_mib(256), max: Kib::from_gib(2) }));
-        b.set_guest_size(Kib::from_mib(300)).unwrap();
+        assert_eq!(b.size().unwrap(), Some(Size { current: Kib::from_mib_saturating(256), max: Kib::from_gib_saturating(2) }));
+        b.set_guest_size(Kib::from_mib_saturating(300)).unwrap();
         assert_eq!(std::fs::read_to_string(d.join("target_pages")).unwrap(), "76800\n");
         b.set_guest_size(Kib(1)).unwrap();
         assert_eq!(std::fs::read_to_string(d.join("target_pages")).unwrap(), "1\n", "never zero pages");
@@ -113,7 +113,7 @@ mod tests {
         let d = tempdir("xen");
         std::fs::write(d.join("info/current_kb"), "1048576\n").unwrap();
         let b = Backend::xen(d.clone(), None).unwrap();
-        assert_eq!(b.size().unwrap(), Some(Size { current: Kib::from_gib(1), max: Kib::from_gib(1) }));
+        assert_eq!(b.size().unwrap(), Some(Size { current: Kib::from_gib_saturating(1), max: Kib::from_gib_saturating(1) }));
         b.set_guest_size(Kib(123)).unwrap();
         assert_eq!(std::fs::read_to_string(d.join("target_kb")).unwrap(), "123\n");
         assert!(matches!(Backend::xen(d.join("nope"), None), Err(BackendError::Read { .. })));

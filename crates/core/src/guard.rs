@@ -102,7 +102,7 @@ impl GuardRails {
     pub fn apply(&self, state: &mut RailState, s: &Sample, d: &Decision, current: Kib) -> Verdict {
         let max = self.max.min(s.max);
         let mut limits = Vec::new();
-        let mut t = d.target.align_up(self.align);
+        let mut t = d.target.align_up_saturating(self.align);
         if t < self.min {
             t = self.min;
             limits.push(Limit::RaisedToMin);
@@ -121,7 +121,7 @@ impl GuardRails {
                 }
             }
             if self.max_shrink_per_tick > Kib::ZERO && current.saturating_sub(t) > self.max_shrink_per_tick {
-                t = current.saturating_sub(self.max_shrink_per_tick).align_up(self.align);
+                t = current.saturating_sub(self.max_shrink_per_tick).align_up_saturating(self.align);
                 limits.push(Limit::ShrinkStepLimited);
             }
         } else if self.max_grow_per_tick > Kib::ZERO && t.saturating_sub(current) > self.max_grow_per_tick {
@@ -148,10 +148,10 @@ mod tests {
     use proptest::prelude::*;
 
     fn sample(at: u64, migrating: bool) -> Sample {
-        Sample { at: Duration::from_secs(at), vm_size: Kib::from_mib(1000), max: Kib::from_mib(2048), mem: None, migrating }
+        Sample { at: Duration::from_secs(at), vm_size: Kib::from_mib_saturating(1000), max: Kib::from_mib_saturating(2048), mem: None, migrating }
     }
     fn want(mib: u64) -> Decision {
-        Decision { target: Kib::from_mib(mib), reason: Reason::Other("test".into()) }
+        Decision { target: Kib::from_mib_saturating(mib), reason: Reason::Other("test".into()) }
     }
     fn set(v: Verdict) -> Kib {
         match v {
@@ -162,52 +162,52 @@ mod tests {
 
     #[test]
     fn clamps_and_aligns() {
-        let r = GuardRails { min: Kib::from_mib(128), align: Kib::from_mib(2), ..Default::default() };
+        let r = GuardRails { min: Kib::from_mib_saturating(128), align: Kib::from_mib_saturating(2), ..Default::default() };
         let mut st = RailState::default();
-        assert_eq!(r.apply(&mut st, &sample(0, false), &want(10), Kib::from_mib(1000)),
-                   Verdict::Set { target: Kib::from_mib(128), limits: vec![Limit::RaisedToMin] });
-        assert_eq!(set(r.apply(&mut st, &sample(0, false), &want(5000), Kib::from_mib(1000))), Kib::from_mib(2048));
+        assert_eq!(r.apply(&mut st, &sample(0, false), &want(10), Kib::from_mib_saturating(1000)),
+                   Verdict::Set { target: Kib::from_mib_saturating(128), limits: vec![Limit::RaisedToMin] });
+        assert_eq!(set(r.apply(&mut st, &sample(0, false), &want(5000), Kib::from_mib_saturating(1000))), Kib::from_mib_saturating(2048));
         let odd = Decision { target: Kib(300 * 1024 + 1), reason: Reason::NoData };
-        assert_eq!(set(r.apply(&mut st, &sample(0, false), &odd, Kib::from_mib(1000))), Kib::from_mib(302));
+        assert_eq!(set(r.apply(&mut st, &sample(0, false), &odd, Kib::from_mib_saturating(1000))), Kib::from_mib_saturating(302));
     }
 
     #[test]
     fn no_shrink_during_migration_but_growth_is_allowed() {
         let r = GuardRails::default();
         let mut st = RailState::default();
-        assert_eq!(r.apply(&mut st, &sample(0, true), &want(500), Kib::from_mib(1000)), Verdict::Hold(Hold::Migration));
-        assert_eq!(set(r.apply(&mut st, &sample(0, true), &want(1500), Kib::from_mib(1000))), Kib::from_mib(1500));
+        assert_eq!(r.apply(&mut st, &sample(0, true), &want(500), Kib::from_mib_saturating(1000)), Verdict::Hold(Hold::Migration));
+        assert_eq!(set(r.apply(&mut st, &sample(0, true), &want(1500), Kib::from_mib_saturating(1000))), Kib::from_mib_saturating(1500));
     }
 
     #[test]
     fn step_limits_dead_band_and_hold_off() {
         let r = GuardRails {
-            max_shrink_per_tick: Kib::from_mib(100),
-            max_grow_per_tick: Kib::from_mib(300),
-            dead_band: Kib::from_mib(8),
+            max_shrink_per_tick: Kib::from_mib_saturating(100),
+            max_grow_per_tick: Kib::from_mib_saturating(300),
+            dead_band: Kib::from_mib_saturating(8),
             hold_off: Duration::from_secs(5),
             ..Default::default()
         };
         let mut st = RailState::default();
-        assert_eq!(r.apply(&mut st, &sample(0, false), &want(500), Kib::from_mib(1000)),
-                   Verdict::Set { target: Kib::from_mib(900), limits: vec![Limit::ShrinkStepLimited] });
-        assert_eq!(r.apply(&mut st, &sample(1, false), &want(995), Kib::from_mib(1000)), Verdict::Hold(Hold::DeadBand));
-        assert_eq!(r.apply(&mut st, &sample(1, false), &want(1000), Kib::from_mib(1000)), Verdict::Hold(Hold::Unchanged));
-        assert_eq!(set(r.apply(&mut st, &sample(2, false), &want(1900), Kib::from_mib(1000))), Kib::from_mib(1300));
-        assert_eq!(r.apply(&mut st, &sample(6, false), &want(800), Kib::from_mib(1300)), Verdict::Hold(Hold::HoldOff));
-        assert_eq!(set(r.apply(&mut st, &sample(7, false), &want(800), Kib::from_mib(1300))), Kib::from_mib(1200));
+        assert_eq!(r.apply(&mut st, &sample(0, false), &want(500), Kib::from_mib_saturating(1000)),
+                   Verdict::Set { target: Kib::from_mib_saturating(900), limits: vec![Limit::ShrinkStepLimited] });
+        assert_eq!(r.apply(&mut st, &sample(1, false), &want(995), Kib::from_mib_saturating(1000)), Verdict::Hold(Hold::DeadBand));
+        assert_eq!(r.apply(&mut st, &sample(1, false), &want(1000), Kib::from_mib_saturating(1000)), Verdict::Hold(Hold::Unchanged));
+        assert_eq!(set(r.apply(&mut st, &sample(2, false), &want(1900), Kib::from_mib_saturating(1000))), Kib::from_mib_saturating(1300));
+        assert_eq!(r.apply(&mut st, &sample(6, false), &want(800), Kib::from_mib_saturating(1300)), Verdict::Hold(Hold::HoldOff));
+        assert_eq!(set(r.apply(&mut st, &sample(7, false), &want(800), Kib::from_mib_saturating(1300))), Kib::from_mib_saturating(1200));
     }
 
     proptest! {
         #[test]
         fn output_respects_every_rail(want_mib in 0u64..4096, cur_mib in 1u64..2048, min_mib in 0u64..512,
                                       step in 0u64..512, migrating: bool, at in 0u64..100) {
-            let r = GuardRails { min: Kib::from_mib(min_mib), max_shrink_per_tick: Kib::from_mib(step), ..Default::default() };
+            let r = GuardRails { min: Kib::from_mib_saturating(min_mib), max_shrink_per_tick: Kib::from_mib_saturating(step), ..Default::default() };
             let mut st = RailState::default();
-            let cur = Kib::from_mib(cur_mib);
+            let cur = Kib::from_mib_saturating(cur_mib);
             if let Verdict::Set { target, .. } = r.apply(&mut st, &sample(at, migrating), &want(want_mib), cur) {
-                prop_assert!(target <= Kib::from_mib(2048));
-                prop_assert!(target >= Kib::from_mib(min_mib).min(Kib::from_mib(2048)));
+                prop_assert!(target <= Kib::from_mib_saturating(2048));
+                prop_assert!(target >= Kib::from_mib_saturating(min_mib).min(Kib::from_mib_saturating(2048)));
                 if migrating { prop_assert!(target > cur); }
                 if step > 0 && target < cur { prop_assert!(cur.0 - target.0 <= step * 1024); }
             }

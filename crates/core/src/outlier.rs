@@ -71,24 +71,24 @@ mod tests {
 
     #[test]
     fn blip_is_ignored_and_persistent_change_passes() {
-        let mut f = OutlierFilter::new(MS(500), Kib::from_mib(64), Filtered::Both);
-        let cur = Kib::from_mib(1000);
-        assert_eq!(f.screen(MS(0), Kib::from_mib(1010), cur), Screen::Pass, "small changes pass");
-        assert_eq!(f.screen(MS(0), Kib::from_mib(500), cur), Screen::WaitUntil(MS(500)));
-        assert_eq!(f.screen(MS(300), Kib::from_mib(990), cur), Screen::Pass, "blip gone");
-        assert_eq!(f.screen(MS(400), Kib::from_mib(500), cur), Screen::WaitUntil(MS(900)), "new sighting restarts the delay");
-        assert_eq!(f.screen(MS(700), Kib::from_mib(520), cur), Screen::WaitUntil(MS(900)));
-        assert_eq!(f.screen(MS(900), Kib::from_mib(510), cur), Screen::Pass, "confirmed after β");
+        let mut f = OutlierFilter::new(MS(500), Kib::from_mib_saturating(64), Filtered::Both);
+        let cur = Kib::from_mib_saturating(1000);
+        assert_eq!(f.screen(MS(0), Kib::from_mib_saturating(1010), cur), Screen::Pass, "small changes pass");
+        assert_eq!(f.screen(MS(0), Kib::from_mib_saturating(500), cur), Screen::WaitUntil(MS(500)));
+        assert_eq!(f.screen(MS(300), Kib::from_mib_saturating(990), cur), Screen::Pass, "blip gone");
+        assert_eq!(f.screen(MS(400), Kib::from_mib_saturating(500), cur), Screen::WaitUntil(MS(900)), "new sighting restarts the delay");
+        assert_eq!(f.screen(MS(700), Kib::from_mib_saturating(520), cur), Screen::WaitUntil(MS(900)));
+        assert_eq!(f.screen(MS(900), Kib::from_mib_saturating(510), cur), Screen::Pass, "confirmed after β");
     }
 
     #[test]
     fn direction_flip_restarts_and_growth_can_bypass() {
-        let mut f = OutlierFilter::new(MS(500), Kib::from_mib(64), Filtered::Both);
-        let cur = Kib::from_mib(1000);
-        assert_eq!(f.screen(MS(0), Kib::from_mib(500), cur), Screen::WaitUntil(MS(500)));
-        assert_eq!(f.screen(MS(600), Kib::from_mib(1500), cur), Screen::WaitUntil(MS(1100)));
-        let mut g = OutlierFilter::new(MS(500), Kib::from_mib(64), Filtered::ShrinkOnly);
-        assert_eq!(g.screen(MS(0), Kib::from_mib(1500), cur), Screen::Pass);
-        assert_eq!(g.screen(MS(0), Kib::from_mib(500), cur), Screen::WaitUntil(MS(500)));
+        let mut f = OutlierFilter::new(MS(500), Kib::from_mib_saturating(64), Filtered::Both);
+        let cur = Kib::from_mib_saturating(1000);
+        assert_eq!(f.screen(MS(0), Kib::from_mib_saturating(500), cur), Screen::WaitUntil(MS(500)));
+        assert_eq!(f.screen(MS(600), Kib::from_mib_saturating(1500), cur), Screen::WaitUntil(MS(1100)));
+        let mut g = OutlierFilter::new(MS(500), Kib::from_mib_saturating(64), Filtered::ShrinkOnly);
+        assert_eq!(g.screen(MS(0), Kib::from_mib_saturating(1500), cur), Screen::Pass);
+        assert_eq!(g.screen(MS(0), Kib::from_mib_saturating(500), cur), Screen::WaitUntil(MS(500)));
     }
 }

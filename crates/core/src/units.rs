@@ -1,13 +1,16 @@
 //! Memory quantities as types, so a KiB count is never mistaken for bytes or pages.
 //!
 //! The kernel reports /proc/meminfo in KiB, QMP speaks bytes, and balloon drivers count
-//! 4 KiB pages. Conversions are explicit methods; rounding direction is in the name.
+//! 4 KiB pages. Conversions are explicit methods and say in their names what they do at
+//! the edges: `_floor` rounds down, `_checked` returns `None` on overflow, `_saturating`
+//! stops at `u64::MAX`. Nothing here panics or wraps, whatever a guest or QEMU reports.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// Size of the page unit the virtio balloon works in, in bytes.
 pub const PAGE_SIZE: u64 = 4096;
+const KIB_PER_PAGE: u64 = PAGE_SIZE / 1024;
 
 /// A quantity of memory in KiB (1024 bytes), the unit of /proc/meminfo.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -27,20 +30,32 @@ pub struct Pages(pub u64);
 impl Kib {
     pub const ZERO: Kib = Kib(0);
     /// One 4 KiB page, the smallest size a balloon target may take.
-    pub const ONE_PAGE: Kib = Kib(PAGE_SIZE / 1024);
+    pub const ONE_PAGE: Kib = Kib(KIB_PER_PAGE);
+    /// The largest quantity; what saturating conversions stop at.
+    pub const MAX: Kib = Kib(u64::MAX);
 
-    pub const fn from_mib(mib: u64) -> Kib {
-        Kib(mib * 1024)
+    /// `mib` MiB, or [`Kib::MAX`] if that does not fit.
+    pub const fn from_mib_saturating(mib: u64) -> Kib {
+        Kib(mib.saturating_mul(1024))
     }
-    pub const fn from_gib(gib: u64) -> Kib {
-        Kib(gib * 1024 * 1024)
+    /// `gib` GiB, or [`Kib::MAX`] if that does not fit.
+    pub const fn from_gib_saturating(gib: u64) -> Kib {
+        Kib(gib.saturating_mul(1024 * 1024))
     }
-    pub const fn as_bytes(self) -> Bytes {
-        Bytes(self.0 * 1024)
+    /// In bytes; `None` above 16 EiB.
+    pub const fn to_bytes_checked(self) -> Option<Bytes> {
+        match self.0.checked_mul(1024) {
+            Some(b) => Some(Bytes(b)),
+            None => None,
+        }
     }
-    /// Whole pages contained in this size (rounded down).
-    pub const fn pages_floor(self) -> Pages {
-        Pages(self.0 / (PAGE_SIZE / 1024))
+    /// In bytes, stopping at `u64::MAX` bytes.
+    pub const fn to_bytes_saturating(self) -> Bytes {
+        Bytes(self.0.saturating_mul(1024))
+    }
+    /// Whole pages contained in this size (rounded down; never overflows).
+    pub const fn to_pages_floor(self) -> Pages {
+        Pages(self.0 / KIB_PER_PAGE)
     }
     /// MiB as a float, for display only.
     pub fn mib_f64(self) -> f64 {
@@ -52,16 +67,26 @@ impl Kib {
     pub const fn saturating_add(self, other: Kib) -> Kib {
         Kib(self.0.saturating_add(other.0))
     }
+    pub const fn checked_add(self, other: Kib) -> Option<Kib> {
+        match self.0.checked_add(other.0) {
+            Some(k) => Some(Kib(k)),
+            None => None,
+        }
+    }
     /// The absolute difference between two sizes.
     pub const fn abs_diff(self, other: Kib) -> Kib {
         Kib(self.0.abs_diff(other.0))
     }
-    /// Rounds up to a multiple of `unit` (a zero unit leaves the value alone).
-    pub const fn align_up(self, unit: Kib) -> Kib {
+    /// Rounds up to a multiple of `unit`, saturating at the largest multiple that fits
+    /// (a zero unit leaves the value alone).
+    pub const fn align_up_saturating(self, unit: Kib) -> Kib {
         if unit.0 == 0 {
             return self;
         }
-        Kib(self.0.div_ceil(unit.0).saturating_mul(unit.0))
+        match self.0.div_ceil(unit.0).checked_mul(unit.0) {
+            Some(k) => Kib(k),
+            None => Kib(u64::MAX / unit.0 * unit.0),
+        }
     }
     pub fn clamp(self, min: Kib, max: Kib) -> Kib {
         // Unlike Ord::clamp this never panics: a min above max yields max.
@@ -70,18 +95,27 @@ impl Kib {
 }
 
 impl Bytes {
-    /// Whole KiB contained in this many bytes (rounded down).
-    pub const fn kib_floor(self) -> Kib {
+    /// Whole KiB contained in this many bytes (rounded down; never overflows).
+    pub const fn to_kib_floor(self) -> Kib {
         Kib(self.0 / 1024)
     }
 }
 
 impl Pages {
-    pub const fn as_kib(self) -> Kib {
-        Kib(self.0 * (PAGE_SIZE / 1024))
+    /// In KiB; `None` if a (hostile) page count does not fit.
+    pub const fn to_kib_checked(self) -> Option<Kib> {
+        match self.0.checked_mul(KIB_PER_PAGE) {
+            Some(k) => Some(Kib(k)),
+            None => None,
+        }
     }
-    pub const fn as_bytes(self) -> Bytes {
-        Bytes(self.0 * PAGE_SIZE)
+    /// In KiB, stopping at [`Kib::MAX`].
+    pub const fn to_kib_saturating(self) -> Kib {
+        Kib(self.0.saturating_mul(KIB_PER_PAGE))
+    }
+    /// In bytes, stopping at `u64::MAX`.
+    pub const fn to_bytes_saturating(self) -> Bytes {
+        Bytes(self.0.saturating_mul(PAGE_SIZE))
     }
 }
 
@@ -111,27 +145,50 @@ mod tests {
 
     #[test]
     fn conversions() {
-        assert_eq!(Kib::from_mib(1).as_bytes(), Bytes(1 << 20));
-        assert_eq!(Bytes(1 << 30).kib_floor(), Kib::from_gib(1));
-        assert_eq!(Kib(10).pages_floor(), Pages(2));
-        assert_eq!(Pages(3).as_kib(), Kib(12));
-        assert_eq!(Pages(1).as_bytes(), Bytes(4096));
-        assert_eq!(Kib(5).align_up(Kib(4)), Kib(8));
-        assert_eq!(Kib(8).align_up(Kib(4)), Kib(8));
-        assert_eq!(Kib(5).align_up(Kib(0)), Kib(5));
+        assert_eq!(Kib::from_mib_saturating(1).to_bytes_saturating(), Bytes(1 << 20));
+        assert_eq!(Bytes(1 << 30).to_kib_floor(), Kib::from_gib_saturating(1));
+        assert_eq!(Kib(10).to_pages_floor(), Pages(2));
+        assert_eq!(Pages(3).to_kib_checked(), Some(Kib(12)));
+        assert_eq!(Pages(1).to_bytes_saturating(), Bytes(4096));
+        assert_eq!(Kib(5).align_up_saturating(Kib(4)), Kib(8));
+        assert_eq!(Kib(8).align_up_saturating(Kib(4)), Kib(8));
+        assert_eq!(Kib(5).align_up_saturating(Kib(0)), Kib(5));
         assert_eq!(Kib(5).clamp(Kib(10), Kib(3)), Kib(3));
-        assert_eq!(Kib::from_mib(3).to_string(), "3.0 MiB");
+        assert_eq!(Kib::from_mib_saturating(3).to_string(), "3.0 MiB");
+    }
+
+    #[test]
+    fn hostile_values_never_wrap() {
+        // A guest reporting 2^62, 2^63 or u64::MAX balloon pages.
+        for p in [1u64 << 62, 1 << 63, u64::MAX] {
+            assert_eq!(Pages(p).to_kib_checked(), None, "{p}");
+            assert_eq!(Pages(p).to_kib_saturating(), Kib::MAX);
+            assert_eq!(Pages(p).to_bytes_saturating(), Bytes(u64::MAX));
+        }
+        assert_eq!(Kib::MAX.to_bytes_checked(), None);
+        assert_eq!(Kib::MAX.to_bytes_saturating(), Bytes(u64::MAX));
+        assert_eq!(Kib::from_mib_saturating(u64::MAX), Kib::MAX);
+        assert_eq!(Kib::from_gib_saturating(1 << 50), Kib::MAX);
+        assert_eq!(Kib(u64::MAX).align_up_saturating(Kib(1024)), Kib(u64::MAX / 1024 * 1024));
+        assert_eq!(Kib::MAX.checked_add(Kib(1)), None);
     }
 
     proptest! {
         #[test]
         fn kib_bytes_roundtrip(k in 0u64..(1u64 << 50)) {
-            prop_assert_eq!(Kib(k).as_bytes().kib_floor(), Kib(k));
+            prop_assert_eq!(Kib(k).to_bytes_checked().map(Bytes::to_kib_floor), Some(Kib(k)));
         }
         #[test]
         fn align_up_is_smallest_multiple(k in 0u64..(1u64 << 40), u in 1u64..(1u64 << 20)) {
-            let a = Kib(k).align_up(Kib(u));
+            let a = Kib(k).align_up_saturating(Kib(u));
             prop_assert!(a.0 >= k && a.0.is_multiple_of(u) && a.0 - k < u);
+        }
+        #[test]
+        fn conversions_agree_where_they_fit(p in any::<u64>()) {
+            match Pages(p).to_kib_checked() {
+                Some(k) => prop_assert_eq!(k, Pages(p).to_kib_saturating()),
+                None => prop_assert_eq!(Pages(p).to_kib_saturating(), Kib::MAX),
+            }
         }
     }
 }

@@ -23,8 +23,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-const GUEST: Kib = Kib::from_mib(2048);
-const SHRUNK: Kib = Kib::from_mib(256);
+const GUEST: Kib = Kib::from_mib_saturating(2048);
+const SHRUNK: Kib = Kib::from_mib_saturating(256);
 const THREADS: u32 = 4;
 const MIB_PER_THREAD: u64 = 384;
 
@@ -81,7 +81,7 @@ fn median(v: &[f64]) -> f64 {
 
 /// GB/s for moving the balloon by `GUEST - SHRUNK` in `seconds`.
 fn rate(seconds: f64) -> f64 {
-    GUEST.saturating_sub(SHRUNK).as_bytes().0 as f64 / seconds / 1e9
+    GUEST.saturating_sub(SHRUNK).to_bytes_saturating().0 as f64 / seconds / 1e9
 }
 
 fn image(var: &str) -> Result<GuestImage, String> {

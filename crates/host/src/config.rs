@@ -127,13 +127,13 @@ pub enum ConfigError {
 impl PolicyConfig {
     pub fn rails(&self) -> GuardRails {
         GuardRails {
-            min: Kib::from_mib(self.min_mib),
+            min: Kib::from_mib_saturating(self.min_mib),
             max: Kib(u64::MAX),
-            max_shrink_per_tick: Kib::from_mib(self.max_shrink_mib_per_tick),
+            max_shrink_per_tick: Kib::from_mib_saturating(self.max_shrink_mib_per_tick),
             max_grow_per_tick: Kib::ZERO,
-            dead_band: Kib::from_mib(self.dead_band_mib),
+            dead_band: Kib::from_mib_saturating(self.dead_band_mib),
             hold_off: Duration::from_secs(self.hold_off_s),
-            align: Kib::from_mib(self.align_mib),
+            align: Kib::from_mib_saturating(self.align_mib),
         }
     }
 

@@ -95,7 +95,7 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     std::fs::create_dir_all(&a.out).map_err(|e| format!("cannot create {}: {e}", a.out.display()))?;
     let out = a.out.canonicalize().unwrap_or(a.out.clone());
-    let configured = Kib::from_mib(a.memory_mib);
+    let configured = Kib::from_mib_saturating(a.memory_mib);
     let fill_mib = a.fill_mib.unwrap_or(a.memory_mib * 3 / 4);
     let bandwidth = a.bandwidth_mib << 20;
     println!("autoballoon demo: a {} MiB guest under TCG; logs, plot and summary in {}", a.memory_mib, out.display());
@@ -150,7 +150,7 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
         wait_for(Duration::from_secs(10), Duration::from_millis(50), || vm.snapshot().state == crate::controller::VmState::Paused)
             .ok_or("the controller did not pause")?;
         let ctl_a = step("QMP", Qmp::connect_with_retry(&vm_a.qmp_ctl, Instant::now() + Duration::from_secs(10)))?;
-        step("balloon", ctl_a.set_balloon_guest_size(configured.as_bytes().0))?;
+        step("balloon", ctl_a.set_balloon_guest_size(configured.to_bytes_saturating().0))?;
         wait_size(vm, Duration::from_secs(60), "the guest to be back at full size", |s| s >= configured)?;
         step("fill", vm_a.console.run(&format!("fill {fill_mib}"), Duration::from_secs(120)))?;
 

@@ -19,9 +19,9 @@ use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-const GUEST: Kib = Kib::from_mib(2048);
+const GUEST: Kib = Kib::from_mib_saturating(2048);
 /// The size the host balloons the guest to before a spike.
-const SHRUNK: Kib = Kib::from_mib(256);
+const SHRUNK: Kib = Kib::from_mib_saturating(256);
 /// The spike: 4 threads × 384 MiB = 1.5 GiB, six times what the shrunk guest has.
 const SPIKE_THREADS: u32 = 4;
 const SPIKE_MIB: u64 = 384;
@@ -116,7 +116,7 @@ fn agent_log(q: &Qemu) -> String {
 }
 
 fn mib(p: Pages) -> f64 {
-    p.as_kib().0 as f64 / 1024.0
+    p.to_kib_saturating().0 as f64 / 1024.0
 }
 
 /// The KUnit suites built into the patched kernel, run at boot: `balloon_store` (the
@@ -144,7 +144,7 @@ fn patched_kunit() {
     // The hook suite gives the guest's target back: the balloon empties, and QEMU,
     // told about every unit the hook took, agrees.
     let qmp = ctl(&q);
-    let empty = wait_for(Duration::from_secs(60), Duration::from_millis(200), || qmp.query_balloon().ok() == Some(GUEST.as_bytes().0));
+    let empty = wait_for(Duration::from_secs(60), Duration::from_millis(200), || qmp.query_balloon().ok() == Some(GUEST.to_bytes_saturating().0));
     assert!(empty.is_some(), "QEMU reports a {} MiB guest after the KUnit run, not {} MiB", qmp.query_balloon().unwrap_or(0) >> 20, GUEST.0 / 1024);
     assert_eq!(guest_balloon(&q), Some(Pages(0)), "the guest's balloon after the KUnit run");
 }
@@ -173,7 +173,7 @@ fn patched_floor_with_target_one_page() {
     let q = boot("kernel_floor", &patched(), spec("floor", GuestAgent::None, true));
     let max = Pages(read_u64(&q, "/proc/sys/vm/balloon/max_pages"));
     sh(&q, "echo 1 > /proc/sys/vm/balloon/target_pages");
-    let floor = wait_settled(Duration::from_secs(120), || Pages(read_u64(&q, "/proc/sys/vm/balloon/current_pages")).as_kib()).expect("the balloon settles");
+    let floor = wait_settled(Duration::from_secs(120), || Pages(read_u64(&q, "/proc/sys/vm/balloon/current_pages")).to_kib_saturating()).expect("the balloon settles");
     // The guest keeps answering shell commands at the floor.
     for cmd in ["echo alive", "ls / > /dev/null", "cat /proc/meminfo > /dev/null", "ps > /dev/null", "dmesg | tail -1 > /dev/null"] {
         sh(&q, cmd);
@@ -186,7 +186,7 @@ fn patched_floor_with_target_one_page() {
     eprintln!("floor {floor_mib:.1} MiB of {:.1} MiB; after shell commands {:.1} MiB\n{}", mib(max), mib(after), hook_stats(&q).unwrap_or_else(|e| e.to_string()));
     assert_eq!(kills, 0, "OOM kills at the floor");
     assert_clean(&q);
-    assert!(floor < Kib::from_mib(128), "the balloon stopped early: {floor_mib:.1} MiB left");
+    assert!(floor < Kib::from_mib_saturating(128), "the balloon stopped early: {floor_mib:.1} MiB left");
 }
 
 /// The spike in a guest shrunk to 256 MiB: patched (hook, agent on the kernel interface).
@@ -232,7 +232,7 @@ fn guest_target_spike(name: &str, append: &str, scenario: &str) -> serde_json::M
     let memtotal = || sh(&q, "grep MemTotal /proc/meminfo").split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).expect("MemTotal");
     let total_before = memtotal();
     let max = read_u64(&q, "/proc/sys/vm/balloon/max_pages");
-    let target = SHRUNK.pages_floor().0;
+    let target = SHRUNK.to_pages_floor().0;
     sh(&q, &format!("echo {target} > /proc/sys/vm/balloon/target_pages"));
     let current = || read_u64(&q, "/proc/sys/vm/balloon/current_pages");
     wait_for(Duration::from_secs(120), Duration::from_millis(100), || current() <= target).expect("the guest shrinks itself to 256 MiB");
@@ -335,11 +335,11 @@ fn patched_spike_cycles_with_migrations() {
         // under TCG corrupts guests (stock kernels too) when the balloon churns during a
         // migration (tests/migration_stress.rs). The agent is told, stops shrinking, and the
         // balloon finishes its last move; the destination tells it the migration ended.
-        let balloon = || guest_balloon(&q).unwrap_or(Pages(0)).as_kib();
+        let balloon = || guest_balloon(&q).unwrap_or(Pages(0)).to_kib_saturating();
         wait_settled(Duration::from_secs(60), balloon).expect("the agent shrinks the guest back");
         // Shrinking again also shows the agent resumed after the last migration's end notice.
         let size = Pages(read_u64(&q, "/proc/sys/vm/balloon/current_pages"));
-        assert!(size.as_kib() < Kib(GUEST.0 / 2), "cycle {i}: the agent left the guest at {:.0} MiB after the spike", mib(size));
+        assert!(size.to_kib_saturating() < Kib(GUEST.0 / 2), "cycle {i}: the agent left the guest at {:.0} MiB after the spike", mib(size));
         let mut link = agent_link(&q);
         let notices = || agent_log(&q).matches("migration started").count();
         let before = notices();

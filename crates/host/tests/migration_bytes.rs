@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 const BANDWIDTH: u64 = 1 << 30;
 
 fn destination(name: &str) -> (Qemu, u16) {
-    Qemu::start_incoming(&common::image(), VmSpec::new(name, Kib::from_mib(1024)), &common::vm_dir("migration_bytes", name)).unwrap()
+    Qemu::start_incoming(&common::image(), VmSpec::new(name, Kib::from_mib_saturating(1024)), &common::vm_dir("migration_bytes", name)).unwrap()
 }
 
 #[test]
@@ -19,15 +19,15 @@ fn migration_with_autoballoon_sends_70_percent_fewer_bytes() {
     let mut a = common::boot("migration_bytes", "src", 1024);
     let ctl = common::controller(vec![common::vm_config("m", &a)]);
     let vm = ctl.vm("m").unwrap();
-    let full = Kib::from_mib(1024);
+    let full = Kib::from_mib_saturating(1024);
 
     // The same state for both runs: the guest at full size with 700 MiB of dirty free memory.
     assert!(wait_for(Duration::from_secs(30), Duration::from_millis(100), || vm.snapshot().source == "agent").is_some(), "agent reports");
     vm.command(VmCommand::Pause);
     assert!(wait_for(Duration::from_secs(10), Duration::from_millis(50), || vm.snapshot().state == VmState::Paused).is_some(), "pause takes effect");
     let qa = Qmp::connect_with_retry(&a.qmp_ctl, Instant::now() + Duration::from_secs(10)).unwrap();
-    qa.set_balloon_guest_size(full.as_bytes().0).unwrap();
-    assert!(wait_for(Duration::from_secs(30), Duration::from_millis(100), || qa.query_balloon().unwrap() == full.as_bytes().0).is_some());
+    qa.set_balloon_guest_size(full.to_bytes_saturating().0).unwrap();
+    assert!(wait_for(Duration::from_secs(30), Duration::from_millis(100), || qa.query_balloon().unwrap() == full.to_bytes_saturating().0).is_some());
     let fill = a.console.run("fill 700", Duration::from_secs(120)).unwrap();
     assert_eq!(fill.status, 0, "{}", fill.text);
 
@@ -38,7 +38,7 @@ fn migration_with_autoballoon_sends_70_percent_fewer_bytes() {
 
     vm.command(VmCommand::Retarget { qmp: b.qmp.clone(), agent: Some(b.agent.clone()) });
     vm.command(VmCommand::Resume);
-    assert!(wait_for(Duration::from_secs(60), Duration::from_millis(200), || common::size(vm) <= Kib::from_mib(320)).is_some(), "shrinks on the destination: {}", common::size(vm));
+    assert!(wait_for(Duration::from_secs(60), Duration::from_millis(200), || common::size(vm) <= Kib::from_mib_saturating(320)).is_some(), "shrinks on the destination: {}", common::size(vm));
     wait_settled(Duration::from_secs(30), || common::size(vm)).expect("settles");
 
     let (c, port) = destination("dst2");

@@ -20,11 +20,11 @@ use std::time::{Duration, Instant};
 fn migrating_while_the_balloon_churns() {
     let dir = std::env::var_os("AUTOBALLOON_STRESS_IMAGE").expect("AUTOBALLOON_STRESS_IMAGE: a guest image directory");
     let image = GuestImage::at(std::path::Path::new(&dir)).unwrap();
-    let spec = |name: &str| VmSpec { cpus: 2, agent: GuestAgent::None, ..VmSpec::new(name, Kib::from_mib(2048)) };
+    let spec = |name: &str| VmSpec { cpus: 2, agent: GuestAgent::None, ..VmSpec::new(name, Kib::from_mib_saturating(2048)) };
     let ctl = |q: &Qemu| Qmp::connect_with_retry(&q.qmp_ctl, Instant::now() + Duration::from_secs(10)).unwrap();
     let mut q = Qemu::start(&image, spec("m0"), &common::vm_dir("migration_stress", "m0")).unwrap();
     q.wait_booted(Duration::from_secs(120)).unwrap();
-    ctl(&q).set_balloon_guest_size(Kib::from_mib(256).as_bytes().0).unwrap();
+    ctl(&q).set_balloon_guest_size(Kib::from_mib_saturating(256).to_bytes_saturating().0).unwrap();
     q.console.spawn("spike 4 384 0 0.3 100000 > /dev/null").unwrap();
     std::thread::sleep(Duration::from_secs(3));
     for i in 1..=10 {

@@ -32,7 +32,7 @@ fn controller_survives_agent_and_qemu_deaths() {
     // A new QEMU at the same socket is picked up again (retry with back-off).
     let dir = one.qmp.parent().unwrap().to_path_buf();
     drop(one);
-    let again = Qemu::start(&common::image(), VmSpec::new("one", Kib::from_mib(768)), &dir).unwrap();
+    let again = Qemu::start(&common::image(), VmSpec::new("one", Kib::from_mib_saturating(768)), &dir).unwrap();
     again.wait_booted(Duration::from_secs(120)).unwrap();
     assert!(wait_for(Duration::from_secs(30), Duration::from_millis(200), || v1.snapshot().state == VmState::Running).is_some(),
         "worker one reconnects: {:?}", v1.snapshot().state);

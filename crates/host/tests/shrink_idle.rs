@@ -10,7 +10,7 @@ fn idle_guest_shrinks_to_a_quarter_within_30s() {
     let q = common::boot("shrink_idle", "idle", 1024);
     let ctl = common::controller(vec![common::vm_config("idle", &q)]);
     let vm = ctl.vm("idle").unwrap();
-    let quarter = Kib::from_mib(256);
+    let quarter = Kib::from_mib_saturating(256);
     let took = wait_for(Duration::from_secs(30), Duration::from_millis(100), || common::size(vm) <= quarter);
     let s = vm.snapshot();
     assert!(took.is_some(), "size {} after 30 s, want <= {quarter}; source {}, last reason: {}", s.size, s.source, s.last_reason);
@@ -21,7 +21,7 @@ fn idle_guest_shrinks_to_a_quarter_within_30s() {
     // 213 -> 236 -> 259 -> 281 MiB with 43.6 MiB available, then steady); the cause is
     // open, so the steady size may be up to one buffer (64 MiB) above the quarter.
     let settled = autoballoon::testbed::wait_settled(Duration::from_secs(30), || common::size(vm)).expect("size settles");
-    assert!(settled <= quarter.saturating_add(Kib::from_mib(64)), "settled at {settled}");
+    assert!(settled <= quarter.saturating_add(Kib::from_mib_saturating(64)), "settled at {settled}");
     assert_eq!(q.console.run("echo alive", Duration::from_secs(20)).unwrap().text.trim(), "alive");
     assert_eq!(autoballoon::testbed::guest::oom_kills(&q), 0, "OOM kills (dmesg and console)");
 

@@ -13,7 +13,7 @@ fn spike_grows_the_guest_without_oom() {
     let q = common::boot("spike_growth", "spike", 1536);
     let ctl = common::controller(vec![common::vm_config("spike", &q)]);
     let vm = ctl.vm("spike").unwrap();
-    assert!(wait_for(Duration::from_secs(60), Duration::from_millis(200), || common::size(vm) <= Kib::from_mib(384)).is_some(), "shrinks first: {}", common::size(vm));
+    assert!(wait_for(Duration::from_secs(60), Duration::from_millis(200), || common::size(vm) <= Kib::from_mib_saturating(384)).is_some(), "shrinks first: {}", common::size(vm));
     let before = wait_settled(Duration::from_secs(30), || common::size(vm)).expect("settles");
 
     let peak = Arc::new(AtomicU64::new(0));
@@ -33,10 +33,10 @@ fn spike_grows_the_guest_without_oom() {
     eprintln!("{}", out.text);
     assert_eq!(out.status, 0, "spike exit status");
     assert!(out.text.contains("SPIKE done cycles=1 failed=0"), "spike output: {}", out.text);
-    assert!(peak >= before.saturating_add(Kib::from_mib(700)), "the guest grew from {before} only to {peak}");
+    assert!(peak >= before.saturating_add(Kib::from_mib_saturating(700)), "the guest grew from {before} only to {peak}");
     assert_eq!(autoballoon::testbed::guest::oom_kills(&q), 0, "OOM kills (dmesg and console)");
     // And it shrinks back afterwards.
-    assert!(wait_for(Duration::from_secs(60), Duration::from_millis(200), || common::size(vm) <= before.saturating_add(Kib::from_mib(128))).is_some(),
+    assert!(wait_for(Duration::from_secs(60), Duration::from_millis(200), || common::size(vm) <= before.saturating_add(Kib::from_mib_saturating(128))).is_some(),
         "shrinks back after the spike: {} vs {before}", common::size(vm));
     ctl.stop();
 }

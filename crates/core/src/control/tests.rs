@@ -10,30 +10,30 @@ impl Policy for Scripted {
     }
     fn decide(&mut self, _: &Sample) -> Option<Decision> {
         let mib = self.0.remove(0)?;
-        Some(Decision { target: Kib::from_mib(mib), reason: Reason::Other("scripted".into()) })
+        Some(Decision { target: Kib::from_mib_saturating(mib), reason: Reason::Other("scripted".into()) })
     }
 }
 
 fn at(secs: u64, migrating: bool) -> Sample {
-    Sample { at: Duration::from_secs(secs), vm_size: Kib::from_mib(2048), max: Kib::from_mib(2048), mem: None, migrating }
+    Sample { at: Duration::from_secs(secs), vm_size: Kib::from_mib_saturating(2048), max: Kib::from_mib_saturating(2048), mem: None, migrating }
 }
 
 #[test]
 fn actions_carry_previous_and_reason_and_count() {
     let mut lp = ControlLoop::new(Scripted(vec![Some(500), None, Some(500), Some(300), Some(900)]), GuardRails::default(), Interval::Fixed(Duration::from_secs(1)));
     let a = lp.tick(&at(0, false)).outcome.unwrap();
-    assert_eq!((a.previous, a.target), (Kib::from_mib(2048), Kib::from_mib(500)));
+    assert_eq!((a.previous, a.target), (Kib::from_mib_saturating(2048), Kib::from_mib_saturating(500)));
     assert_eq!(lp.tick(&at(1, false)).outcome, Err(Idle::NoDecision));
     assert_eq!(lp.tick(&at(2, false)).outcome, Err(Idle::Held(Hold::Unchanged)));
     assert_eq!(lp.tick(&at(3, true)).outcome, Err(Idle::Held(Hold::Migration)));
-    assert_eq!(lp.tick(&at(4, true)).outcome.unwrap().target, Kib::from_mib(900), "growth during migration");
+    assert_eq!(lp.tick(&at(4, true)).outcome.unwrap().target, Kib::from_mib_saturating(900), "growth during migration");
     let m = lp.metrics();
     assert_eq!((m.ticks, m.shrinks, m.grows, m.held_for_migration, m.no_decision), (5, 1, 1, 1, 1));
 }
 
 #[test]
 fn outlier_filter_shortens_the_next_interval() {
-    let filter = OutlierFilter::new(Duration::from_millis(300), Kib::from_mib(16), Filtered::ShrinkOnly);
+    let filter = OutlierFilter::new(Duration::from_millis(300), Kib::from_mib_saturating(16), Filtered::ShrinkOnly);
     let mut lp = ControlLoop::new(Scripted(vec![Some(500), Some(500)]), GuardRails::default(), Interval::Fixed(Duration::from_secs(1)))
         .with_outlier_filter(filter);
     let t = lp.tick(&at(0, false));
@@ -41,7 +41,7 @@ fn outlier_filter_shortens_the_next_interval() {
     assert_eq!(t.next_in, Duration::from_millis(300));
     let mut s = at(0, false);
     s.at = Duration::from_millis(300);
-    assert_eq!(lp.tick(&s).outcome.unwrap().target, Kib::from_mib(500));
+    assert_eq!(lp.tick(&s).outcome.unwrap().target, Kib::from_mib_saturating(500));
 }
 
 /// A VM whose used memory is 100 MiB: the source reads its size, the actuator sets it.
@@ -55,8 +55,8 @@ impl Source for FakeVm {
     type Error = &'static str;
     fn sample(&mut self) -> Result<Sample, &'static str> {
         let size = self.0.get();
-        let mem = MemView { total: Kib::from_mib(2048), available: size.saturating_sub(Kib::from_mib(100)), ..Default::default() };
-        Ok(Sample { at: Duration::ZERO, vm_size: size, max: Kib::from_mib(2048), mem: Some(mem), migrating: false })
+        let mem = MemView { total: Kib::from_mib_saturating(2048), available: size.saturating_sub(Kib::from_mib_saturating(100)), ..Default::default() };
+        Ok(Sample { at: Duration::ZERO, vm_size: size, max: Kib::from_mib_saturating(2048), mem: Some(mem), migrating: false })
     }
 }
 impl Actuator for FakeBalloon {
@@ -72,14 +72,14 @@ impl Actuator for FakeBalloon {
 
 #[test]
 fn step_converges_on_used_plus_buffer_and_forgets_on_actuator_error() {
-    let mut vm = FakeVm(std::rc::Rc::new(std::cell::Cell::new(Kib::from_mib(2048))));
+    let mut vm = FakeVm(std::rc::Rc::new(std::cell::Cell::new(Kib::from_mib_saturating(2048))));
     let mut balloon = FakeBalloon { vm: vm.clone(), fail_next: false };
-    let mut lp = ControlLoop::new(SwapFree::new(Kib::from_mib(64)), GuardRails::default(), Interval::Fixed(Duration::from_secs(1)));
+    let mut lp = ControlLoop::new(SwapFree::new(Kib::from_mib_saturating(64)), GuardRails::default(), Interval::Fixed(Duration::from_secs(1)));
     step(&mut lp, &mut vm, &mut balloon).unwrap();
-    assert_eq!(vm.0.get(), Kib::from_mib(164), "used 100 MiB + buffer 64 MiB");
+    assert_eq!(vm.0.get(), Kib::from_mib_saturating(164), "used 100 MiB + buffer 64 MiB");
     let (_, tick) = step(&mut lp, &mut vm, &mut balloon).unwrap();
     assert_eq!(tick.outcome, Err(Idle::Held(Hold::Unchanged)), "a fixed point");
-    vm.0.set(Kib::from_mib(1000));
+    vm.0.set(Kib::from_mib_saturating(1000));
     lp.forget_target();
     balloon.fail_next = true;
     assert_eq!(step(&mut lp, &mut vm, &mut balloon).err(), Some(StepError::Actuator("qmp gone")));

@@ -81,28 +81,28 @@ mod tests {
     fn the_formula_exactly() {
         // current 1 GiB, 800 MiB available, 300 MiB committed beyond 100 MiB resident, 64 MiB buffer.
         let v = view(800 * 1024, 400 * 1024, 60 * 1024, 40 * 1024);
-        let e = estimate(&v, Kib::from_mib(1024), Kib::from_mib(2048), Kib::from_mib(64));
-        assert_eq!(e.overcommitted, Kib::from_mib(300));
-        assert_eq!(e.target, Kib::from_mib(1024 - 800 + 300 + 64));
+        let e = estimate(&v, Kib::from_mib_saturating(1024), Kib::from_mib_saturating(2048), Kib::from_mib_saturating(64));
+        assert_eq!(e.overcommitted, Kib::from_mib_saturating(300));
+        assert_eq!(e.target, Kib::from_mib_saturating(1024 - 800 + 300 + 64));
     }
 
     #[test]
     fn clamps_to_one_page_and_max() {
         let idle = view(900 * 1024, 0, 0, 0);
-        assert_eq!(estimate(&idle, Kib::from_mib(512), Kib::from_mib(2048), Kib::ZERO).target, Kib(4));
+        assert_eq!(estimate(&idle, Kib::from_mib_saturating(512), Kib::from_mib_saturating(2048), Kib::ZERO).target, Kib(4));
         let spike = view(0, 10_000_000, 0, 0);
-        assert_eq!(estimate(&spike, Kib::from_mib(512), Kib::from_mib(2048), Kib::ZERO).target, Kib::from_mib(2048));
+        assert_eq!(estimate(&spike, Kib::from_mib_saturating(512), Kib::from_mib_saturating(2048), Kib::ZERO).target, Kib::from_mib_saturating(2048));
     }
 
     #[test]
     fn policy_needs_a_view_and_adds_the_cache_buffer() {
-        let mut p = SwapFree { buffer: Kib::from_mib(10), cache_buffer: Kib::from_mib(100) };
-        let mut s = Sample { at: Duration::ZERO, vm_size: Kib::from_mib(1000), max: Kib::from_mib(2000), mem: None, migrating: false };
+        let mut p = SwapFree { buffer: Kib::from_mib_saturating(10), cache_buffer: Kib::from_mib_saturating(100) };
+        let mut s = Sample { at: Duration::ZERO, vm_size: Kib::from_mib_saturating(1000), max: Kib::from_mib_saturating(2000), mem: None, migrating: false };
         assert_eq!(p.decide(&s), None);
         let mut v = view(500 * 1024, 0, 0, 0);
-        v.cached = Kib::from_mib(30);
+        v.cached = Kib::from_mib_saturating(30);
         s.mem = Some(v);
-        assert_eq!(p.decide(&s).unwrap().target, Kib::from_mib(1000 - 500 + 10 + 30));
+        assert_eq!(p.decide(&s).unwrap().target, Kib::from_mib_saturating(1000 - 500 + 10 + 30));
     }
 
     proptest! {

@@ -133,7 +133,7 @@ impl VmWorker {
     fn session(&mut self, qmp: Qmp) -> End {
         let name = self.cfg.name.clone();
         let configured = match qmp.query_memory_size_bytes() {
-            Ok(b) => Bytes(b).kib_floor(),
+            Ok(b) => Bytes(b).to_kib_floor(),
             Err(e) => return End::Error(e),
         };
         // Events are off by default; while a migration already runs QEMU refuses, and
@@ -145,7 +145,7 @@ impl VmWorker {
             Err(e) => return End::Error(e),
         };
         let mut agent: Option<AgentLink> = None;
-        let mut lp = ControlLoop::new(SwapFree { buffer: Kib::from_mib(self.policy.buffer_mib), cache_buffer: Kib::from_mib(self.policy.cache_buffer_mib) }, self.policy.rails(), Interval::Fixed(self.interval));
+        let mut lp = ControlLoop::new(SwapFree { buffer: Kib::from_mib_saturating(self.policy.buffer_mib), cache_buffer: Kib::from_mib_saturating(self.policy.cache_buffer_mib) }, self.policy.rails(), Interval::Fixed(self.interval));
         {
             let mut st = self.status.lock().unwrap();
             st.configured = configured;
@@ -175,7 +175,7 @@ impl VmWorker {
             }
             // 2. Sample: the balloon's `actual` and the guest's view.
             let size = match qmp.query_balloon() {
-                Ok(b) => Bytes(b).kib_floor(),
+                Ok(b) => Bytes(b).to_kib_floor(),
                 Err(e) => return End::Error(e),
             };
             if agent.as_ref().is_some_and(|a| a.closed()) {
@@ -194,7 +194,7 @@ impl VmWorker {
             // whatever the balloon moved in between.
             let (mem, sampled_size, source, ooms) = match agent.as_ref().and_then(|a| a.latest()) {
                 Some((at, s)) if now.duration_since(at) <= stale => {
-                    let sized = s.balloon.map(|b| configured.saturating_sub(b.as_kib())).unwrap_or(size);
+                    let sized = s.balloon.map(|b| configured.saturating_sub(b.to_kib_saturating())).unwrap_or(size);
                     (Some(s.mem), sized, "agent", s.oom_kills)
                 }
                 // guest-stats carry no balloon count and refresh once a second: while the
@@ -216,7 +216,7 @@ impl VmWorker {
             } else {
                 match &tick.outcome {
                     Ok(a) => {
-                        if let Err(e) = qmp.set_balloon_guest_size(a.target.as_bytes().0) {
+                        if let Err(e) = qmp.set_balloon_guest_size(a.target.to_bytes_saturating().0) {
                             lp.forget_target();
                             return End::Error(e);
                         }
@@ -294,7 +294,7 @@ impl VmWorker {
 /// The guest's memory view from virtio-balloon statistics, when no agent reports. The
 /// balloon device knows no Committed_AS, so `overcommitted` reads as zero.
 fn guest_stats_view(gs: &autoballoon_qmp::GuestStats) -> Option<MemView> {
-    let kib = |b: Option<u64>| b.map(|b| Bytes(b).kib_floor());
+    let kib = |b: Option<u64>| b.map(|b| Bytes(b).to_kib_floor());
     Some(MemView {
         total: kib(gs.total_memory_bytes)?,
         free: kib(gs.free_memory_bytes)?,

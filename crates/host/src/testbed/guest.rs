@@ -78,14 +78,14 @@ pub fn hook_pages_served(stats: &str) -> Option<u64> {
 
 /// Pages in the balloon as QEMU counts them: `memory` minus the guest size `query-balloon` reports.
 pub fn qemu_balloon(qmp: &Qmp, memory: Kib) -> Result<Pages, QmpError> {
-    Ok(Pages(memory.as_bytes().0.saturating_sub(qmp.query_balloon()?) / 4096))
+    Ok(Pages(memory.to_bytes_saturating().0.saturating_sub(qmp.query_balloon()?) / 4096))
 }
 
 /// Sets the guest's size over QMP and waits (polling every 10 ms) until QEMU reports it
 /// there: at or below `size` when shrinking, at or above when growing. Returns the time
 /// it took, or `None` if it did not get there within `timeout`.
 pub fn balloon_to(qmp: &Qmp, size: Kib, timeout: Duration) -> Result<Option<Duration>, QmpError> {
-    let target = size.as_bytes().0;
+    let target = size.to_bytes_saturating().0;
     let start = qmp.query_balloon()?;
     qmp.set_balloon_guest_size(target)?;
     let mut err = None;

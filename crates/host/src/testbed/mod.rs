@@ -45,7 +45,7 @@ pub fn wait_settled(timeout: Duration, mut size: impl FnMut() -> autoballoon_cor
         window.push((now, last));
         window.retain(|(t, _)| now.duration_since(*t) <= Duration::from_secs(4));
         let (lo, hi) = window.iter().fold((Kib(u64::MAX), Kib(0)), |(lo, hi), (_, s)| (lo.min(*s), hi.max(*s)));
-        window.first().is_some_and(|(t, _)| now.duration_since(*t) >= Duration::from_millis(3750)) && hi.saturating_sub(lo) <= Kib::from_mib(8)
+        window.first().is_some_and(|(t, _)| now.duration_since(*t) >= Duration::from_millis(3750)) && hi.saturating_sub(lo) <= Kib::from_mib_saturating(8)
     })
     .map(|_| last)
 }

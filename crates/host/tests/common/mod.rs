@@ -23,7 +23,7 @@ pub fn image() -> GuestImage {
 
 /// Boots a guest with the agent and deflate-on-oom, and waits for its shell.
 pub fn boot(test: &str, name: &str, mib: u64) -> Qemu {
-    let vm = Qemu::start(&image(), VmSpec::new(name, Kib::from_mib(mib)), &vm_dir(test, name)).unwrap_or_else(|e| panic!("{e}"));
+    let vm = Qemu::start(&image(), VmSpec::new(name, Kib::from_mib_saturating(mib)), &vm_dir(test, name)).unwrap_or_else(|e| panic!("{e}"));
     vm.wait_booted(Duration::from_secs(120)).unwrap_or_else(|e| panic!("{e}"));
     vm
 }
