@@ -1,7 +1,14 @@
-//! Guard rails between a policy's wish and the actuator: bounds, step limits, a dead band,
-//! a hold-off after growth, alignment, and no shrinking while a migration runs. Pure.
+//! Guard rails between a policy's wish and the actuator, in two halves. Pure.
+//!
+//! 1. [`GuardRails::room`]: before any balancer looks, the room a VM has this tick — the
+//!    lowest and highest size the rails allow, measured from the size last asked for: the
+//!    bounds, the step limits, the hold-off after growth, and no shrinking while a migration
+//!    runs.
+//! 2. [`GuardRails::check`]: after the balancer chose, the final check — the target is put
+//!    back inside the room whatever the balancer returned, aligned, and dropped if it is no
+//!    change or inside the dead band.
 
-use crate::policy::{Decision, Sample};
+use crate::sample::Sample;
 use crate::units::Kib;
 use std::fmt;
 use std::time::Duration;
@@ -29,7 +36,7 @@ impl Default for GuardRails {
     fn default() -> Self {
         GuardRails {
             min: Kib::ONE_PAGE,
-            max: Kib(u64::MAX),
+            max: Kib::MAX,
             max_shrink_per_tick: Kib::ZERO,
             max_grow_per_tick: Kib::ZERO,
             dead_band: Kib::ZERO,
@@ -39,13 +46,55 @@ impl Default for GuardRails {
     }
 }
 
-/// A rail that changed the policy's target on its way through.
+/// What set one end of a VM's room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bound {
+    /// The configured minimum (floor) or the smaller of the configured and the VM's maximum (ceiling).
+    Limit,
+    /// The per-tick step limit.
+    Step,
+    /// A live migration runs: the floor is the present size.
+    Migration,
+    /// The guest grew recently: the floor is the present size until the hold-off ends.
+    HoldOff,
+}
+
+/// How far the rails let one VM's size move this tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Room {
+    /// The size the rails measure from: the size last asked of the actuator, or the
+    /// guest's measured size before the first (or after the loop forgot it).
+    pub commanded: Kib,
+    /// The smallest size allowed now.
+    pub floor: Kib,
+    /// The largest size allowed now; never below `floor`.
+    pub ceiling: Kib,
+    pub floor_by: Bound,
+    pub ceiling_by: Bound,
+}
+
+impl Room {
+    /// `want` put inside the room.
+    pub fn clamp(&self, want: Kib) -> Kib {
+        want.clamp(self.floor, self.ceiling)
+    }
+    /// A room that allows no change: for a VM that is not decided on this tick.
+    pub fn fixed(commanded: Kib) -> Room {
+        Room { commanded, floor: commanded, ceiling: commanded, floor_by: Bound::Limit, ceiling_by: Bound::Limit }
+    }
+}
+
+/// A rail (or the balancer) that changed the policy's target on its way through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Limit {
     RaisedToMin,
     LoweredToMax,
     ShrinkStepLimited,
     GrowStepLimited,
+    /// The balancer gave less than the policy wanted: the host is short.
+    HostShort,
+    /// The balancer took more than the policy offered, for another VM.
+    Reclaimed,
 }
 
 /// Why the guard rails kept the present target.
@@ -75,6 +124,8 @@ impl fmt::Display for Limit {
             Limit::LoweredToMax => "lowered to the maximum",
             Limit::ShrinkStepLimited => "shrink limited to one step",
             Limit::GrowStepLimited => "growth limited to one step",
+            Limit::HostShort => "host short: less than wanted",
+            Limit::Reclaimed => "reclaimed for another VM",
         })
     }
 }
@@ -97,120 +148,87 @@ pub struct RailState {
 }
 
 impl GuardRails {
-    /// Filters `d` against the present target `current` (the last target set, or the
-    /// guest's size if none was set yet).
-    pub fn apply(&self, state: &mut RailState, s: &Sample, d: &Decision, current: Kib) -> Verdict {
-        let max = self.max.min(s.max);
-        let mut limits = Vec::new();
-        let mut t = d.target.align_up_saturating(self.align);
-        if t < self.min {
-            t = self.min;
-            limits.push(Limit::RaisedToMin);
-        }
-        if t > max {
-            t = max;
-            limits.push(Limit::LoweredToMax);
-        }
-        if t < current {
-            if s.migrating {
-                return Verdict::Hold(Hold::Migration);
+    /// The room of a VM whose present size is `commanded` (the last target set, or the
+    /// guest's size if none was set yet), at the time and migration state of `s`.
+    pub fn room(&self, state: &RailState, s: &Sample, commanded: Kib) -> Room {
+        let (mut ceiling, mut ceiling_by) = (self.max.min(s.max), Bound::Limit);
+        if self.max_grow_per_tick > Kib::ZERO {
+            let step = commanded.saturating_add(self.max_grow_per_tick);
+            if step < ceiling {
+                (ceiling, ceiling_by) = (step, Bound::Step);
             }
-            if let Some(g) = state.last_grow_at {
-                if s.at < g.saturating_add(self.hold_off) {
-                    return Verdict::Hold(Hold::HoldOff);
+        }
+        let (mut floor, mut floor_by) = (self.min, Bound::Limit);
+        if self.max_shrink_per_tick > Kib::ZERO {
+            let step = commanded.saturating_sub(self.max_shrink_per_tick);
+            if step > floor {
+                (floor, floor_by) = (step, Bound::Step);
+            }
+        }
+        let holding_off = state.last_grow_at.is_some_and(|g| s.at < g.saturating_add(self.hold_off));
+        let no_shrink = if s.migrating { Some(Bound::Migration) } else { holding_off.then_some(Bound::HoldOff) };
+        if let Some(by) = no_shrink {
+            if commanded > floor {
+                (floor, floor_by) = (commanded, by);
+            }
+        }
+        // The ceiling wins: a size above the VM's maximum cannot be set, whatever holds.
+        if floor > ceiling {
+            floor = ceiling;
+        }
+        Room { commanded, floor, ceiling, floor_by, ceiling_by }
+    }
+
+    /// The final check of `target` (what the balancer granted for a policy that wanted
+    /// `want`) against `room`: back inside the room, aligned, and held if it changes nothing
+    /// or too little. Records growth for the hold-off.
+    pub fn check(&self, state: &mut RailState, s: &Sample, room: &Room, want: Kib, target: Kib) -> Verdict {
+        let mut t = room.clamp(target).align_up_saturating(self.align);
+        if t > room.ceiling {
+            t = room.ceiling;
+        }
+        let limits = limits(room, want, t);
+        if t == room.commanded {
+            return Verdict::Hold(if want < t && t == room.floor {
+                match room.floor_by {
+                    Bound::Migration => Hold::Migration,
+                    Bound::HoldOff => Hold::HoldOff,
+                    _ => Hold::Unchanged,
                 }
-            }
-            if self.max_shrink_per_tick > Kib::ZERO && current.saturating_sub(t) > self.max_shrink_per_tick {
-                t = current.saturating_sub(self.max_shrink_per_tick).align_up_saturating(self.align);
-                limits.push(Limit::ShrinkStepLimited);
-            }
-        } else if self.max_grow_per_tick > Kib::ZERO && t.saturating_sub(current) > self.max_grow_per_tick {
-            t = current.saturating_add(self.max_grow_per_tick).min(max);
-            limits.push(Limit::GrowStepLimited);
+            } else {
+                Hold::Unchanged
+            });
         }
-        if t == current {
-            return Verdict::Hold(Hold::Unchanged);
-        }
-        if t.abs_diff(current) < self.dead_band && !limits.contains(&Limit::RaisedToMin) && !limits.contains(&Limit::LoweredToMax) {
+        let to_bound = limits.contains(&Limit::RaisedToMin) || limits.contains(&Limit::LoweredToMax);
+        if t.abs_diff(room.commanded) < self.dead_band && !to_bound {
             return Verdict::Hold(Hold::DeadBand);
         }
-        if t > current {
+        if t > room.commanded {
             state.last_grow_at = Some(s.at);
         }
         Verdict::Set { target: t, limits }
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::policy::Reason;
-    use proptest::prelude::*;
-
-    fn sample(at: u64, migrating: bool) -> Sample {
-        Sample { at: Duration::from_secs(at), vm_size: Kib::from_mib_saturating(1000), max: Kib::from_mib_saturating(2048), mem: None, migrating }
-    }
-    fn want(mib: u64) -> Decision {
-        Decision { target: Kib::from_mib_saturating(mib), reason: Reason::Other("test".into()) }
-    }
-    fn set(v: Verdict) -> Kib {
-        match v {
-            Verdict::Set { target, .. } => target,
-            other => panic!("expected a target, got {other:?}"),
+/// Which rails (or the balancer) moved the target away from what the policy wanted.
+fn limits(room: &Room, want: Kib, t: Kib) -> Vec<Limit> {
+    let mut out = Vec::new();
+    if want < room.floor && t == room.floor {
+        match room.floor_by {
+            Bound::Limit => out.push(Limit::RaisedToMin),
+            Bound::Step => out.push(Limit::ShrinkStepLimited),
+            Bound::Migration | Bound::HoldOff => {}
         }
-    }
-
-    #[test]
-    fn clamps_and_aligns() {
-        let r = GuardRails { min: Kib::from_mib_saturating(128), align: Kib::from_mib_saturating(2), ..Default::default() };
-        let mut st = RailState::default();
-        assert_eq!(r.apply(&mut st, &sample(0, false), &want(10), Kib::from_mib_saturating(1000)),
-                   Verdict::Set { target: Kib::from_mib_saturating(128), limits: vec![Limit::RaisedToMin] });
-        assert_eq!(set(r.apply(&mut st, &sample(0, false), &want(5000), Kib::from_mib_saturating(1000))), Kib::from_mib_saturating(2048));
-        let odd = Decision { target: Kib(300 * 1024 + 1), reason: Reason::NoData };
-        assert_eq!(set(r.apply(&mut st, &sample(0, false), &odd, Kib::from_mib_saturating(1000))), Kib::from_mib_saturating(302));
-    }
-
-    #[test]
-    fn no_shrink_during_migration_but_growth_is_allowed() {
-        let r = GuardRails::default();
-        let mut st = RailState::default();
-        assert_eq!(r.apply(&mut st, &sample(0, true), &want(500), Kib::from_mib_saturating(1000)), Verdict::Hold(Hold::Migration));
-        assert_eq!(set(r.apply(&mut st, &sample(0, true), &want(1500), Kib::from_mib_saturating(1000))), Kib::from_mib_saturating(1500));
-    }
-
-    #[test]
-    fn step_limits_dead_band_and_hold_off() {
-        let r = GuardRails {
-            max_shrink_per_tick: Kib::from_mib_saturating(100),
-            max_grow_per_tick: Kib::from_mib_saturating(300),
-            dead_band: Kib::from_mib_saturating(8),
-            hold_off: Duration::from_secs(5),
-            ..Default::default()
-        };
-        let mut st = RailState::default();
-        assert_eq!(r.apply(&mut st, &sample(0, false), &want(500), Kib::from_mib_saturating(1000)),
-                   Verdict::Set { target: Kib::from_mib_saturating(900), limits: vec![Limit::ShrinkStepLimited] });
-        assert_eq!(r.apply(&mut st, &sample(1, false), &want(995), Kib::from_mib_saturating(1000)), Verdict::Hold(Hold::DeadBand));
-        assert_eq!(r.apply(&mut st, &sample(1, false), &want(1000), Kib::from_mib_saturating(1000)), Verdict::Hold(Hold::Unchanged));
-        assert_eq!(set(r.apply(&mut st, &sample(2, false), &want(1900), Kib::from_mib_saturating(1000))), Kib::from_mib_saturating(1300));
-        assert_eq!(r.apply(&mut st, &sample(6, false), &want(800), Kib::from_mib_saturating(1300)), Verdict::Hold(Hold::HoldOff));
-        assert_eq!(set(r.apply(&mut st, &sample(7, false), &want(800), Kib::from_mib_saturating(1300))), Kib::from_mib_saturating(1200));
-    }
-
-    proptest! {
-        #[test]
-        fn output_respects_every_rail(want_mib in 0u64..4096, cur_mib in 1u64..2048, min_mib in 0u64..512,
-                                      step in 0u64..512, migrating: bool, at in 0u64..100) {
-            let r = GuardRails { min: Kib::from_mib_saturating(min_mib), max_shrink_per_tick: Kib::from_mib_saturating(step), ..Default::default() };
-            let mut st = RailState::default();
-            let cur = Kib::from_mib_saturating(cur_mib);
-            if let Verdict::Set { target, .. } = r.apply(&mut st, &sample(at, migrating), &want(want_mib), cur) {
-                prop_assert!(target <= Kib::from_mib_saturating(2048));
-                prop_assert!(target >= Kib::from_mib_saturating(min_mib).min(Kib::from_mib_saturating(2048)));
-                if migrating { prop_assert!(target > cur); }
-                if step > 0 && target < cur { prop_assert!(cur.0 - target.0 <= step * 1024); }
-            }
+    } else if want > room.ceiling && t == room.ceiling {
+        match room.ceiling_by {
+            Bound::Limit => out.push(Limit::LoweredToMax),
+            _ => out.push(Limit::GrowStepLimited),
         }
+    } else if t < room.clamp(want) && t < want {
+        out.push(if t < room.commanded { Limit::Reclaimed } else { Limit::HostShort });
     }
+    out
 }
+
+#[cfg(test)]
+mod tests;

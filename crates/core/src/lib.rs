@@ -4,16 +4,23 @@
 //! - [`procfs`]: pure parsers of /proc/meminfo, /proc/vmstat and /proc/pressure/memory.
 //! - [`policy`]: the [`policy::Policy`] interface and the swap-free estimator.
 //! - [`guard`], [`outlier`], [`interval`]: guard rails, iBalloon's outlier filter and adaptive interval.
-//! - [`control`]: the control loop, sample → policy → guard rails → actuator.
+//! - [`sample`]: what a policy sees of one VM, and the rule that merges a host's views of it.
+//! - [`control`]: one VM's control loop, sample → policy → guard rails → actuator.
+//! - [`host`]: every VM of a host at once: per-VM loops and one balancer, and the `World`
+//!   trait a QEMU host, a guest or the simulator implements.
+//! - [`config`]: the policy configuration shared by the agent and the host.
 //! - [`protocol`]: the JSON lines the guest agent and the host controller exchange.
 
+pub mod config;
 pub mod control;
 pub mod guard;
+pub mod host;
 pub mod interval;
 pub mod outlier;
 pub mod policy;
 pub mod procfs;
 pub mod protocol;
+pub mod sample;
 pub mod units;
 
 pub use units::{Bytes, Kib, Pages};

@@ -1,14 +1,18 @@
-//! The one control loop: sample → policy → guard rails → actuator.
+//! The one control loop of one VM: sample → policy → guard rails → actuator.
 //!
 //! [`ControlLoop::tick`] is pure: it turns one [`Sample`] into a [`Tick`] (what to set, if
-//! anything, why, and when to sample next). Drivers own the I/O: they implement [`Source`]
-//! and [`Actuator`] for procfs, QMP, the agent channel, the kernel interface or a simulated
-//! VM, and call [`step`]. Metrics belong to the loop instance.
+//! anything, why, and when to sample next). It is two halves, [`ControlLoop::propose`]
+//! (policy and room) and [`ControlLoop::settle`] (final check, outlier filter, interval), so
+//! that a host loop ([`crate::host`]) can put a balancer between them for many VMs.
+//! Drivers own the I/O: they implement [`Source`] and [`Actuator`] for procfs, the kernel
+//! interface or Xen, and call [`step`]; a host implements [`crate::host::World`]. Metrics
+//! belong to the loop instance.
 
-use crate::guard::{GuardRails, Hold, Limit, RailState, Verdict};
+use crate::guard::{GuardRails, Hold, Limit, RailState, Room, Verdict};
 use crate::interval::Interval;
 use crate::outlier::{OutlierFilter, Screen};
-use crate::policy::{Policy, Reason, Sample};
+use crate::policy::{Decision, Policy, Reason};
+use crate::sample::Sample;
 use crate::units::Kib;
 use std::time::Duration;
 
@@ -62,7 +66,7 @@ pub struct Tick {
 }
 
 /// Counters of one loop instance.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct LoopMetrics {
     pub ticks: u64,
     pub grows: u64,
@@ -70,22 +74,42 @@ pub struct LoopMetrics {
     pub held_for_migration: u64,
     pub unconfirmed: u64,
     pub no_decision: u64,
+    /// Actions the actuator refused or could not deliver.
+    pub actuator_errors: u64,
 }
 
+/// One VM's loop: its policy, rails, optional outlier filter and interval, and what it
+/// last asked of the actuator.
 pub struct ControlLoop<P> {
     policy: P,
     rails: GuardRails,
     rail_state: RailState,
     filter: Option<OutlierFilter>,
     interval: Interval,
-    /// The last target handed to the actuator; `None` until the first, or after `forget`.
-    last_target: Option<Kib>,
+    /// The size last asked of the actuator; `None` until the first, or after `forget`.
+    commanded: Option<Kib>,
     metrics: LoopMetrics,
+}
+
+/// The first half of a tick, before any balancer: the policy's wish and the room the
+/// rails allow. A host loop gathers one per VM and lets its balancer choose inside them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Proposal {
+    /// The policy's decision; `None` means it had no opinion (no usable sample).
+    pub decision: Option<Decision>,
+    pub room: Room,
+}
+
+impl Proposal {
+    /// The size the policy wants, inside the room; the present size if it has no opinion.
+    pub fn want(&self) -> Kib {
+        self.room.clamp(self.decision.as_ref().map_or(self.room.commanded, |d| d.target))
+    }
 }
 
 impl<P: Policy> ControlLoop<P> {
     pub fn new(policy: P, rails: GuardRails, interval: Interval) -> ControlLoop<P> {
-        ControlLoop { policy, rails, rail_state: RailState::default(), filter: None, interval, last_target: None, metrics: LoopMetrics::default() }
+        ControlLoop { policy, rails, rail_state: RailState::default(), filter: None, interval, commanded: None, metrics: LoopMetrics::default() }
     }
 
     pub fn with_outlier_filter(mut self, filter: OutlierFilter) -> ControlLoop<P> {
@@ -96,24 +120,49 @@ impl<P: Policy> ControlLoop<P> {
     pub fn policy(&self) -> &P {
         &self.policy
     }
+    pub fn rails(&self) -> &GuardRails {
+        &self.rails
+    }
     pub fn metrics(&self) -> &LoopMetrics {
         &self.metrics
     }
-    pub fn last_target(&self) -> Option<Kib> {
-        self.last_target
+    /// The size last asked of the actuator, if any (not the guest's measured size).
+    pub fn commanded(&self) -> Option<Kib> {
+        self.commanded
     }
 
-    /// Drops the memory of the last target, e.g. after the VM was replaced or the
-    /// actuator failed, so the next tick compares against the guest's real size.
+    /// Drops the memory of the last target, e.g. after the VM was replaced, paused or the
+    /// actuator failed, so the next tick measures from the guest's real size.
     pub fn forget_target(&mut self) {
-        self.last_target = None;
+        self.commanded = None;
     }
 
-    /// One pass of sample → policy → guard rails. Pure: the caller applies the action.
+    /// The actuator did not apply the last action: count it and forget the target.
+    pub fn actuator_failed(&mut self) {
+        self.metrics.actuator_errors += 1;
+        self.forget_target();
+    }
+
+    /// One whole pass for a VM on its own: sample → policy → rails → (no balancer: the
+    /// wish clamped into the room) → final check → outlier filter. Pure: the caller
+    /// applies the action.
     pub fn tick(&mut self, s: &Sample) -> Tick {
+        let p = self.propose(s);
+        let granted = p.want();
+        self.settle(s, p, granted)
+    }
+
+    /// The first half of a tick: the policy's wish and the VM's room. Pure.
+    pub fn propose(&mut self, s: &Sample) -> Proposal {
+        let commanded = self.commanded.unwrap_or(s.guest_size);
+        Proposal { decision: self.policy.decide(s), room: self.rails.room(&self.rail_state, s, commanded) }
+    }
+
+    /// The second half: the final check of what the balancer `granted`, the outlier
+    /// filter, the counters and the next interval.
+    pub fn settle(&mut self, s: &Sample, p: Proposal, granted: Kib) -> Tick {
         self.metrics.ticks += 1;
-        let current = self.last_target.unwrap_or(s.vm_size);
-        let outcome = self.decide(s, current);
+        let outcome = self.decide(s, p, granted);
         match &outcome {
             Ok(a) if a.target > a.previous => self.metrics.grows += 1,
             Ok(_) => self.metrics.shrinks += 1,
@@ -128,23 +177,29 @@ impl<P: Policy> ControlLoop<P> {
             next_in = next_in.min(until.saturating_sub(s.at));
         }
         if let Ok(a) = &outcome {
-            self.last_target = Some(a.target);
+            self.commanded = Some(a.target);
         }
         Tick { outcome, next_in }
     }
 
-    fn decide(&mut self, s: &Sample, current: Kib) -> Result<Action, Idle> {
-        let d = self.policy.decide(s).ok_or(Idle::NoDecision)?;
-        let (target, limits) = match self.rails.apply(&mut self.rail_state, s, &d, current) {
+    fn decide(&mut self, s: &Sample, p: Proposal, granted: Kib) -> Result<Action, Idle> {
+        let room = p.room;
+        // With no opinion the VM stays put unless the balancer moved it.
+        let (want, reason) = match p.decision {
+            Some(d) => (d.target, d.reason),
+            None if granted == room.commanded => return Err(Idle::NoDecision),
+            None => (room.commanded, Reason::NoData),
+        };
+        let (target, limits) = match self.rails.check(&mut self.rail_state, s, &room, want, granted) {
             Verdict::Set { target, limits } => (target, limits),
             Verdict::Hold(h) => return Err(Idle::Held(h)),
         };
         if let Some(f) = &mut self.filter {
-            if let Screen::WaitUntil(until) = f.screen(s.at, target, current) {
+            if let Screen::WaitUntil(until) = f.screen(s.at, target, room.commanded) {
                 return Err(Idle::Unconfirmed { until });
             }
         }
-        Ok(Action { target, previous: current, reason: d.reason, limits })
+        Ok(Action { target, previous: room.commanded, reason, limits })
     }
 }
 
@@ -180,7 +235,7 @@ pub fn step<P: Policy, S: Source, A: Actuator>(
     let tick = lp.tick(&sample);
     if let Ok(a) = &tick.outcome {
         if let Err(e) = actuator.set_guest_size(a.target) {
-            lp.forget_target();
+            lp.actuator_failed();
             return Err(StepError::Actuator(e));
         }
     }

@@ -10,12 +10,12 @@ impl Policy for Scripted {
     }
     fn decide(&mut self, _: &Sample) -> Option<Decision> {
         let mib = self.0.remove(0)?;
-        Some(Decision { target: Kib::from_mib_saturating(mib), reason: Reason::Other("scripted".into()) })
+        Some(Decision { target: Kib::from_mib_saturating(mib), reason: Reason::Fixed })
     }
 }
 
 fn at(secs: u64, migrating: bool) -> Sample {
-    Sample { at: Duration::from_secs(secs), vm_size: Kib::from_mib_saturating(2048), max: Kib::from_mib_saturating(2048), mem: None, migrating }
+    Sample { at: Duration::from_secs(secs), guest_size: Kib::from_mib_saturating(2048), max: Kib::from_mib_saturating(2048), migrating, ..Sample::default() }
 }
 
 #[test]
@@ -56,7 +56,7 @@ impl Source for FakeVm {
     fn sample(&mut self) -> Result<Sample, &'static str> {
         let size = self.0.get();
         let mem = MemView { total: Kib::from_mib_saturating(2048), available: size.saturating_sub(Kib::from_mib_saturating(100)), ..Default::default() };
-        Ok(Sample { at: Duration::ZERO, vm_size: size, max: Kib::from_mib_saturating(2048), mem: Some(mem), migrating: false })
+        Ok(Sample { guest_size: size, max: Kib::from_mib_saturating(2048), mem: Some(mem), ..Sample::default() })
     }
 }
 impl Actuator for FakeBalloon {
@@ -83,7 +83,7 @@ fn step_converges_on_used_plus_buffer_and_forgets_on_actuator_error() {
     lp.forget_target();
     balloon.fail_next = true;
     assert_eq!(step(&mut lp, &mut vm, &mut balloon).err(), Some(StepError::Actuator("qmp gone")));
-    assert_eq!(lp.last_target(), None);
+    assert_eq!(lp.commanded(), None);
 }
 
 #[test]

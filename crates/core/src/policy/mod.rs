@@ -8,25 +8,11 @@ mod swapfree;
 
 pub use memview::MemView;
 pub use swapfree::{estimate, Estimate, SwapFree};
+/// Policies see the sample type of [`crate::sample`].
+pub use crate::sample::Sample;
 
 use crate::units::Kib;
 use std::fmt;
-use std::time::Duration;
-
-/// What a policy sees at one tick.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Sample {
-    /// Monotonic time of the sample, from an origin the driver chose.
-    pub at: Duration,
-    /// The guest's current logical size: configured memory minus the balloon.
-    pub vm_size: Kib,
-    /// The guest's configured (maximum) size.
-    pub max: Kib,
-    /// The guest's own view of its memory, if a fresh one is at hand.
-    pub mem: Option<MemView>,
-    /// A live migration of this VM is running.
-    pub migrating: bool,
-}
 
 /// A policy's wish for the guest's logical size, with the reason behind it.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,12 +24,12 @@ pub struct Decision {
 /// Why a target was chosen or changed; printed in the one log line per action.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reason {
-    /// The swap-free estimator: `vm_size − available + overcommitted + buffer`.
+    /// The swap-free estimator: `guest_size − available + overcommitted + buffer`.
     Estimate(Estimate),
     /// No usable guest view this tick: keep the VM at its present size.
     NoData,
-    /// Anything else a policy wants to say.
-    Other(String),
+    /// A fixed size was asked for (by the operator, a test or an orchestrated step).
+    Fixed,
 }
 
 impl fmt::Display for Reason {
@@ -55,7 +41,7 @@ impl fmt::Display for Reason {
                 e.current, e.available, e.overcommitted, e.buffer
             ),
             Reason::NoData => f.write_str("no guest memory report"),
-            Reason::Other(s) => f.write_str(s),
+            Reason::Fixed => f.write_str("a fixed size was asked for"),
         }
     }
 }

@@ -55,7 +55,7 @@ impl Policy for SwapFree {
     fn decide(&mut self, s: &Sample) -> Option<Decision> {
         let mem = s.mem.as_ref()?;
         let buffer = self.buffer.saturating_add(mem.cached.min(self.cache_buffer));
-        let e = estimate(mem, s.vm_size, s.max, buffer);
+        let e = estimate(mem, s.guest_size, s.max, buffer);
         Some(Decision { target: e.target, reason: Reason::Estimate(e) })
     }
 }
@@ -64,7 +64,6 @@ impl Policy for SwapFree {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use std::time::Duration;
 
     fn view(available: u64, committed: u64, active: u64, inactive: u64) -> MemView {
         MemView {
@@ -97,7 +96,7 @@ mod tests {
     #[test]
     fn policy_needs_a_view_and_adds_the_cache_buffer() {
         let mut p = SwapFree { buffer: Kib::from_mib_saturating(10), cache_buffer: Kib::from_mib_saturating(100) };
-        let mut s = Sample { at: Duration::ZERO, vm_size: Kib::from_mib_saturating(1000), max: Kib::from_mib_saturating(2000), mem: None, migrating: false };
+        let mut s = Sample { guest_size: Kib::from_mib_saturating(1000), max: Kib::from_mib_saturating(2000), ..Sample::default() };
         assert_eq!(p.decide(&s), None);
         let mut v = view(500 * 1024, 0, 0, 0);
         v.cached = Kib::from_mib_saturating(30);

@@ -2,7 +2,7 @@ use super::{malformed, ParseError};
 
 /// One line of a PSI file: the share of wall time (percent) that tasks were stalled on
 /// memory, averaged over 10, 60 and 300 s, and the total stall time in microseconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PressureLine {
     pub avg10: f64,
     pub avg60: f64,
@@ -12,7 +12,7 @@ pub struct PressureLine {
 
 /// /proc/pressure/memory. `full` is absent on kernels before 5.13 for some resources
 /// and always present for memory since PSI was introduced, but we don't rely on it.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Pressure {
     pub some: PressureLine,
     pub full: Option<PressureLine>,

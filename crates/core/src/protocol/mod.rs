@@ -2,9 +2,15 @@
 //! controller over a virtio-serial port. One message per line, each at most
 //! [`MAX_LINE`] bytes; unknown fields are ignored so either side may be newer.
 
+mod border;
+
+pub use border::{check_sample, Rejected};
+
 use crate::policy::MemView;
+use crate::procfs::Pressure;
 use crate::units::{Kib, Pages};
 use serde::{Deserialize, Serialize};
+use std::fmt;
 
 /// Longest line either side accepts; longer ones are dropped as garbage.
 pub const MAX_LINE: usize = 4096;
@@ -37,6 +43,9 @@ pub struct AgentSample {
     /// The agent's own estimate, when it knows its current size (kernel or Xen backend).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<Kib>,
+    /// The guest's /proc/pressure/memory, if the kernel has PSI.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pressure: Option<Pressure>,
 }
 
 /// Host → guest.
@@ -46,7 +55,30 @@ pub enum HostMessage {
     /// A live migration of this VM started: the agent must not lower its target.
     MigrationStarted,
     /// The migration ended (completed or failed): shrinking may resume.
-    MigrationEnded { outcome: String },
+    MigrationEnded { outcome: MigrationOutcome },
+}
+
+/// How a migration ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MigrationOutcome {
+    Completed,
+    Failed,
+    Cancelled,
+    /// An outcome this side does not know (a newer peer).
+    #[serde(other)]
+    Unknown,
+}
+
+impl fmt::Display for MigrationOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            MigrationOutcome::Completed => "completed",
+            MigrationOutcome::Failed => "failed",
+            MigrationOutcome::Cancelled => "cancelled",
+            MigrationOutcome::Unknown => "unknown",
+        })
+    }
 }
 
 /// Serialises one message as a line (with its trailing newline).
@@ -70,13 +102,15 @@ mod tests {
 
     #[test]
     fn roundtrip_and_garbage() {
-        let m = AgentMessage::Sample(AgentSample { seq: 3, uptime_ms: 10, mem: MemView { available: Kib(5), ..Default::default() }, oom_kills: Some(0), balloon: Some(Pages(7)), target: None });
+        let m = AgentMessage::Sample(AgentSample { seq: 3, uptime_ms: 10, mem: MemView { available: Kib(5), ..Default::default() }, oom_kills: Some(0), balloon: Some(Pages(7)), target: None, pressure: None });
         let line = encode(&m);
         assert!(line.ends_with('\n') && !line[..line.len() - 1].contains('\n'));
         assert_eq!(decode::<AgentMessage>(&line), Some(m));
         assert_eq!(decode::<HostMessage>("{\"type\":\"migration_started\"}"), Some(HostMessage::MigrationStarted));
         assert_eq!(decode::<HostMessage>("{\"type\":\"migration_ended\",\"outcome\":\"completed\",\"new\":1}"),
-                   Some(HostMessage::MigrationEnded { outcome: "completed".into() }));
+                   Some(HostMessage::MigrationEnded { outcome: MigrationOutcome::Completed }));
+        assert_eq!(decode::<HostMessage>("{\"type\":\"migration_ended\",\"outcome\":\"teleported\"}"),
+                   Some(HostMessage::MigrationEnded { outcome: MigrationOutcome::Unknown }));
         assert_eq!(decode::<AgentMessage>("{\"type\":\"bogus\"}"), None);
         assert_eq!(decode::<AgentMessage>("\u{0}\u{1}garbage"), None);
         assert_eq!(decode::<AgentMessage>(&"x".repeat(MAX_LINE + 1)), None);

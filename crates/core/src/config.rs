@@ -1,0 +1,153 @@
+//! The policy configuration the guest agent and the host controller share: one set of
+//! keys (the host's `[defaults]` / `[vm.policy]` tables, the agent's flags), one builder of
+//! the control loop from it, so both run the same policy with the same rails.
+
+use crate::control::ControlLoop;
+use crate::guard::GuardRails;
+use crate::interval::{AdaptiveInterval, Interval};
+use crate::outlier::{Filtered, OutlierFilter};
+use crate::policy::SwapFree;
+use crate::units::Kib;
+use serde::Deserialize;
+use std::time::Duration;
+
+/// Policy and guard-rail settings of one VM. Every key is documented in
+/// docs/configuration.md.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicyConfig {
+    /// The policy: `swapfree` (the continuous swap-free estimator).
+    pub policy: PolicyKind,
+    /// Memory kept free in the guest on top of the estimate, MiB.
+    pub buffer_mib: u64,
+    /// Page cache the guest may keep on top of the estimate, MiB.
+    pub cache_buffer_mib: u64,
+    /// Never shrink a guest below this size, MiB.
+    pub min_mib: u64,
+    /// Largest shrink (balloon inflation) per tick, MiB; 0 = unlimited.
+    pub max_shrink_mib_per_tick: u64,
+    /// Changes smaller than this are ignored, MiB.
+    pub dead_band_mib: u64,
+    /// Seconds without shrinking after the guest grew.
+    pub hold_off_s: u64,
+    /// Targets are rounded up to a multiple of this many MiB.
+    pub align_mib: u64,
+    /// Seconds after which an agent report is too old to use (guest-stats are used instead).
+    pub agent_stale_s: u64,
+    /// iBalloon's adaptive interval: +τ per steady tick up to 10τ, halved on a change.
+    pub adaptive_interval: bool,
+    /// iBalloon's outlier filter: a shrink larger than `outlier_threshold_mib` is acted on
+    /// only if still wanted after this many ms; 0 = off.
+    pub outlier_delay_ms: u64,
+    /// See `outlier_delay_ms`.
+    pub outlier_threshold_mib: u64,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            policy: PolicyKind::Swapfree,
+            buffer_mib: 64,
+            cache_buffer_mib: 0,
+            min_mib: 128,
+            max_shrink_mib_per_tick: 1024,
+            dead_band_mib: 16,
+            hold_off_s: 5,
+            align_mib: 1,
+            agent_stale_s: 3,
+            adaptive_interval: false,
+            outlier_delay_ms: 0,
+            outlier_threshold_mib: 64,
+        }
+    }
+}
+
+/// The per-VM policies there are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicyKind {
+    /// The continuous swap-free estimator of the first seed.
+    Swapfree,
+}
+
+/// A key whose value cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid value for `{key}`: {why}")]
+pub struct InvalidKey {
+    pub key: String,
+    pub why: &'static str,
+}
+
+impl PolicyConfig {
+    pub fn rails(&self) -> GuardRails {
+        GuardRails {
+            min: Kib::from_mib_saturating(self.min_mib),
+            max: Kib::MAX,
+            max_shrink_per_tick: Kib::from_mib_saturating(self.max_shrink_mib_per_tick),
+            max_grow_per_tick: Kib::ZERO,
+            dead_band: Kib::from_mib_saturating(self.dead_band_mib),
+            hold_off: Duration::from_secs(self.hold_off_s),
+            align: Kib::from_mib_saturating(self.align_mib),
+        }
+    }
+
+    /// The policy this configuration names.
+    pub fn policy(&self) -> SwapFree {
+        match self.policy {
+            PolicyKind::Swapfree => SwapFree { buffer: Kib::from_mib_saturating(self.buffer_mib), cache_buffer: Kib::from_mib_saturating(self.cache_buffer_mib) },
+        }
+    }
+
+    /// One VM's control loop, sampled every `tau` (or adaptively from `tau`).
+    pub fn control_loop(&self, tau: Duration) -> ControlLoop<SwapFree> {
+        let interval = if self.adaptive_interval { Interval::Adaptive(AdaptiveInterval::new(tau)) } else { Interval::Fixed(tau) };
+        let lp = ControlLoop::new(self.policy(), self.rails(), interval);
+        if self.outlier_delay_ms == 0 {
+            return lp;
+        }
+        let filter = OutlierFilter::new(Duration::from_millis(self.outlier_delay_ms), Kib::from_mib_saturating(self.outlier_threshold_mib), Filtered::ShrinkOnly);
+        lp.with_outlier_filter(filter)
+    }
+
+    /// Checks the values; `prefix` names the table in errors (e.g. `defaults.`).
+    pub fn validate(&self, prefix: &str) -> Result<(), InvalidKey> {
+        let bad = |key: &str, why| Err(InvalidKey { key: format!("{prefix}{key}"), why });
+        if self.align_mib == 0 {
+            return bad("align_mib", "must be at least 1");
+        }
+        if self.min_mib == 0 {
+            return bad("min_mib", "must be at least 1: a guest of size 0 cannot run");
+        }
+        if self.agent_stale_s == 0 {
+            return bad("agent_stale_s", "must be at least 1");
+        }
+        // Beyond a PiB the MiB-to-KiB conversions would saturate: a typo, not a wish.
+        for (key, v) in [("buffer_mib", self.buffer_mib), ("cache_buffer_mib", self.cache_buffer_mib), ("min_mib", self.min_mib),
+                         ("max_shrink_mib_per_tick", self.max_shrink_mib_per_tick), ("dead_band_mib", self.dead_band_mib),
+                         ("align_mib", self.align_mib), ("outlier_threshold_mib", self.outlier_threshold_mib)] {
+            if v > 1 << 30 {
+                return bad(key, "must be at most 1073741824 (1 PiB)");
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::MemView;
+    use crate::sample::Sample;
+
+    #[test]
+    fn validate_names_the_key_and_the_loop_follows_the_keys() {
+        let c = PolicyConfig { min_mib: 0, ..Default::default() };
+        assert_eq!(c.validate("vm[0].policy.").unwrap_err().to_string(), "invalid value for `vm[0].policy.min_mib`: must be at least 1: a guest of size 0 cannot run");
+        assert!(PolicyConfig { buffer_mib: u64::MAX, ..Default::default() }.validate("").is_err());
+        assert!(PolicyConfig::default().validate("").is_ok());
+        let c = PolicyConfig { outlier_delay_ms: 500, adaptive_interval: true, ..Default::default() };
+        let mut lp = c.control_loop(Duration::from_secs(1));
+        let s = Sample { guest_size: Kib::from_gib_saturating(2), max: Kib::from_gib_saturating(2), mem: Some(MemView { total: Kib::from_gib_saturating(2), available: Kib::from_gib_saturating(1), ..Default::default() }), ..Default::default() };
+        assert!(matches!(lp.tick(&s).outcome, Err(crate::control::Idle::Unconfirmed { .. })), "the outlier filter is on");
+    }
+}

@@ -1,0 +1,97 @@
+use super::*;
+use proptest::prelude::*;
+
+fn mib(n: u64) -> Kib {
+    Kib::from_mib_saturating(n)
+}
+fn sample(at: u64, migrating: bool) -> Sample {
+    Sample { at: Duration::from_secs(at), guest_size: mib(1000), max: mib(2048), migrating, ..Sample::default() }
+}
+/// The single-VM path: room, the policy's wish clamped into it, the final check.
+fn apply(r: &GuardRails, st: &mut RailState, s: &Sample, want: u64, commanded: Kib) -> Verdict {
+    let room = r.room(st, s, commanded);
+    r.check(st, s, &room, mib(want), room.clamp(mib(want)))
+}
+fn set(v: Verdict) -> Kib {
+    match v {
+        Verdict::Set { target, .. } => target,
+        other => panic!("expected a target, got {other:?}"),
+    }
+}
+
+#[test]
+fn clamps_and_aligns() {
+    let r = GuardRails { min: mib(128), align: mib(2), ..Default::default() };
+    let mut st = RailState::default();
+    assert_eq!(apply(&r, &mut st, &sample(0, false), 10, mib(1000)), Verdict::Set { target: mib(128), limits: vec![Limit::RaisedToMin] });
+    assert_eq!(apply(&r, &mut st, &sample(0, false), 5000, mib(1000)), Verdict::Set { target: mib(2048), limits: vec![Limit::LoweredToMax] });
+    let room = r.room(&st, &sample(0, false), mib(1000));
+    let odd = Kib(300 * 1024 + 1);
+    assert_eq!(set(r.check(&mut st, &sample(0, false), &room, odd, odd)), mib(302));
+}
+
+#[test]
+fn no_shrink_during_migration_but_growth_is_allowed() {
+    let r = GuardRails::default();
+    let mut st = RailState::default();
+    let room = r.room(&st, &sample(0, true), mib(1000));
+    assert_eq!((room.floor, room.floor_by), (mib(1000), Bound::Migration));
+    assert_eq!(apply(&r, &mut st, &sample(0, true), 500, mib(1000)), Verdict::Hold(Hold::Migration));
+    assert_eq!(set(apply(&r, &mut st, &sample(0, true), 1500, mib(1000))), mib(1500));
+}
+
+#[test]
+fn step_limits_dead_band_and_hold_off() {
+    let r = GuardRails { max_shrink_per_tick: mib(100), max_grow_per_tick: mib(300), dead_band: mib(8), hold_off: Duration::from_secs(5), ..Default::default() };
+    let mut st = RailState::default();
+    assert_eq!(apply(&r, &mut st, &sample(0, false), 500, mib(1000)), Verdict::Set { target: mib(900), limits: vec![Limit::ShrinkStepLimited] });
+    assert_eq!(apply(&r, &mut st, &sample(1, false), 995, mib(1000)), Verdict::Hold(Hold::DeadBand));
+    assert_eq!(apply(&r, &mut st, &sample(1, false), 1000, mib(1000)), Verdict::Hold(Hold::Unchanged));
+    assert_eq!(apply(&r, &mut st, &sample(2, false), 1900, mib(1000)), Verdict::Set { target: mib(1300), limits: vec![Limit::GrowStepLimited] });
+    assert_eq!(apply(&r, &mut st, &sample(6, false), 800, mib(1300)), Verdict::Hold(Hold::HoldOff));
+    assert_eq!(set(apply(&r, &mut st, &sample(7, false), 800, mib(1300))), mib(1200));
+}
+
+#[test]
+fn the_final_check_puts_a_balancer_answer_back_in_the_room() {
+    let r = GuardRails { min: mib(128), max_shrink_per_tick: mib(100), ..Default::default() };
+    let mut st = RailState::default();
+    let s = sample(0, false);
+    let room = r.room(&st, &s, mib(1000));
+    assert_eq!((room.floor, room.ceiling), (mib(900), mib(2048)));
+    // A balancer that asks for 0 or for u64::MAX gets the room's ends.
+    assert_eq!(set(r.check(&mut st, &s, &room, mib(1000), Kib::ZERO)), mib(900));
+    assert_eq!(set(r.check(&mut st, &s, &room, mib(1000), Kib::MAX)), mib(2048));
+    // Less than the policy wanted, below the present size: reclaimed for another VM.
+    assert_eq!(r.check(&mut st, &s, &room, mib(1200), mib(950)), Verdict::Set { target: mib(950), limits: vec![Limit::Reclaimed] });
+    assert_eq!(r.check(&mut st, &s, &room, mib(1200), mib(1100)), Verdict::Set { target: mib(1100), limits: vec![Limit::HostShort] });
+}
+
+#[test]
+fn a_sample_above_the_rails_max_is_brought_down_even_during_a_migration() {
+    let r = GuardRails { max: mib(1500), ..Default::default() };
+    let st = RailState::default();
+    let room = r.room(&st, &sample(0, true), mib(2000));
+    assert_eq!((room.floor, room.ceiling), (mib(1500), mib(1500)), "the ceiling wins over the migration hold");
+}
+
+proptest! {
+    #[test]
+    fn output_respects_every_rail(want_mib in 0u64..4096, cur_mib in 1u64..2048, min_mib in 0u64..512,
+                                  step in 0u64..512, migrating: bool, at in 0u64..100, granted in any::<u64>()) {
+        let r = GuardRails { min: mib(min_mib), max_shrink_per_tick: mib(step), ..Default::default() };
+        let mut st = RailState::default();
+        let cur = mib(cur_mib);
+        let s = sample(at, migrating);
+        let room = r.room(&st, &s, cur);
+        // Whatever a balancer grants, the final check keeps every rail.
+        for g in [room.clamp(mib(want_mib)), Kib(granted)] {
+            if let Verdict::Set { target, .. } = r.check(&mut st, &s, &room, mib(want_mib), g) {
+                prop_assert!(target <= mib(2048));
+                prop_assert!(target >= mib(min_mib).min(mib(2048)));
+                if migrating { prop_assert!(target > cur); }
+                if step > 0 && target < cur { prop_assert!(cur.0 - target.0 <= step * 1024); }
+            }
+        }
+    }
+}

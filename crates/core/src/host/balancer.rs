@@ -1,0 +1,77 @@
+//! Balancers: given every VM's wish and room at one instant, the targets. Pure.
+
+use super::{HostView, VmId};
+use crate::guard::Room;
+use crate::sample::Sample;
+use crate::units::Kib;
+
+/// One VM as a balancer sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Claim {
+    pub vm: VmId,
+    /// What its policy wants, already inside `room` (its present size if it has no wish,
+    /// or if it is not decided on this step: then `room` is fixed too).
+    pub want: Kib,
+    /// Where the rails let it go this step.
+    pub room: Room,
+    /// Its sample, for balancers that look at free memory or pressure.
+    pub sample: Sample,
+}
+
+/// Chooses every VM's target at once.
+pub trait Balancer {
+    /// A short stable name for logs and metrics.
+    fn name(&self) -> &'static str;
+    /// One target per claim, in the same order. Each should lie inside its claim's room
+    /// (the final check puts it back there otherwise), and their sum should fit
+    /// `host.capacity` where the rooms allow.
+    fn balance(&mut self, host: &HostView, claims: &[Claim]) -> Vec<Kib>;
+}
+
+/// Every VM gets what its policy wants; the host's capacity is not looked at. The
+/// behaviour of a controller that manages each VM on its own.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Independent;
+
+impl Balancer for Independent {
+    fn name(&self) -> &'static str {
+        "independent"
+    }
+    fn balance(&mut self, _: &HostView, claims: &[Claim]) -> Vec<Kib> {
+        claims.iter().map(|c| c.want).collect()
+    }
+}
+
+/// Every VM gets what it wants if the sum fits the capacity; otherwise growth is cut,
+/// each VM's share of the cut in proportion to how much it wanted to grow, and no VM is
+/// pushed below the larger of its present size and its floor. If even that does not fit,
+/// the VMs stay where they are (nothing is taken from a VM here: that is a policy's call).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CapGrowth;
+
+impl Balancer for CapGrowth {
+    fn name(&self) -> &'static str {
+        "cap-growth"
+    }
+    fn balance(&mut self, host: &HostView, claims: &[Claim]) -> Vec<Kib> {
+        let wants: Vec<Kib> = claims.iter().map(|c| c.want).collect();
+        let Some(cap) = host.capacity else { return wants };
+        let total = wants.iter().fold(Kib::ZERO, |a, w| a.saturating_add(*w));
+        if total <= cap {
+            return wants;
+        }
+        let base: Vec<Kib> = claims.iter().map(|c| c.want.min(c.room.commanded.max(c.room.floor))).collect();
+        let base_sum = base.iter().fold(Kib::ZERO, |a, b| a.saturating_add(*b));
+        let growth = total.saturating_sub(base_sum);
+        let room_left = cap.saturating_sub(base_sum);
+        claims
+            .iter()
+            .zip(&base)
+            .map(|(c, b)| {
+                let g = c.want.saturating_sub(*b).0 as u128;
+                let share = if growth.0 == 0 { 0 } else { g * room_left.0 as u128 / growth.0 as u128 };
+                b.saturating_add(Kib(share as u64))
+            })
+            .collect()
+    }
+}

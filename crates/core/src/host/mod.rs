@@ -1,0 +1,179 @@
+//! The host layer: every VM of a host at one instant, one decision step for all of them.
+//! Pure, like the rest of core: the same types drive the QEMU host controller, a guest
+//! agent (a host of one VM) and the simulator on a virtual clock.
+//!
+//! ```text
+//!  World::sample ─► HostSample ─► per VM: policy + rails ─► Proposal (wish, room)
+//!                                                              │ all VMs at once
+//!                                                              ▼
+//!                                    Balancer::balance(host, claims) ─► one target per VM
+//!                                                              │
+//!  World::set_guest_size ◄─ Action ◄─ per VM: final check, outlier filter, interval
+//! ```
+
+mod balancer;
+
+pub use balancer::{Balancer, CapGrowth, Claim, Independent};
+
+use crate::control::{ControlLoop, Tick};
+use crate::guard::Room;
+use crate::policy::Policy;
+use crate::procfs::Pressure;
+use crate::sample::Sample;
+use crate::units::Kib;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+/// A VM's handle inside a host loop: small and `Copy`; drivers keep names beside it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct VmId(pub u32);
+
+impl fmt::Display for VmId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "vm{}", self.0)
+    }
+}
+
+/// The host's own state at the sample time, for balancers that look beyond the VMs.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct HostView {
+    /// Memory the VMs may have together (configuration, or the host's MemAvailable plus
+    /// what the VMs hold); `None`: no limit.
+    pub capacity: Option<Kib>,
+    /// The host's memory pressure (/proc/pressure/memory), if read.
+    pub pressure: Option<Pressure>,
+}
+
+/// Every VM of the host at one instant. VMs without a fresh sample are left out: they
+/// keep their size this step.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HostSample {
+    pub at: Duration,
+    pub host: HostView,
+    pub vms: Vec<(VmId, Sample)>,
+}
+
+/// One VM's part of a host step: its tick (the action, or why none).
+#[derive(Debug, Clone, PartialEq)]
+pub struct VmTick {
+    pub vm: VmId,
+    pub tick: Tick,
+}
+
+struct Slot<P> {
+    lp: ControlLoop<P>,
+    /// The earliest time this VM wants its next decision (its loop's interval).
+    due: Duration,
+}
+
+/// One per-VM loop per VM and one balancer over them all.
+pub struct HostLoop<P, B> {
+    balancer: B,
+    vms: BTreeMap<VmId, Slot<P>>,
+}
+
+impl<P: Policy, B: Balancer> HostLoop<P, B> {
+    pub fn new(balancer: B) -> HostLoop<P, B> {
+        HostLoop { balancer, vms: BTreeMap::new() }
+    }
+
+    /// Adds (or replaces) a VM's loop; it is decided on at its next sample.
+    pub fn add_vm(&mut self, vm: VmId, lp: ControlLoop<P>) {
+        self.vms.insert(vm, Slot { lp, due: Duration::ZERO });
+    }
+
+    pub fn remove_vm(&mut self, vm: VmId) -> Option<ControlLoop<P>> {
+        self.vms.remove(&vm).map(|s| s.lp)
+    }
+
+    pub fn vm(&self, vm: VmId) -> Option<&ControlLoop<P>> {
+        self.vms.get(&vm).map(|s| &s.lp)
+    }
+
+    pub fn vm_mut(&mut self, vm: VmId) -> Option<&mut ControlLoop<P>> {
+        self.vms.get_mut(&vm).map(|s| &mut s.lp)
+    }
+
+    pub fn balancer(&self) -> &B {
+        &self.balancer
+    }
+
+    /// The earliest time any VM wants a decision.
+    pub fn next_due(&self) -> Option<Duration> {
+        self.vms.values().map(|s| s.due).min()
+    }
+
+    /// One decision step for every VM in the sample. VMs whose interval has not run out
+    /// are shown to the balancer at their present size but not moved; VMs the sample
+    /// does not name, or that have no loop, are left alone. Pure.
+    pub fn tick(&mut self, s: &HostSample) -> Vec<VmTick> {
+        // 1. Per VM: the policy's wish and the rails' room (or a fixed room if not due).
+        let mut open = Vec::new();
+        let mut claims = Vec::new();
+        for (vm, sample) in &s.vms {
+            let Some(slot) = self.vms.get_mut(vm) else { continue };
+            if sample.at < slot.due {
+                let commanded = slot.lp.commanded().unwrap_or(sample.guest_size);
+                claims.push(Claim { vm: *vm, want: commanded, room: Room::fixed(commanded), sample: sample.clone() });
+                continue;
+            }
+            let p = slot.lp.propose(sample);
+            claims.push(Claim { vm: *vm, want: p.want(), room: p.room, sample: sample.clone() });
+            open.push((claims.len() - 1, p));
+        }
+        // 2. The balancer, over all VMs at once.
+        let granted = self.balancer.balance(&s.host, &claims);
+        // 3. Per VM: the final check (which also keeps the balancer honest), filter, interval.
+        let mut out = Vec::with_capacity(open.len());
+        for (i, p) in open {
+            let c = &claims[i];
+            let g = granted.get(i).copied().unwrap_or(c.want);
+            let slot = self.vms.get_mut(&c.vm).expect("claims name only VMs with a loop");
+            let tick = slot.lp.settle(&c.sample, p, g);
+            slot.due = c.sample.at.saturating_add(tick.next_in);
+            out.push(VmTick { vm: c.vm, tick });
+        }
+        out
+    }
+}
+
+/// What a host loop runs against: the QEMU host (QMP and agent links), a guest's own
+/// kernel interface, or a simulated host on a virtual clock.
+pub trait World {
+    type Error;
+    /// Every VM with a fresh sample, and the host's own view, at one instant.
+    fn sample(&mut self) -> HostSample;
+    /// Asks for `vm`'s logical size to become `guest_size`. Never waits for the balloon.
+    fn set_guest_size(&mut self, vm: VmId, guest_size: Kib) -> Result<(), Self::Error>;
+}
+
+/// The outcome of [`host_step`].
+#[derive(Debug)]
+pub struct HostStep<E> {
+    pub sample: HostSample,
+    pub ticks: Vec<VmTick>,
+    /// Actions the world refused; those VMs' loops forgot their target.
+    pub errors: Vec<(VmId, E)>,
+}
+
+/// Samples the world, decides for every VM at once, and applies the actions.
+pub fn host_step<P: Policy, B: Balancer, W: World>(hl: &mut HostLoop<P, B>, world: &mut W) -> HostStep<W::Error> {
+    let sample = world.sample();
+    let ticks = hl.tick(&sample);
+    let mut errors = Vec::new();
+    for t in &ticks {
+        if let Ok(a) = &t.tick.outcome {
+            if let Err(e) = world.set_guest_size(t.vm, a.target) {
+                if let Some(lp) = hl.vm_mut(t.vm) {
+                    lp.actuator_failed();
+                }
+                errors.push((t.vm, e));
+            }
+        }
+    }
+    HostStep { sample, ticks, errors }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,163 @@
+use super::*;
+use crate::control::Idle;
+use crate::guard::{GuardRails, Limit};
+use crate::interval::Interval;
+use crate::policy::{MemView, SwapFree};
+use proptest::prelude::*;
+
+fn mib(n: u64) -> Kib {
+    Kib::from_mib_saturating(n)
+}
+fn lp() -> ControlLoop<SwapFree> {
+    let rails = GuardRails { min: mib(128), dead_band: mib(16), ..Default::default() };
+    ControlLoop::new(SwapFree::new(mib(64)), rails, Interval::Fixed(Duration::from_secs(1)))
+}
+/// A 2 GiB VM at `size` MiB whose programs use (or have committed) `used` MiB: the
+/// estimator wants `used` + 64 MiB.
+fn vm(at: u64, size: u64, used: u64) -> Sample {
+    let resident = used.min(size);
+    let mem = MemView { total: mib(size), available: mib(size - resident), committed_as: mib(used), active: mib(resident), ..Default::default() };
+    Sample { at: Duration::from_secs(at), guest_size: mib(size), max: mib(2048), mem: Some(mem), ..Sample::default() }
+}
+fn host(at: u64, capacity: Option<u64>, vms: Vec<Sample>) -> HostSample {
+    let vms = vms.into_iter().enumerate().map(|(i, s)| (VmId(i as u32), s)).collect();
+    HostSample { at: Duration::from_secs(at), host: HostView { capacity: capacity.map(mib), pressure: None }, vms }
+}
+fn targets(ticks: &[VmTick]) -> Vec<Option<u64>> {
+    ticks.iter().map(|t| t.tick.outcome.as_ref().ok().map(|a| a.target.0 / 1024)).collect()
+}
+
+#[test]
+fn independent_balancing_is_the_single_vm_loop() {
+    let mut hl = HostLoop::new(Independent);
+    hl.add_vm(VmId(0), lp());
+    hl.add_vm(VmId(1), lp());
+    let (mut a, mut b) = (lp(), lp());
+    for (at, used0, used1) in [(0, 100, 1500), (1, 900, 1500), (2, 900, 200), (3, 2000, 10)] {
+        let s = host(at, None, vec![vm(at, 2048, used0), vm(at, 2048, used1)]);
+        let ticks = hl.tick(&s);
+        assert_eq!(ticks.iter().map(|t| t.tick.clone()).collect::<Vec<_>>(), vec![a.tick(&s.vms[0].1), b.tick(&s.vms[1].1)], "at {at}");
+    }
+}
+
+#[test]
+fn growth_is_cut_to_the_capacity_in_proportion() {
+    let mut hl = HostLoop::new(CapGrowth);
+    hl.add_vm(VmId(0), lp());
+    hl.add_vm(VmId(1), lp());
+    // Both at 512 MiB; one wants 1064, the other 1564: 1628 MiB wanted of 1500 free.
+    let ticks = hl.tick(&host(0, Some(1500), vec![vm(0, 512, 1000), vm(0, 512, 1500)]));
+    let t = targets(&ticks);
+    let (a, b) = (t[0].unwrap(), t[1].unwrap());
+    assert!(a + b <= 1500, "{a} + {b}");
+    assert!(a > 512 && b > a, "both grow, the bigger wish more: {a}, {b}");
+    assert_eq!(ticks[1].tick.outcome.as_ref().unwrap().limits, vec![Limit::HostShort]);
+}
+
+#[test]
+fn a_vm_not_due_is_counted_but_not_moved() {
+    let slow = ControlLoop::new(SwapFree::new(mib(64)), GuardRails::default(), Interval::Fixed(Duration::from_secs(10)));
+    let mut hl = HostLoop::new(Independent);
+    hl.add_vm(VmId(0), slow);
+    hl.add_vm(VmId(1), lp());
+    assert_eq!(targets(&hl.tick(&host(0, None, vec![vm(0, 2048, 100), vm(0, 2048, 100)]))), vec![Some(164), Some(164)]);
+    let ticks = hl.tick(&host(1, None, vec![vm(1, 164, 1000), vm(1, 164, 1000)]));
+    assert_eq!(ticks.len(), 1, "only the VM whose interval ran out is decided on");
+    assert_eq!(ticks[0].vm, VmId(1));
+    assert_eq!(hl.next_due(), Some(Duration::from_secs(2)));
+}
+
+#[test]
+fn vms_missing_from_the_sample_or_without_a_loop_are_left_alone() {
+    let mut hl = HostLoop::new(Independent);
+    hl.add_vm(VmId(0), lp());
+    let mut s = host(0, None, vec![vm(0, 2048, 100)]);
+    s.vms[0].0 = VmId(7);
+    assert!(hl.tick(&s).is_empty());
+    assert!(hl.tick(&host(0, None, vec![])).is_empty());
+}
+
+/// A balancer that answers nonsense: the final check keeps every VM inside its rails.
+struct Liar;
+impl Balancer for Liar {
+    fn name(&self) -> &'static str {
+        "liar"
+    }
+    fn balance(&mut self, _: &HostView, claims: &[Claim]) -> Vec<Kib> {
+        claims.iter().enumerate().map(|(i, _)| if i % 2 == 0 { Kib::MAX } else { Kib::ZERO }).take(1).collect()
+    }
+}
+
+#[test]
+fn a_lying_balancer_cannot_push_a_vm_out_of_its_bounds() {
+    let mut hl = HostLoop::new(Liar);
+    hl.add_vm(VmId(0), lp());
+    hl.add_vm(VmId(1), lp());
+    let ticks = hl.tick(&host(0, None, vec![vm(0, 1024, 100), vm(0, 1024, 100)]));
+    assert_eq!(targets(&ticks), vec![Some(2048), Some(164)], "the first gets its max, the missing answer means the wish");
+    let mut hl = HostLoop::new(Liar);
+    hl.add_vm(VmId(0), lp());
+    let mut s = host(0, None, vec![vm(0, 1024, 100)]);
+    s.vms[0].1.migrating = true;
+    assert_eq!(targets(&hl.tick(&s)), vec![Some(2048)]);
+}
+
+struct FakeHost {
+    sizes: Vec<Kib>,
+    used: Vec<u64>,
+    at: u64,
+    refuse: Option<VmId>,
+}
+impl World for FakeHost {
+    type Error = &'static str;
+    fn sample(&mut self) -> HostSample {
+        self.at += 1;
+        let vms = self.sizes.iter().zip(&self.used).map(|(s, u)| vm(self.at, s.0 / 1024, *u)).collect();
+        host(self.at, None, vms)
+    }
+    fn set_guest_size(&mut self, vm: VmId, size: Kib) -> Result<(), &'static str> {
+        if self.refuse == Some(vm) {
+            return Err("device not active");
+        }
+        self.sizes[vm.0 as usize] = size;
+        Ok(())
+    }
+}
+
+#[test]
+fn host_step_converges_and_forgets_refused_targets() {
+    let mut w = FakeHost { sizes: vec![mib(2048), mib(2048)], used: vec![100, 300], at: 0, refuse: Some(VmId(1)) };
+    let mut hl = HostLoop::new(Independent);
+    hl.add_vm(VmId(0), lp());
+    hl.add_vm(VmId(1), lp());
+    let step = host_step(&mut hl, &mut w);
+    assert_eq!(step.errors, vec![(VmId(1), "device not active")]);
+    assert_eq!(w.sizes, vec![mib(164), mib(2048)]);
+    assert_eq!(hl.vm(VmId(1)).unwrap().commanded(), None, "the refused target is forgotten");
+    assert_eq!(hl.vm(VmId(1)).unwrap().metrics().actuator_errors, 1);
+    w.refuse = None;
+    let step = host_step(&mut hl, &mut w);
+    assert!(step.errors.is_empty());
+    assert_eq!(w.sizes, vec![mib(164), mib(364)]);
+    assert_eq!(host_step(&mut hl, &mut w).ticks.iter().map(|t| t.tick.outcome.clone()).collect::<Vec<_>>(),
+        vec![Err(Idle::Held(crate::guard::Hold::Unchanged)); 2], "a fixed point");
+}
+
+proptest! {
+    #[test]
+    fn cap_growth_fits_when_the_present_sizes_fit(sizes in proptest::collection::vec((128u64..2048, 0u64..2048), 1..6), cap in 0u64..8192) {
+        let mut hl = HostLoop::new(CapGrowth);
+        let vms: Vec<Sample> = sizes.iter().map(|(s, u)| vm(0, *s, *u)).collect();
+        for i in 0..vms.len() { hl.add_vm(VmId(i as u32), lp()); }
+        let present: u64 = sizes.iter().map(|(s, _)| *s).sum();
+        let ticks = hl.tick(&host(0, Some(cap), vms));
+        let after: u64 = ticks.iter().zip(&sizes).map(|(t, (s, _))| t.tick.outcome.as_ref().map(|a| a.target.0 / 1024).unwrap_or(*s)).sum();
+        for (t, (s, _)) in ticks.iter().zip(&sizes) {
+            if let Ok(a) = &t.tick.outcome {
+                prop_assert!(a.target >= mib(128) && a.target <= mib(2048));
+                // Growth only where it fits; shrinking always allowed.
+                if a.target > mib(*s) { prop_assert!(after <= cap.max(present), "{after} > {cap}"); }
+            }
+        }
+    }
+}

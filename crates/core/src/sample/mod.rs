@@ -1,0 +1,59 @@
+//! What a policy sees of one VM at one tick, and the pure rule that builds it from the
+//! views a host has of the VM (its agent's report, QEMU's balloon size, guest-stats).
+
+mod merge;
+
+pub use merge::{merge, AgentView, Merged, SizeViews};
+
+use crate::policy::MemView;
+use crate::procfs::Pressure;
+use crate::units::Kib;
+use serde::Serialize;
+use std::fmt;
+use std::time::Duration;
+
+/// One VM at one tick.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Sample {
+    /// Monotonic time of the sample, from an origin the driver chose.
+    pub at: Duration,
+    /// The guest's measured logical size: configured memory minus the balloon, at the time
+    /// `mem` was read. (The size last *asked for* is the loop's, not the sample's.)
+    pub guest_size: Kib,
+    /// The guest's configured (maximum) size.
+    pub max: Kib,
+    /// The guest's own view of its memory, if a fresh one is at hand.
+    pub mem: Option<MemView>,
+    /// A live migration of this VM is running.
+    pub migrating: bool,
+    /// The guest's memory pressure (its /proc/pressure/memory), if reported.
+    pub pressure: Option<Pressure>,
+    /// OOM kills in the guest since boot, if reported.
+    pub oom_kills: Option<u64>,
+}
+
+/// Where a sample's memory view came from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SampleSource {
+    /// No usable view this tick.
+    #[default]
+    None,
+    /// The guest agent's report (procfs inside the guest).
+    Agent,
+    /// virtio-balloon guest statistics read over QMP.
+    GuestStats,
+    /// The guest's own procfs, read by the agent itself.
+    Procfs,
+}
+
+impl fmt::Display for SampleSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SampleSource::None => "none",
+            SampleSource::Agent => "agent",
+            SampleSource::GuestStats => "guest-stats",
+            SampleSource::Procfs => "procfs",
+        })
+    }
+}
