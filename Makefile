@@ -6,10 +6,10 @@ export AUTOBALLOON_CACHE := $(CACHE)
 
 TRIPLE := x86_64-unknown-linux-gnu
 AGENT := target/$(TRIPLE)/release/autoballoon-guest
-HOSTBIN := target/release/autoballoon
+DEMOBIN := target/release/autoballoon-demo
 IMAGE_PATH := run/image.path
 
-.PHONY: all deps build agent host image demo test unit-test integration-test bench clean help
+.PHONY: all deps build agent host testbed image demo test unit-test integration-test bench clean help
 
 all: build
 
@@ -31,6 +31,10 @@ agent: deps
 host: deps
 	cargo build --release --locked -p autoballoon
 
+# The test bed's demo binary (it runs the controller in-process; the daemon is not needed).
+testbed: deps
+	cargo build --release --locked -p autoballoon-testbed
+
 build: agent host
 
 image: agent
@@ -38,8 +42,8 @@ image: agent
 	guest/build-image.sh --agent $(AGENT) --print-dir > $(IMAGE_PATH).tmp && mv $(IMAGE_PATH).tmp $(IMAGE_PATH)
 	@echo "guest image: $$(cat $(IMAGE_PATH))"
 
-demo: build image
-	$(HOSTBIN) demo --image "$$(cat $(IMAGE_PATH))" --out run/demo
+demo: testbed image
+	$(DEMOBIN) --image "$$(cat $(IMAGE_PATH))" --out run/demo
 
 unit-test: deps
 	cargo test --locked --workspace --lib --bins
@@ -57,7 +61,7 @@ test: image
 bench: agent
 	@images=$$(kernel/scripts/images.sh $(AGENT)) && \
 	AUTOBALLOON_PATCHED_IMAGE=$$(sed -n 1p <<< "$$images") AUTOBALLOON_STOCK_IMAGE=$$(sed -n 2p <<< "$$images") \
-	  cargo bench --locked -p autoballoon --bench kernel
+	  cargo bench --locked -p autoballoon-testbed --bench kernel
 
 clean:
 	cargo clean

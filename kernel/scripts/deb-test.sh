@@ -3,7 +3,7 @@
 # make kernel-deb-test: build (or find in the cache) the Debian packages of the
 # patched kernel (build-deb.sh), put the linux-image package's kernel and its
 # virtio modules into the project's guest image with the agent, and run the
-# spike scenario on it (deb_spike_at_256_mib in crates/host/tests/kernel.rs):
+# spike scenario on it (deb_spike_at_256_mib in crates/testbed/tests/kernel.rs):
 # balloon to 256 MiB, 1.5 GiB spike, 0 OOM kills.
 #
 #   kernel/scripts/deb-test.sh AGENT
@@ -31,5 +31,5 @@ image=$("$ROOT/guest/build-image.sh" --agent "$AGENT" --vmlinuz "$vmlinuz" \
 	--modules-dir "$x/lib/modules/$kver" --print-dir)
 step "guest image: $image"
 cd "$ROOT"
-AUTOBALLOON_DEB_IMAGE=$image cargo test --locked -p autoballoon --test kernel -- \
+AUTOBALLOON_DEB_IMAGE=$image cargo test --locked -p autoballoon-testbed --test kernel -- \
 	--ignored --exact deb_spike_at_256_mib --nocapture

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0
 # make kernel-test: build the patched and the stock kernel (cached), put each
 # into the project's guest image with the agent, run the scenarios of
-# crates/host/tests/kernel.rs on real QEMU guests, and print one JSON summary
+# crates/testbed/tests/kernel.rs on real QEMU guests, and print one JSON summary
 # line per variant (patched, stock, stock-deflate-on-oom).
 #
 #   kernel/scripts/kernel-test.sh AGENT [TEST-NAME-FILTER]
@@ -28,7 +28,7 @@ mkdir -p "$ROOT/run/kernel-test"
 AUTOBALLOON_KERNEL_RESULTS=$ROOT/run/kernel-test/results-$(date +%Y%m%d-%H%M%S).jsonl
 : > "$AUTOBALLOON_KERNEL_RESULTS"
 step "guest images: $AUTOBALLOON_PATCHED_IMAGE (patched), $AUTOBALLOON_STOCK_IMAGE (stock)"
-step "running the scenarios (crates/host/tests/kernel.rs); results: $AUTOBALLOON_KERNEL_RESULTS"
+step "running the scenarios (crates/testbed/tests/kernel.rs); results: $AUTOBALLOON_KERNEL_RESULTS"
 # deb_* scenarios need the Debian package of the kernel: make kernel-deb-test.
 skip=(--skip deb_)
 for t in ${KERNEL_TEST_SKIP:-}; do
@@ -36,7 +36,7 @@ for t in ${KERNEL_TEST_SKIP:-}; do
 	skip+=(--skip "$t")
 done
 rc=0
-(cd "$ROOT" && cargo test --locked -p autoballoon --test kernel -- --ignored --test-threads=1 "${skip[@]}" $FILTER) || rc=$?
+(cd "$ROOT" && cargo test --locked -p autoballoon-testbed --test kernel -- --ignored --test-threads=1 "${skip[@]}" $FILTER) || rc=$?
 python3 "$HERE/scripts/summary.py" "$AUTOBALLOON_KERNEL_RESULTS" || rc=$?
 step "done in $((SECONDS - t0)) s"
 exit $rc

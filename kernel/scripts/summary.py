@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0
-"""Merge the records of crates/host/tests/kernel.rs (one JSON object per line,
+"""Merge the records of crates/testbed/tests/kernel.rs (one JSON object per line,
 each with "variant" and "scenario") into one summary line per variant, and
 check the outcome the series exists for: the patched kernel has no OOM kill
 and completes the spike; the stock kernel without deflate-on-oom has OOM kills.

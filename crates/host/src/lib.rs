@@ -1,13 +1,10 @@
-//! autoballoon's host side: the controller (QMP + agent channel), its configuration, the
-//! QEMU test bed, and the demo.
+//! autoballoon's host side: the controller daemon (QMP + agent channel), its configuration,
+//! logging and signal handling. The QEMU test bed and the demo are in `autoballoon-testbed`.
 
 pub mod config;
 pub mod controller;
-pub mod demo;
 pub mod log;
-pub mod plot;
 pub mod signals;
-pub mod testbed;
 
 use controller::VmStatus;
 

@@ -1,4 +1,5 @@
-//! `autoballoon`: the host controller (`autoballoon host`) and the demo (`autoballoon demo`).
+//! `autoballoon`: the host controller daemon (`autoballoon host`). The demo is
+//! `autoballoon-demo`, in the `autoballoon-testbed` crate.
 
 use autoballoon::config::{Config, ControllerConfig, LogFormat, PolicyConfig, VmConfig};
 use autoballoon::controller::Controller;
@@ -20,8 +21,6 @@ struct Cli {
 enum Cmd {
     /// Manage the balloons of QEMU VMs over QMP until interrupted.
     Host(HostArgs),
-    /// Boot a guest, shrink it, spike it, migrate it with and without autoballoon.
-    Demo(autoballoon::demo::DemoArgs),
 }
 
 #[derive(clap::Args)]
@@ -93,7 +92,6 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
         Cmd::Host(a) => host(a),
-        Cmd::Demo(a) => autoballoon::demo::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,7 +2,7 @@
 mod common;
 
 use autoballoon::controller::VmState;
-use autoballoon::testbed::{wait_for, Qemu, VmSpec};
+use autoballoon_testbed::{wait_for, Qemu, VmSpec};
 use autoballoon_core::Kib;
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! (deflate-on-oom on; the guest's dmesg is checked).
 mod common;
 
-use autoballoon::testbed::{wait_for, wait_settled};
+use autoballoon_testbed::{wait_for, wait_settled};
 use autoballoon_core::Kib;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -34,7 +34,7 @@ fn spike_grows_the_guest_without_oom() {
     assert_eq!(out.status, 0, "spike exit status");
     assert!(out.text.contains("SPIKE done cycles=1 failed=0"), "spike output: {}", out.text);
     assert!(peak >= before.saturating_add(Kib::from_mib_saturating(700)), "the guest grew from {before} only to {peak}");
-    assert_eq!(autoballoon::testbed::guest::oom_kills(&q), 0, "OOM kills (dmesg and console)");
+    assert_eq!(autoballoon_testbed::guest::oom_kills(&q), 0, "OOM kills (dmesg and console)");
     // And it shrinks back afterwards.
     assert!(wait_for(Duration::from_secs(60), Duration::from_millis(200), || common::size(vm) <= before.saturating_add(Kib::from_mib_saturating(128))).is_some(),
         "shrinks back after the spike: {} vs {before}", common::size(vm));

@@ -4,7 +4,7 @@
 use autoballoon::config::{Config, ControllerConfig, LogFormat, PolicyConfig, VmConfig};
 use autoballoon::controller::{Controller, VmHandle};
 use autoballoon::log::Logger;
-use autoballoon::testbed::{GuestImage, Qemu, VmSpec};
+use autoballoon_testbed::{GuestImage, Qemu, VmSpec};
 use autoballoon_core::Kib;
 use std::path::PathBuf;
 use std::time::Duration;

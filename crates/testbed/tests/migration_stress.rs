@@ -5,12 +5,12 @@
 //! often at the first migration. Not part of any suite:
 //!
 //! ```text
-//! AUTOBALLOON_STRESS_IMAGE=<image dir> cargo test -p autoballoon --test migration_stress -- --ignored --nocapture
+//! AUTOBALLOON_STRESS_IMAGE=<image dir> cargo test -p autoballoon-testbed --test migration_stress -- --ignored --nocapture
 //! ```
 mod common;
 
-use autoballoon::testbed::guest::kernel_errors;
-use autoballoon::testbed::{migrate, wait_for, GuestAgent, GuestImage, Qemu, VmSpec};
+use autoballoon_testbed::guest::kernel_errors;
+use autoballoon_testbed::{migrate, wait_for, GuestAgent, GuestImage, Qemu, VmSpec};
 use autoballoon_core::Kib;
 use autoballoon_qmp::Qmp;
 use std::time::{Duration, Instant};

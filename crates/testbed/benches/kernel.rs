@@ -15,8 +15,8 @@
 //! `make bench` builds (`AUTOBALLOON_PATCHED_IMAGE`, `AUTOBALLOON_STOCK_IMAGE`);
 //! `AUTOBALLOON_BENCH_REPS` sets the repetitions (3).
 
-use autoballoon::testbed::guest::{balloon_to, oom_kills, run_spike, SpikeRun};
-use autoballoon::testbed::{GuestAgent, GuestImage, Qemu, VmSpec};
+use autoballoon_testbed::guest::{balloon_to, oom_kills, run_spike, SpikeRun};
+use autoballoon_testbed::{GuestAgent, GuestImage, Qemu, VmSpec};
 use autoballoon_core::Kib;
 use autoballoon_qmp::Qmp;
 use std::path::{Path, PathBuf};

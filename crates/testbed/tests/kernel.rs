@@ -8,8 +8,8 @@
 //! them into one line per variant.
 mod common;
 
-use autoballoon::testbed::guest::{balloon_to, hook_pages_served, hook_stats, kernel_errors, oom_kills, qemu_balloon, run_spike, SpikeRun};
-use autoballoon::testbed::{migrate, wait_for, wait_settled, GuestAgent, GuestImage, Qemu, VmSpec};
+use autoballoon_testbed::guest::{balloon_to, hook_pages_served, hook_stats, kernel_errors, oom_kills, qemu_balloon, run_spike, SpikeRun};
+use autoballoon_testbed::{migrate, wait_for, wait_settled, GuestAgent, GuestImage, Qemu, VmSpec};
 use autoballoon::controller::AgentLink;
 use autoballoon_core::protocol::{HostMessage, PORT_NAME};
 use autoballoon_core::{Kib, Pages};
@@ -92,12 +92,12 @@ fn sh(q: &Qemu, cmd: &str) -> String {
 }
 
 fn read_u64(q: &Qemu, path: &str) -> u64 {
-    autoballoon::testbed::guest::read_number(q, path).unwrap_or_else(|e| panic!("{e}"))
+    autoballoon_testbed::guest::read_number(q, path).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Pages in the guest's balloon, as the patched guest counts them: `max_pages - current_pages`.
 fn guest_balloon(q: &Qemu) -> Option<Pages> {
-    let read = |f: &str| autoballoon::testbed::guest::read_number(q, &format!("/proc/sys/vm/balloon/{f}")).ok();
+    let read = |f: &str| autoballoon_testbed::guest::read_number(q, &format!("/proc/sys/vm/balloon/{f}")).ok();
     Some(Pages(read("max_pages")?.saturating_sub(read("current_pages")?)))
 }
 

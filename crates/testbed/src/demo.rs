@@ -1,13 +1,13 @@
-//! `autoballoon demo`: the main job on an embedded default guest. Boots a 2 GiB guest
+//! `autoballoon-demo`: the main job on an embedded default guest. Boots a 2 GiB guest
 //! under TCG with the controller, shows it shrink, spike and shrink back with no OOM kill,
 //! then live-migrates it twice from the same state, without and with autoballoon, and
 //! prints a table and writes a plot.
 
-use crate::config::{Config, ControllerConfig, LogFormat, PolicyConfig, VmConfig};
-use crate::controller::{Controller, VmCommand, VmHandle};
-use crate::log::Logger;
 use crate::plot::{self, Series, Span};
-use crate::testbed::{migrate, wait_for, GuestImage, Migrated, Qemu, VmSpec};
+use crate::{migrate, wait_for, GuestImage, Migrated, Qemu, VmSpec};
+use autoballoon::config::{Config, ControllerConfig, LogFormat, PolicyConfig, VmConfig};
+use autoballoon::controller::{Controller, VmCommand, VmHandle};
+use autoballoon::log::Logger;
 use autoballoon_core::Kib;
 use autoballoon_qmp::Qmp;
 use std::io::Write;
@@ -78,7 +78,7 @@ fn wait_size(vm: &VmHandle, timeout: Duration, what: &str, cond: impl Fn(Kib) ->
 }
 
 fn wait_settled(vm: &VmHandle, timeout: Duration) -> Result<Kib, String> {
-    crate::testbed::wait_settled(timeout, || vm.snapshot().known_size().unwrap_or(Kib(u64::MAX))).ok_or_else(|| format!("the guest size did not settle within {timeout:?}"))
+    crate::wait_settled(timeout, || vm.snapshot().known_size().unwrap_or(Kib(u64::MAX))).ok_or_else(|| format!("the guest size did not settle within {timeout:?}"))
 }
 
 struct MigrationRow {
@@ -110,7 +110,7 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
     let config = Config {
         controller: ControllerConfig { interval_ms: 1000, log_format: LogFormat::Text, verbose: false },
         defaults: PolicyConfig::default(),
-        vms: vec![VmConfig { name: "demo".into(), qmp: vm_a.qmp.clone(), agent: Some(vm_a.agent.clone()), balloon_device: crate::config::default_balloon_path(), policy: None }],
+        vms: vec![VmConfig { name: "demo".into(), qmp: vm_a.qmp.clone(), agent: Some(vm_a.agent.clone()), balloon_device: autoballoon::config::default_balloon_path(), policy: None }],
     };
     let logger = Logger::new(LogFormat::Text, false).to_file(&out.join("controller.log")).map_err(|e| format!("cannot write the controller log: {e}"))?;
     let ctl = Controller::start(&config, logger);
@@ -147,7 +147,7 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
 
         live.phase("hold at full size, dirty memory");
         vm.command(VmCommand::Pause);
-        wait_for(Duration::from_secs(10), Duration::from_millis(50), || vm.snapshot().state == crate::controller::VmState::Paused)
+        wait_for(Duration::from_secs(10), Duration::from_millis(50), || vm.snapshot().state == autoballoon::controller::VmState::Paused)
             .ok_or("the controller did not pause")?;
         let ctl_a = step("QMP", Qmp::connect_with_retry(&vm_a.qmp_ctl, Instant::now() + Duration::from_secs(10)))?;
         step("balloon", ctl_a.set_balloon_guest_size(configured.to_bytes_saturating().0))?;
@@ -181,7 +181,7 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
         live.phase("check");
         // The kernel log travels with the guest: dmesg on the final QEMU covers the whole run.
         let dmesg = step("dmesg", vm_c.console.run("dmesg", Duration::from_secs(30)))?;
-        let oom_kills = crate::testbed::count_oom_kills(&dmesg.text);
+        let oom_kills = crate::count_oom_kills(&dmesg.text);
         Ok((vec![rows_without, rows_with], Summary { idle, peak: { let p = *peak.lock().unwrap(); p }, after, spike_ok, oom_kills, boot }))
     })();
 
@@ -203,7 +203,7 @@ struct Summary {
     boot: Duration,
 }
 
-fn spawn_live_view(status: Arc<Mutex<crate::controller::VmStatus>>, phases: Arc<Mutex<Phases>>, t0: Instant, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+fn spawn_live_view(status: Arc<Mutex<autoballoon::controller::VmStatus>>, phases: Arc<Mutex<Phases>>, t0: Instant, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         println!("    {:>5}  {:>9} {:>9} {:>9} {:>9}  phase", "t(s)", "size MiB", "target", "used", "balloon");
         while !stop.load(Ordering::SeqCst) {
@@ -223,7 +223,7 @@ fn spawn_live_view(status: Arc<Mutex<crate::controller::VmStatus>>, phases: Arc<
     })
 }
 
-fn report(out: &Path, configured: Kib, rows: &[MigrationRow], s: &Summary, phases: &Phases, history: &[crate::controller::Point], bw: u64) -> Result<(), String> {
+fn report(out: &Path, configured: Kib, rows: &[MigrationRow], s: &Summary, phases: &Phases, history: &[autoballoon::controller::Point], bw: u64) -> Result<(), String> {
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     println!();
     println!("Guest {:.0} MiB: booted in {:.1} s; idle size {:.0} MiB; spike peak {:.0} MiB; after the spike {:.0} MiB; spike completed: {}; OOM kills: {}",

@@ -1,10 +1,14 @@
-//! The test bed: real QEMU guests under our control, for the demo, the integration tests
-//! and benchmarks. [`Qemu`] starts and stops one VM; [`Console`] runs shell commands on its
-//! serial console and keeps everything the guest printed.
+//! autoballoon's test bed: real QEMU guests under our control, for the demo
+//! (`autoballoon-demo`), the integration tests and benchmarks. [`Qemu`] starts and stops
+//! one VM; [`Console`] runs shell commands on its serial console and keeps everything the
+//! guest printed. The controller the demo and the tests drive is the daemon's library,
+//! `autoballoon`.
 
 mod console;
+pub mod demo;
 pub mod guest;
 mod migrate;
+pub mod plot;
 mod qemu;
 
 pub use console::{count_oom_kills, Console, ConsoleError};

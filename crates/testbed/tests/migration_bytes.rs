@@ -3,7 +3,7 @@
 mod common;
 
 use autoballoon::controller::{VmCommand, VmState};
-use autoballoon::testbed::{migrate, wait_for, wait_settled, Qemu, VmSpec};
+use autoballoon_testbed::{migrate, wait_for, wait_settled, Qemu, VmSpec};
 use autoballoon_core::Kib;
 use autoballoon_qmp::Qmp;
 use std::time::{Duration, Instant};
@@ -50,7 +50,7 @@ fn migration_with_autoballoon_sends_70_percent_fewer_bytes() {
     assert!((ab as f64) <= 0.3 * wb as f64, "with autoballoon {ab} bytes, without {wb}: less than 70 % saved");
     // The guest is fine on the final destination.
     assert_eq!(c.console.run("echo alive", Duration::from_secs(30)).unwrap().text.trim(), "alive");
-    assert_eq!(autoballoon::testbed::guest::oom_kills(&c), 0);
+    assert_eq!(autoballoon_testbed::guest::oom_kills(&c), 0);
     drop(qb);
     ctl.stop();
 }

@@ -1,7 +1,7 @@
 //! An idle 1 GiB guest is shrunk to at most 25 % of its size in under 30 s, with no OOM kill.
 mod common;
 
-use autoballoon::testbed::wait_for;
+use autoballoon_testbed::wait_for;
 use autoballoon_core::Kib;
 use std::time::Duration;
 
@@ -20,10 +20,10 @@ fn idle_guest_shrinks_to_a_quarter_within_30s() {
     // the guest sometimes grows back for a few ticks while MemAvailable stays flat (seen:
     // 213 -> 236 -> 259 -> 281 MiB with 43.6 MiB available, then steady); the cause is
     // open, so the steady size may be up to one buffer (64 MiB) above the quarter.
-    let settled = autoballoon::testbed::wait_settled(Duration::from_secs(30), || common::size(vm)).expect("size settles");
+    let settled = autoballoon_testbed::wait_settled(Duration::from_secs(30), || common::size(vm)).expect("size settles");
     assert!(settled <= quarter.saturating_add(Kib::from_mib_saturating(64)), "settled at {settled}");
     assert_eq!(q.console.run("echo alive", Duration::from_secs(20)).unwrap().text.trim(), "alive");
-    assert_eq!(autoballoon::testbed::guest::oom_kills(&q), 0, "OOM kills (dmesg and console)");
+    assert_eq!(autoballoon_testbed::guest::oom_kills(&q), 0, "OOM kills (dmesg and console)");
 
     // The agent protects itself, turned overcommit on, and stays small.
     let run = |c: &str| q.console.run(c, Duration::from_secs(20)).unwrap().text.trim().to_string();
