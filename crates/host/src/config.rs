@@ -1,11 +1,10 @@
 //! The host controller's configuration: a TOML file, with flags for the common case.
-//! Every key is documented in docs/configuration.md; unknown keys are errors.
+//! Every key is documented in docs/configuration.md; unknown keys are errors. The policy
+//! keys are core's [`PolicyConfig`], shared with the guest agent.
 
-use autoballoon_core::guard::GuardRails;
-use autoballoon_core::Kib;
+pub use autoballoon_core::config::{InvalidKey, PolicyConfig, PolicyKind};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -44,51 +43,6 @@ pub enum LogFormat {
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct PolicyConfig {
-    /// The policy: `swapfree` (the continuous swap-free estimator).
-    pub policy: PolicyKind,
-    /// Memory kept free in the guest on top of the estimate, MiB.
-    pub buffer_mib: u64,
-    /// Page cache the guest may keep on top of the estimate, MiB.
-    pub cache_buffer_mib: u64,
-    /// Never shrink a guest below this size, MiB.
-    pub min_mib: u64,
-    /// Largest shrink (balloon inflation) per tick, MiB; 0 = unlimited.
-    pub max_shrink_mib_per_tick: u64,
-    /// Changes smaller than this are ignored, MiB.
-    pub dead_band_mib: u64,
-    /// Seconds without shrinking after the guest grew.
-    pub hold_off_s: u64,
-    /// Targets are rounded up to a multiple of this many MiB.
-    pub align_mib: u64,
-    /// Seconds after which an agent report is too old to use (guest-stats are used instead).
-    pub agent_stale_s: u64,
-}
-
-impl Default for PolicyConfig {
-    fn default() -> Self {
-        PolicyConfig {
-            policy: PolicyKind::Swapfree,
-            buffer_mib: 64,
-            cache_buffer_mib: 0,
-            min_mib: 128,
-            max_shrink_mib_per_tick: 1024,
-            dead_band_mib: 16,
-            hold_off_s: 5,
-            align_mib: 1,
-            agent_stale_s: 3,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PolicyKind {
-    Swapfree,
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VmConfig {
     /// A name for logs and the status view.
@@ -124,31 +78,9 @@ pub enum ConfigError {
     Invalid { key: String, why: String },
 }
 
-impl PolicyConfig {
-    pub fn rails(&self) -> GuardRails {
-        GuardRails {
-            min: Kib::from_mib_saturating(self.min_mib),
-            max: Kib(u64::MAX),
-            max_shrink_per_tick: Kib::from_mib_saturating(self.max_shrink_mib_per_tick),
-            max_grow_per_tick: Kib::ZERO,
-            dead_band: Kib::from_mib_saturating(self.dead_band_mib),
-            hold_off: Duration::from_secs(self.hold_off_s),
-            align: Kib::from_mib_saturating(self.align_mib),
-        }
-    }
-
-    fn validate(&self, prefix: &str) -> Result<(), ConfigError> {
-        let bad = |key: &str, why: &str| Err(ConfigError::Invalid { key: format!("{prefix}{key}"), why: why.into() });
-        if self.align_mib == 0 {
-            return bad("align_mib", "must be at least 1");
-        }
-        if self.min_mib == 0 {
-            return bad("min_mib", "must be at least 1: a guest of size 0 cannot run");
-        }
-        if self.agent_stale_s == 0 {
-            return bad("agent_stale_s", "must be at least 1");
-        }
-        Ok(())
+impl From<InvalidKey> for ConfigError {
+    fn from(e: InvalidKey) -> ConfigError {
+        ConfigError::Invalid { key: e.key, why: e.why.into() }
     }
 }
 

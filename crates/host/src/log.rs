@@ -1,9 +1,102 @@
-//! One log line per action with its reason, as text or JSON. Timestamps are UTC.
+//! One log line per action with its reason, as text or JSON. Timestamps are UTC. Lines
+//! a guest or QEMU can trigger go through a per-VM [`RateLimit`].
 
 use crate::config::LogFormat;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// What a log line is about; its `event` field in JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    Connected,
+    Unreachable,
+    Disconnected,
+    NoBalloon,
+    Retarget,
+    Pause,
+    Resume,
+    SetTarget,
+    ActuatorFailed,
+    MigrationStarted,
+    MigrationEnded,
+    MigratedAway,
+    AgentConnected,
+    AgentLost,
+    AgentRejected,
+    AgentFlood,
+    NoticeDropped,
+    EventsDropped,
+    WorkerPanicked,
+    Debug,
+}
+
+impl EventKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Connected => "connected",
+            EventKind::Unreachable => "unreachable",
+            EventKind::Disconnected => "disconnected",
+            EventKind::NoBalloon => "no_balloon",
+            EventKind::Retarget => "retarget",
+            EventKind::Pause => "pause",
+            EventKind::Resume => "resume",
+            EventKind::SetTarget => "set_target",
+            EventKind::ActuatorFailed => "actuator_failed",
+            EventKind::MigrationStarted => "migration_started",
+            EventKind::MigrationEnded => "migration_ended",
+            EventKind::MigratedAway => "migrated_away",
+            EventKind::AgentConnected => "agent_connected",
+            EventKind::AgentLost => "agent_lost",
+            EventKind::AgentRejected => "agent_rejected",
+            EventKind::AgentFlood => "agent_flood",
+            EventKind::NoticeDropped => "notice_dropped",
+            EventKind::EventsDropped => "events_dropped",
+            EventKind::WorkerPanicked => "worker_panicked",
+            EventKind::Debug => "debug",
+        }
+    }
+}
+
+/// A token bucket for one VM's log lines of one kind: `burst` lines at once, then one
+/// per `every`; what it held back is counted and said with the next line let through.
+#[derive(Debug, Clone)]
+pub struct RateLimit {
+    burst: u32,
+    every: Duration,
+    tokens: u32,
+    refilled: Option<Instant>,
+    suppressed: u64,
+}
+
+impl RateLimit {
+    pub fn new(burst: u32, every: Duration) -> RateLimit {
+        RateLimit { burst, every, tokens: burst, refilled: None, suppressed: 0 }
+    }
+
+    /// `Some(n)` if a line may go out now (`n` lines were held back before it).
+    pub fn admit(&mut self, now: Instant) -> Option<u64> {
+        let since = self.refilled.map_or(Duration::MAX, |t| now.saturating_duration_since(t));
+        if since >= self.every {
+            let n = (since.as_nanos() / self.every.as_nanos().max(1)).min(u128::from(self.burst)) as u32;
+            self.tokens = (self.tokens + n).min(self.burst);
+            self.refilled = Some(now);
+        }
+        if self.tokens == 0 {
+            self.suppressed += 1;
+            return None;
+        }
+        self.tokens -= 1;
+        Some(std::mem::take(&mut self.suppressed))
+    }
+}
+
+impl Default for RateLimit {
+    /// Five lines at once, then one every ten seconds.
+    fn default() -> Self {
+        RateLimit::new(5, Duration::from_secs(10))
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct Logger {
@@ -23,15 +116,25 @@ impl Logger {
         Ok(self)
     }
 
+    /// Logs an event of `vm` through its rate limit: nothing if the limit holds it back;
+    /// otherwise the line, with the count of lines held back before it.
+    pub fn limited(&self, limit: &mut RateLimit, vm: &str, kind: EventKind, msg: &str, fields: &[(&str, serde_json::Value)]) {
+        match limit.admit(Instant::now()) {
+            None => {}
+            Some(0) => self.event(vm, kind, msg, fields),
+            Some(n) => self.event(vm, kind, &format!("{msg} ({n} similar lines suppressed)"), fields),
+        }
+    }
+
     /// Logs an event of `vm` with structured fields; `msg` is the human sentence.
-    pub fn event(&self, vm: &str, kind: &str, msg: &str, fields: &[(&str, serde_json::Value)]) {
+    pub fn event(&self, vm: &str, kind: EventKind, msg: &str, fields: &[(&str, serde_json::Value)]) {
         let line = match self.format {
             LogFormat::Text => format!("{} [{vm}] {msg}", timestamp()),
             LogFormat::Json => {
                 let mut o = serde_json::Map::new();
                 o.insert("ts".into(), timestamp().into());
                 o.insert("vm".into(), vm.into());
-                o.insert("event".into(), kind.into());
+                o.insert("event".into(), kind.as_str().into());
                 o.insert("msg".into(), msg.into());
                 for (k, v) in fields {
                     o.insert((*k).into(), v.clone());
@@ -41,7 +144,7 @@ impl Logger {
         };
         match &self.file {
             Some(f) => {
-                let _ = writeln!(f.lock().unwrap(), "{line}");
+                let _ = writeln!(f.lock().unwrap_or_else(|e| e.into_inner()), "{line}");
             }
             None => eprintln!("{line}"),
         }
@@ -50,7 +153,7 @@ impl Logger {
     /// Per-tick detail, only with `verbose`.
     pub fn debug(&self, vm: &str, msg: &str) {
         if self.verbose {
-            self.event(vm, "debug", msg, &[]);
+            self.event(vm, EventKind::Debug, msg, &[]);
         }
     }
 }
@@ -79,6 +182,23 @@ fn format_utc(secs: u64, millis: u32) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn rate_limit_lets_a_burst_through_then_one_per_period_and_counts_the_rest() {
+        let t0 = Instant::now();
+        let mut r = RateLimit::new(2, Duration::from_secs(10));
+        assert_eq!(r.admit(t0), Some(0));
+        assert_eq!(r.admit(t0), Some(0));
+        for _ in 0..1000 {
+            assert_eq!(r.admit(t0 + Duration::from_secs(1)), None);
+        }
+        assert_eq!(r.admit(t0 + Duration::from_secs(10)), Some(1000));
+        assert_eq!(r.admit(t0 + Duration::from_secs(11)), None);
+        assert_eq!(r.admit(t0 + Duration::from_secs(100)), Some(1), "refills up to the burst");
+        assert_eq!(r.admit(t0 + Duration::from_secs(100)), Some(0));
+    }
+
     #[test]
     fn formats_utc() {
         assert_eq!(super::format_utc(0, 0), "1970-01-01T00:00:00.000Z");

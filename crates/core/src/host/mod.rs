@@ -52,6 +52,10 @@ pub struct HostSample {
     pub at: Duration,
     pub host: HostView,
     pub vms: Vec<(VmId, Sample)>,
+    /// VMs whose balloon may have been moved by someone else since the last step (a new
+    /// QEMU session, a resume after a pause, a VM replaced): their loops forget the last
+    /// target and measure from the sampled size again.
+    pub forget: Vec<VmId>,
 }
 
 /// One VM's part of a host step: its tick (the action, or why none).
@@ -108,6 +112,12 @@ impl<P: Policy, B: Balancer> HostLoop<P, B> {
     /// are shown to the balancer at their present size but not moved; VMs the sample
     /// does not name, or that have no loop, are left alone. Pure.
     pub fn tick(&mut self, s: &HostSample) -> Vec<VmTick> {
+        for vm in &s.forget {
+            if let Some(slot) = self.vms.get_mut(vm) {
+                slot.lp.forget_target();
+                slot.due = Duration::ZERO;
+            }
+        }
         // 1. Per VM: the policy's wish and the rails' room (or a fixed room if not due).
         let mut open = Vec::new();
         let mut claims = Vec::new();
@@ -131,7 +141,10 @@ impl<P: Policy, B: Balancer> HostLoop<P, B> {
             let g = granted.get(i).copied().unwrap_or(c.want);
             let slot = self.vms.get_mut(&c.vm).expect("claims name only VMs with a loop");
             let tick = slot.lp.settle(&c.sample, p, g);
-            slot.due = c.sample.at.saturating_add(tick.next_in);
+            // Due again once 7/8 of the interval has passed, so a sample that arrives a
+            // little early (drivers sample on their own clocks) is not skipped for a whole
+            // interval.
+            slot.due = c.sample.at.saturating_add(tick.next_in - tick.next_in / 8);
             out.push(VmTick { vm: c.vm, tick });
         }
         out

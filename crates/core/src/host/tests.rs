@@ -21,7 +21,7 @@ fn vm(at: u64, size: u64, used: u64) -> Sample {
 }
 fn host(at: u64, capacity: Option<u64>, vms: Vec<Sample>) -> HostSample {
     let vms = vms.into_iter().enumerate().map(|(i, s)| (VmId(i as u32), s)).collect();
-    HostSample { at: Duration::from_secs(at), host: HostView { capacity: capacity.map(mib), pressure: None }, vms }
+    HostSample { at: Duration::from_secs(at), host: HostView { capacity: capacity.map(mib), pressure: None }, vms, forget: vec![] }
 }
 fn targets(ticks: &[VmTick]) -> Vec<Option<u64>> {
     ticks.iter().map(|t| t.tick.outcome.as_ref().ok().map(|a| a.target.0 / 1024)).collect()
@@ -64,7 +64,10 @@ fn a_vm_not_due_is_counted_but_not_moved() {
     let ticks = hl.tick(&host(1, None, vec![vm(1, 164, 1000), vm(1, 164, 1000)]));
     assert_eq!(ticks.len(), 1, "only the VM whose interval ran out is decided on");
     assert_eq!(ticks[0].vm, VmId(1));
-    assert_eq!(hl.next_due(), Some(Duration::from_secs(2)));
+    assert_eq!(hl.next_due(), Some(Duration::from_millis(1875)), "7/8 of the interval after the last decision");
+    let mut s = host(1, None, vec![vm(1, 164, 1000), vm(1, 164, 1000)]);
+    s.forget = vec![VmId(0)];
+    assert_eq!(targets(&hl.tick(&s)), vec![Some(1064)], "a forgotten VM is decided on at once, from its sampled size");
 }
 
 #[test]

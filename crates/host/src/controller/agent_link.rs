@@ -1,80 +1,156 @@
-//! The host end of the agent's virtio-serial port: QEMU serves it as a unix socket. A reader
-//! thread keeps the newest sample; the controller sends migration notices.
+//! The host end of the agent's virtio-serial port: QEMU serves it as a unix socket. A
+//! reader thread keeps the newest report that passed the border; the controller sends
+//! migration notices without ever blocking on a guest that does not read.
+//!
+//! Everything the guest sends is hostile until checked here: lines are bounded
+//! ([`MAX_LINE`]), samples are rate-limited ([`MAX_SAMPLES_PER_SEC`]) and checked against the
+//! VM's configured size ([`check_sample`]); what fails is counted, never trusted.
 
-use autoballoon_core::protocol::{decode, encode, AgentMessage, AgentSample, HostMessage, MAX_LINE};
-use std::io::{BufRead, BufReader, Read, Write};
+use super::status::LinkStats;
+use super::sync::lock;
+use autoballoon_core::protocol::{check_sample, decode, encode, AgentMessage, HostMessage, MAX_LINE};
+use autoballoon_core::sample::AgentView;
+use autoballoon_core::Kib;
+use std::io::{BufRead, BufReader, Read};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// Samples accepted per second at most; the agent sends one a second.
+pub const MAX_SAMPLES_PER_SEC: u32 = 10;
+/// Longest hello field kept.
+const MAX_HELLO: usize = 80;
 
 #[derive(Default)]
 struct Inbox {
-    latest: Option<(Instant, AgentSample)>,
-    hello: Option<String>,
-    garbage: u64,
+    latest: Option<(Instant, AgentView)>,
+    stats: LinkStats,
     closed: bool,
+    /// Samples accepted in the present one-second window.
+    window: Option<(Instant, u32)>,
 }
 
 pub struct AgentLink {
     stream: UnixStream,
     inbox: Arc<Mutex<Inbox>>,
+    /// The last notice was torn (partly written): the next one starts with a newline so
+    /// the agent drops the torn part as garbage.
+    torn: bool,
+    notices_dropped: u64,
 }
 
 impl AgentLink {
-    pub fn connect(path: &Path) -> std::io::Result<AgentLink> {
+    /// Connects to the agent's chardev socket of a VM of `configured` size.
+    pub fn connect(path: &Path, configured: Kib) -> std::io::Result<AgentLink> {
         let stream = UnixStream::connect(path)?;
         let reader = stream.try_clone()?;
         let inbox = Arc::new(Mutex::new(Inbox::default()));
         let shared = inbox.clone();
-        std::thread::spawn(move || {
-            let mut r = BufReader::new(reader);
-            let mut line = Vec::with_capacity(MAX_LINE);
-            loop {
-                line.clear();
-                match (&mut r).take(MAX_LINE as u64 * 4).read_until(b'\n', &mut line) {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {}
-                }
-                let msg = std::str::from_utf8(&line).ok().and_then(decode::<AgentMessage>);
-                let mut ib = shared.lock().unwrap();
-                match msg {
-                    Some(AgentMessage::Sample(s)) => ib.latest = Some((Instant::now(), s)),
-                    Some(AgentMessage::Hello { version, backend }) => ib.hello = Some(format!("{version} ({backend})")),
-                    None => ib.garbage += 1,
-                }
-            }
-            shared.lock().unwrap().closed = true;
-        });
-        Ok(AgentLink { stream, inbox })
+        std::thread::Builder::new().name("agent-reader".into()).spawn(move || read_loop(reader, &shared, configured))?;
+        Ok(AgentLink { stream, inbox, torn: false, notices_dropped: 0 })
     }
 
-    /// The newest sample and when it arrived.
-    pub fn latest(&self) -> Option<(Instant, AgentSample)> {
-        self.inbox.lock().unwrap().latest.clone()
+    /// The newest accepted report and when it arrived.
+    pub fn latest(&self) -> Option<(Instant, AgentView)> {
+        lock(&self.inbox).latest.clone()
     }
 
-    /// The agent's hello, once it said it.
-    pub fn hello(&self) -> Option<String> {
-        self.inbox.lock().unwrap().hello.clone()
-    }
-
-    /// Lines that were not valid messages (a guest can send anything).
-    pub fn garbage(&self) -> u64 {
-        self.inbox.lock().unwrap().garbage
+    /// The link's counters, for the status view.
+    pub fn stats(&self) -> LinkStats {
+        let mut s = lock(&self.inbox).stats.clone();
+        s.notices_dropped = self.notices_dropped;
+        s
     }
 
     pub fn closed(&self) -> bool {
-        self.inbox.lock().unwrap().closed
+        lock(&self.inbox).closed
     }
 
-    pub fn send(&mut self, m: &HostMessage) -> std::io::Result<()> {
-        self.stream.write_all(encode(m).as_bytes())
+    /// Sends a notice without blocking: if the guest's buffer is full the notice is
+    /// dropped and counted (`Ok(false)`). `Err` means the link is dead.
+    pub fn send(&mut self, m: &HostMessage) -> std::io::Result<bool> {
+        let mut line = encode(m);
+        if self.torn {
+            line.insert(0, '\n');
+        }
+        // SAFETY: a valid fd and buffer for the duration of the call; MSG_DONTWAIT makes
+        // this one call non-blocking without touching the fd's flags, which the reader
+        // thread shares.
+        let n = unsafe { libc::send(self.stream.as_raw_fd(), line.as_ptr().cast(), line.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::WouldBlock {
+                self.notices_dropped += 1;
+                return Ok(false);
+            }
+            return Err(e);
+        }
+        self.torn = (n as usize) < line.len();
+        if self.torn {
+            self.notices_dropped += 1;
+        }
+        Ok(!self.torn)
     }
 }
 
 impl Drop for AgentLink {
     fn drop(&mut self) {
+        // Ends the reader thread too: its read returns 0.
         let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+fn read_loop(stream: UnixStream, inbox: &Mutex<Inbox>, configured: Kib) {
+    let mut r = BufReader::new(stream);
+    let mut line = Vec::with_capacity(MAX_LINE);
+    loop {
+        line.clear();
+        // At most MAX_LINE + 1 bytes per read: a longer line comes in pieces, each garbage.
+        match (&mut r).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        let msg = std::str::from_utf8(&line).ok().and_then(decode::<AgentMessage>);
+        let now = Instant::now();
+        let mut ib = lock(inbox);
+        match msg {
+            Some(AgentMessage::Sample(s)) => {
+                if !ib.admit(now) {
+                    ib.stats.flooded += 1;
+                    continue;
+                }
+                match check_sample(&s, configured) {
+                    Ok(v) => ib.latest = Some((now, v)),
+                    Err(e) => {
+                        ib.stats.rejected += 1;
+                        ib.stats.last_rejection = Some(e.to_string());
+                    }
+                }
+            }
+            Some(AgentMessage::Hello { version, backend }) => {
+                let cut = |s: &str| s.chars().filter(|c| !c.is_control()).take(MAX_HELLO).collect::<String>();
+                ib.stats.hello = Some(format!("{} ({})", cut(&version), cut(&backend)));
+            }
+            None => ib.stats.garbage += 1,
+        }
+    }
+    lock(inbox).closed = true;
+}
+
+impl Inbox {
+    /// The rate limit: at most MAX_SAMPLES_PER_SEC samples in any one-second window.
+    fn admit(&mut self, now: Instant) -> bool {
+        match &mut self.window {
+            Some((start, n)) if now.saturating_duration_since(*start) < Duration::from_secs(1) => {
+                *n += 1;
+                *n <= MAX_SAMPLES_PER_SEC
+            }
+            w => {
+                *w = Some((now, 1));
+                true
+            }
+        }
     }
 }

@@ -1,64 +1,161 @@
-//! The host controller: one worker thread per QEMU VM, each running the core control loop
-//! with a QMP/agent source and a QMP actuator. A VM whose QEMU dies or whose socket
-//! vanishes is logged and retried with back-off; the others go on.
+//! The host controller: one I/O actor per QEMU VM and one decision step for all of them.
+//!
+//! ```text
+//!  actor (thread per VM)                         decider (one thread)
+//!  QMP query-balloon ─┐
+//!  agent link report ─┼─ merge (core) ─► Sample ─► mailbox ─► HostLoop::tick
+//!  guest-stats ───────┘                                        (policy, rails, balancer)
+//!  QMP balloon ◄──────────── Msg::Set (bounded queue) ◄───────── action
+//! ```
+//!
+//! Actors own all I/O and never wait on each other; the decider never does I/O (it reads
+//! mailboxes and `try_send`s), so one VM's broken QEMU or guest cannot stall another's
+//! control. A VM whose QEMU dies is logged and retried with back-off; a panic in one
+//! actor is caught, logged and the actor restarted.
 
+mod actor;
 mod agent_link;
+mod decider;
 mod status;
-mod vm;
+mod sync;
 
-pub use agent_link::AgentLink;
-pub use status::{Point, VmState, VmStatus};
-pub use vm::{VmCommand, VmWorker};
+pub use agent_link::{AgentLink, MAX_SAMPLES_PER_SEC};
+pub use status::{History, LinkStats, Point, VmState, VmStatus, HISTORY};
+pub use sync::lock;
 
-use crate::config::{Config, VmConfig};
+use crate::config::Config;
 use crate::log::Logger;
+use autoballoon_core::host::VmId;
+use autoballoon_core::sample::{Sample, SampleSource};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// A running VM worker, as seen from outside: its status and a way to steer it.
+/// Commands from whoever embeds the controller (the demo, tests, the daemon's main).
+#[derive(Debug, Clone)]
+pub enum VmCommand {
+    /// The VM now lives behind these sockets (e.g. after a migration to a new QEMU).
+    Retarget { qmp: PathBuf, agent: Option<PathBuf> },
+    /// Leave the balloon alone until `Resume`.
+    Pause,
+    Resume,
+    /// Just wake the worker (shutdown).
+    Wake,
+}
+
+/// What reaches a VM's actor: a decision, or a command from outside.
+#[derive(Debug, Clone)]
+pub(crate) enum Msg {
+    Set(autoballoon_core::Kib),
+    Command(VmCommand),
+}
+
+/// Messages an actor may have queued; beyond this the sender's message is dropped.
+pub(crate) const QUEUE: usize = 16;
+
+/// The latest sample an actor took, for the decider.
+#[derive(Debug, Clone)]
+pub(crate) struct Observation {
+    pub sample: Sample,
+    pub source: SampleSource,
+    /// Changes whenever the VM's balloon may have been moved by someone else (a new QMP
+    /// session, a retarget, a resume): the loop then forgets its last target.
+    pub epoch: u64,
+    pub taken: Instant,
+}
+
+/// What an actor and the decider share about one VM.
+pub(crate) struct VmShared {
+    pub name: String,
+    pub id: VmId,
+    pub status: Mutex<VmStatus>,
+    pub history: Mutex<History>,
+    pub mailbox: Mutex<Option<Observation>>,
+}
+
+/// Wakes the decider when an actor has published a sample.
+#[derive(Default)]
+pub(crate) struct Bell {
+    rung: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Bell {
+    pub fn ring(&self) {
+        *lock(&self.rung) = true;
+        self.cv.notify_one();
+    }
+    /// Waits until rung or `timeout`; clears the bell.
+    pub fn wait(&self, timeout: Duration) {
+        let g = lock(&self.rung);
+        let (mut g, _) = self.cv.wait_timeout_while(g, timeout, |r| !*r).unwrap_or_else(|e| e.into_inner());
+        *g = false;
+    }
+}
+
+/// A running VM, as seen from outside: its status and a way to steer it.
 pub struct VmHandle {
     pub name: String,
-    pub status: Arc<Mutex<VmStatus>>,
-    commands: Sender<VmCommand>,
-    thread: Option<JoinHandle<()>>,
+    shared: Arc<VmShared>,
+    commands: SyncSender<Msg>,
 }
 
 impl VmHandle {
+    /// The VM's status, without its time series.
     pub fn snapshot(&self) -> VmStatus {
-        self.status.lock().unwrap().clone()
+        lock(&self.shared.status).clone()
     }
-    /// Sends a command; false if the worker is gone.
+    /// The VM's time series (one point per sample, at most [`HISTORY`]).
+    pub fn history(&self) -> Vec<Point> {
+        lock(&self.shared.history).to_vec()
+    }
+    /// Sends a command without blocking; false if the worker is gone or its queue is full.
     pub fn command(&self, c: VmCommand) -> bool {
-        self.commands.send(c).is_ok()
+        self.commands.try_send(Msg::Command(c)).is_ok()
     }
+}
+
+struct Worker {
+    thread: JoinHandle<()>,
+    done: Receiver<()>,
 }
 
 pub struct Controller {
     pub vms: Vec<VmHandle>,
     shutdown: Arc<AtomicBool>,
+    bell: Arc<Bell>,
+    workers: Vec<Worker>,
 }
 
+/// How long `stop` waits for each thread before leaving it behind.
+const STOP_WAIT: Duration = Duration::from_secs(15);
+
 impl Controller {
-    /// Starts one worker per configured VM.
+    /// Starts one actor per configured VM and the decider.
     pub fn start(config: &Config, logger: Logger) -> Controller {
         let shutdown = Arc::new(AtomicBool::new(false));
+        let bell = Arc::new(Bell::default());
+        let started = Instant::now();
         let interval = Duration::from_millis(config.controller.interval_ms);
-        let vms = config.vms.iter().map(|vm| Self::spawn(vm, config, interval, logger.clone(), shutdown.clone())).collect();
-        Controller { vms, shutdown }
-    }
-
-    fn spawn(vm: &VmConfig, config: &Config, interval: Duration, logger: Logger, shutdown: Arc<AtomicBool>) -> VmHandle {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let worker = VmWorker::new(vm.clone(), config.policy_for(vm), interval, logger, rx, shutdown);
-        let status = worker.status();
-        let thread = std::thread::Builder::new()
-            .name(format!("vm-{}", vm.name))
-            .spawn(move || worker.run())
-            .expect("spawning a thread");
-        VmHandle { name: vm.name.clone(), status, commands: tx, thread: Some(thread) }
+        let mut vms = Vec::new();
+        let mut workers = Vec::new();
+        let mut inboxes = Vec::new();
+        for (i, vm) in config.vms.iter().enumerate() {
+            let status = VmStatus { name: vm.name.clone(), ..Default::default() };
+            let shared = Arc::new(VmShared { name: vm.name.clone(), id: VmId(i as u32), status: Mutex::new(status), history: Mutex::default(), mailbox: Mutex::new(None) });
+            let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
+            let policy = config.policy_for(vm);
+            let a = actor::Actor::new(vm.clone(), policy.agent_stale_s, interval, started, logger.clone(), rx, shutdown.clone(), bell.clone(), shared.clone());
+            workers.push(spawn(&format!("vm-{}", vm.name), move || a.run()));
+            inboxes.push((shared.clone(), tx.clone(), policy));
+            vms.push(VmHandle { name: vm.name.clone(), shared, commands: tx });
+        }
+        let d = decider::Decider::new(inboxes, interval, started, logger, shutdown.clone(), bell.clone());
+        workers.push(spawn("decider", move || d.run()));
+        Controller { vms, shutdown, bell, workers }
     }
 
     pub fn vm(&self, name: &str) -> Option<&VmHandle> {
@@ -69,14 +166,41 @@ impl Controller {
         self.shutdown.clone()
     }
 
-    /// Stops every worker and waits for them.
-    pub fn stop(mut self) {
+    /// Stops every thread and waits for them, at most [`STOP_WAIT`] each: a thread stuck
+    /// in a system call is left behind rather than hang the daemon's exit.
+    pub fn stop(self) {
         self.shutdown.store(true, Ordering::SeqCst);
-        for v in &mut self.vms {
-            let _ = v.commands.send(VmCommand::Wake);
-            if let Some(t) = v.thread.take() {
-                let _ = t.join();
+        for v in &self.vms {
+            let _ = v.commands.try_send(Msg::Command(VmCommand::Wake));
+        }
+        self.bell.ring();
+        let deadline = Instant::now() + STOP_WAIT;
+        for w in self.workers {
+            let left = deadline.saturating_duration_since(Instant::now());
+            // `done`'s sender is dropped when the thread ends.
+            if let Err(std::sync::mpsc::RecvTimeoutError::Disconnected) = w.done.recv_timeout(left) {
+                let _ = w.thread.join();
             }
         }
     }
+}
+
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Worker {
+    let (tx, done) = std::sync::mpsc::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let _alive = tx;
+            f()
+        })
+        .expect("spawning a thread");
+    Worker { thread, done }
+}
+
+/// `try_send` with the reason it failed, for the decider's logs.
+pub(crate) fn offer(tx: &SyncSender<Msg>, m: Msg) -> Result<(), &'static str> {
+    tx.try_send(m).map_err(|e| match e {
+        TrySendError::Full(_) => "the VM's worker is busy (queue full)",
+        TrySendError::Disconnected(_) => "the VM's worker is gone",
+    })
 }

@@ -1,5 +1,12 @@
+//! What the controller shows of each VM: its state, sizes, where its view came from, the
+//! loop's counters and the agent link's, and a bounded time series for plots.
+
+use autoballoon_core::control::LoopMetrics;
+use autoballoon_core::sample::SampleSource;
 use autoballoon_core::Kib;
 use serde::Serialize;
+use std::collections::VecDeque;
+use std::fmt;
 
 /// Where a VM stands, for the status view.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
@@ -13,22 +20,80 @@ pub enum VmState {
     MigratedAway,
     /// The operator paused autoballoon for this VM: its balloon is left alone.
     Paused,
-    /// QEMU is not answering; retrying.
+    /// QEMU is not answering; retrying with back-off.
     Unreachable,
+    /// QEMU answers but has no active balloon device (none configured, or the guest's
+    /// driver is not loaded); retried slowly.
+    NoBalloon,
+}
+
+impl fmt::Display for VmState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            VmState::Connecting => "connecting",
+            VmState::Running => "running",
+            VmState::Migrating => "migrating",
+            VmState::MigratedAway => "migrated_away",
+            VmState::Paused => "paused",
+            VmState::Unreachable => "unreachable",
+            VmState::NoBalloon => "no_balloon",
+        })
+    }
 }
 
 /// One point of a VM's time series (for plots).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Point {
-    /// Seconds since the worker started.
+    /// Seconds since the controller started.
     pub t: f64,
     pub size: Kib,
     pub target: Option<Kib>,
     pub used: Option<Kib>,
 }
 
-/// Longest time series kept per VM (one point per tick).
+/// Longest time series kept per VM (one point per sample: a day at 1 s).
 pub const HISTORY: usize = 24 * 3600;
+
+/// A bounded ring of points; the oldest go first.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    points: VecDeque<Point>,
+}
+
+impl History {
+    pub fn push(&mut self, p: Point) {
+        if self.points.len() >= HISTORY {
+            self.points.pop_front();
+        }
+        self.points.push_back(p);
+    }
+    pub fn to_vec(&self) -> Vec<Point> {
+        self.points.iter().copied().collect()
+    }
+    pub fn len(&self) -> usize {
+        self.points.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.points.is_empty()
+    }
+}
+
+/// The agent link's counters: what a guest sent that was not used.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct LinkStats {
+    /// The agent's hello (`version (backend)`), once it said it.
+    pub hello: Option<String>,
+    /// Lines that were not valid messages.
+    pub garbage: u64,
+    /// Samples refused at the border (impossible values).
+    pub rejected: u64,
+    /// The last refusal's reason.
+    pub last_rejection: Option<String>,
+    /// Samples dropped because the guest sent more than the rate limit.
+    pub flooded: u64,
+    /// Migration notices that could not be delivered (the guest was not reading).
+    pub notices_dropped: u64,
+}
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct VmStatus {
@@ -36,32 +101,31 @@ pub struct VmStatus {
     pub state: VmState,
     /// The VM's configured memory.
     pub configured: Kib,
-    /// Its present logical size (QMP `actual`).
+    /// Its measured logical size (QMP `actual`), as of the last sample.
     pub size: Kib,
     /// The last target set.
     pub target: Option<Kib>,
-    /// Guest memory in use (total − available).
+    /// Guest memory in use (size − available).
     pub used: Option<Kib>,
-    /// Where the guest view came from: "agent", "guest-stats" or "none".
-    pub source: &'static str,
+    /// Where the guest view came from.
+    pub source: SampleSource,
     /// OOM kills the agent reported (guest /proc/vmstat).
     pub guest_oom_kills: Option<u64>,
+    /// Samples taken since the controller started (all sessions).
+    pub samples: u64,
     pub actions: u64,
     pub errors: u64,
     pub last_reason: String,
-    pub history: Vec<Point>,
+    /// The VM's control loop's counters.
+    pub metrics: LoopMetrics,
+    pub agent: LinkStats,
+    /// QMP events QEMU sent that were dropped (queue bound reached).
+    pub qmp_events_dropped: u64,
 }
 
 impl VmStatus {
     /// The guest's size, once the worker has sampled it (`size` reads 0 before).
     pub fn known_size(&self) -> Option<Kib> {
-        self.history.last().map(|p| p.size)
-    }
-
-    pub fn push(&mut self, p: Point) {
-        if self.history.len() >= HISTORY {
-            self.history.remove(0);
-        }
-        self.history.push(p);
+        (self.samples > 0).then_some(self.size)
     }
 }

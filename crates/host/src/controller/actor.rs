@@ -1,0 +1,383 @@
+//! One VM's I/O actor: connects to QEMU (with back-off), samples the VM every interval
+//! (QMP `query-balloon`, the agent's report, guest-stats; merged by core's rule),
+//! publishes the sample to its mailbox, and applies the decider's targets with QMP
+//! `balloon`. Watches migration, tells the agent, and never blocks on the guest.
+
+use super::agent_link::AgentLink;
+use super::status::{Point, VmState};
+use super::sync::lock;
+use super::{Bell, Msg, Observation, VmCommand, VmShared};
+use crate::config::VmConfig;
+use crate::log::{EventKind, Logger, RateLimit};
+use autoballoon_core::policy::MemView;
+use autoballoon_core::protocol::{HostMessage, MigrationOutcome};
+use autoballoon_core::sample::{merge, SizeViews};
+use autoballoon_core::{Bytes, Kib};
+use autoballoon_qmp::{Backoff, MigrationStatus, Qmp, QmpError};
+use serde_json::json;
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long one QMP command may take before the session is given up.
+const QMP_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often a VM without an active balloon device is checked again.
+const NO_BALLOON_RETRY: Duration = Duration::from_secs(30);
+/// A session that lasted this long was healthy: the reconnect back-off starts over.
+const HEALTHY_SESSION: Duration = Duration::from_secs(30);
+/// How often a missing agent socket is tried again.
+const AGENT_RETRY: Duration = Duration::from_secs(5);
+
+/// Why a session with one QEMU ended.
+enum End {
+    Shutdown,
+    Retarget,
+    Error(QmpError),
+}
+
+pub(crate) struct Actor {
+    cfg: VmConfig,
+    agent_stale: Duration,
+    interval: Duration,
+    started: Instant,
+    log: Logger,
+    inbox: Receiver<Msg>,
+    shutdown: Arc<AtomicBool>,
+    bell: Arc<Bell>,
+    shared: Arc<VmShared>,
+    paused: bool,
+    epoch: u64,
+    limits: HashMap<EventKind, RateLimit>,
+}
+
+impl Actor {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(cfg: VmConfig, agent_stale_s: u64, interval: Duration, started: Instant, log: Logger, inbox: Receiver<Msg>, shutdown: Arc<AtomicBool>, bell: Arc<Bell>, shared: Arc<VmShared>) -> Actor {
+        Actor { cfg, agent_stale: Duration::from_secs(agent_stale_s), interval, started, log, inbox, shutdown, bell, shared, paused: false, epoch: 0, limits: HashMap::new() }
+    }
+
+    /// Runs until shutdown. A panic inside is caught, logged, and the actor starts over
+    /// after a back-off: one VM's bug never stops the others.
+    pub fn run(mut self) {
+        let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
+        loop {
+            match catch_unwind(AssertUnwindSafe(|| self.serve())) {
+                Ok(()) => return,
+                Err(p) => {
+                    let what = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default();
+                    self.note(EventKind::WorkerPanicked, &format!("worker panicked ({what}); restarting"), &[]);
+                    lock(&self.shared.status).errors += 1;
+                    *lock(&self.shared.mailbox) = None;
+                    if let Some(End::Shutdown) = self.idle(backoff.next_delay()) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A rate-limited log line of this VM (anything QEMU or the guest can trigger).
+    fn note(&mut self, kind: EventKind, msg: &str, fields: &[(&str, serde_json::Value)]) {
+        let limit = self.limits.entry(kind).or_default();
+        self.log.limited(limit, &self.shared.name, kind, msg, fields);
+    }
+
+    fn set_state(&self, s: VmState) {
+        lock(&self.shared.status).state = s;
+    }
+
+    fn serve(&mut self) {
+        let mut backoff = Backoff::default();
+        while !self.shutdown.load(Ordering::SeqCst) {
+            let qmp = match Qmp::connect(&self.cfg.qmp, QMP_TIMEOUT) {
+                Ok(q) => q,
+                Err(e) => {
+                    let msg = format!("cannot reach QMP at {}: {e}; retrying", self.cfg.qmp.display());
+                    self.note(EventKind::Unreachable, &msg, &[]);
+                    self.set_state(VmState::Unreachable);
+                    if let Some(End::Shutdown) = self.idle(backoff.next_delay()) {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            qmp.set_command_timeout(QMP_TIMEOUT);
+            let began = Instant::now();
+            let end = self.session(&qmp);
+            *lock(&self.shared.mailbox) = None;
+            match end {
+                End::Shutdown => return,
+                End::Retarget => backoff.reset(),
+                End::Error(e) => {
+                    self.note(EventKind::Disconnected, &format!("lost QMP: {e}; retrying"), &[]);
+                    lock(&self.shared.status).errors += 1;
+                    self.set_state(VmState::Unreachable);
+                    // Every reconnect backs off, after a failed session too; a session
+                    // that ran well for a while starts the back-off over.
+                    if began.elapsed() >= HEALTHY_SESSION {
+                        backoff.reset();
+                    }
+                    if let Some(End::Shutdown) = self.idle(backoff.next_delay()) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Waits `d` while handling messages; `Some` if the session must end. `qmp` applies
+    /// the decider's targets; without one they are dropped (nothing to apply them to).
+    fn wait(&mut self, d: Duration, qmp: Option<&Qmp>) -> Option<End> {
+        let deadline = Instant::now() + d;
+        loop {
+            if self.shutdown.load(Ordering::SeqCst) {
+                return Some(End::Shutdown);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.inbox.recv_timeout(left) {
+                Ok(Msg::Set(size)) => {
+                    if let (Some(q), false) = (qmp, self.paused) {
+                        if let Err(e) = self.apply(q, size) {
+                            return Some(End::Error(e));
+                        }
+                    }
+                }
+                Ok(Msg::Command(VmCommand::Retarget { qmp, agent })) => {
+                    self.log.event(&self.shared.name, EventKind::Retarget, &format!("now managing QMP {}", qmp.display()), &[]);
+                    self.cfg.qmp = qmp;
+                    self.cfg.agent = agent;
+                    return Some(End::Retarget);
+                }
+                Ok(Msg::Command(VmCommand::Pause)) => {
+                    self.paused = true;
+                    *lock(&self.shared.mailbox) = None;
+                    self.set_state(VmState::Paused);
+                    self.log.event(&self.shared.name, EventKind::Pause, "paused: the balloon is left alone", &[]);
+                }
+                Ok(Msg::Command(VmCommand::Resume)) => {
+                    self.paused = false;
+                    self.epoch += 1;
+                    self.log.event(&self.shared.name, EventKind::Resume, "resumed", &[]);
+                }
+                Ok(Msg::Command(VmCommand::Wake)) => {}
+                Err(RecvTimeoutError::Timeout) => return None,
+                // The controller is gone: nobody can steer us; just let the time pass.
+                Err(RecvTimeoutError::Disconnected) => {
+                    std::thread::sleep(left);
+                    return None;
+                }
+            }
+        }
+    }
+
+    fn idle(&mut self, d: Duration) -> Option<End> {
+        self.wait(d, None)
+    }
+
+    /// Applies a target: QMP `balloon` takes the guest's logical size in bytes.
+    fn apply(&mut self, qmp: &Qmp, size: Kib) -> Result<(), QmpError> {
+        match qmp.set_balloon_guest_size(size.to_bytes_saturating().0) {
+            Ok(()) => {
+                lock(&self.shared.status).target = Some(size);
+                Ok(())
+            }
+            Err(e) if e.is_device_not_active() => {
+                self.no_balloon(&e);
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn no_balloon(&mut self, e: &QmpError) {
+        self.set_state(VmState::NoBalloon);
+        *lock(&self.shared.mailbox) = None;
+        let msg = format!("cannot balloon this VM ({e}): no balloon device, or its driver is not loaded; checking again every {} s", NO_BALLOON_RETRY.as_secs());
+        self.note(EventKind::NoBalloon, &msg, &[]);
+    }
+
+    fn session(&mut self, qmp: &Qmp) -> End {
+        let configured = match qmp.query_memory_size_bytes() {
+            Ok(b) => Bytes(b).to_kib_floor(),
+            Err(e) => return End::Error(e),
+        };
+        // Events are off by default; while a migration already runs QEMU refuses, and
+        // polling query-migrate covers it.
+        let _ = qmp.enable_migration_events();
+        let _ = qmp.set_stats_polling_interval(&self.cfg.balloon_device, 1);
+        let mut migrating = match qmp.query_migrate() {
+            Ok(m) => m.status.is_active(),
+            Err(e) => return End::Error(e),
+        };
+        self.epoch += 1;
+        {
+            let mut st = lock(&self.shared.status);
+            st.configured = configured;
+            st.state = if migrating { VmState::Migrating } else { VmState::Running };
+        }
+        let msg = format!("managing {} (QEMU {}), configured {configured}", self.cfg.qmp.display(), qmp.version());
+        self.log.event(&self.shared.name, EventKind::Connected, &msg, &[("configured_kib", json!(configured.0))]);
+        let mut agent: Option<AgentLink> = None;
+        let mut agent_tried: Option<Instant> = None;
+        let mut prev_actual: Option<Kib> = None;
+        let mut reported_drops = 0;
+        loop {
+            // 1. Migration: events, and a poll while one runs (in case events are off).
+            let mut statuses: Vec<MigrationStatus> = qmp.poll_events().iter().filter_map(|e| e.migration_status()).collect();
+            if migrating {
+                match qmp.query_migrate() {
+                    Ok(m) => statuses.push(m.status),
+                    Err(e) => return End::Error(e),
+                }
+            }
+            for status in statuses {
+                if self.migration_changed(&mut migrating, &status, agent.as_mut()) {
+                    return self.wait_gone(qmp);
+                }
+            }
+            let dropped = qmp.dropped_events();
+            if dropped > reported_drops {
+                reported_drops = dropped;
+                lock(&self.shared.status).qmp_events_dropped = dropped;
+                self.note(EventKind::EventsDropped, &format!("{dropped} QMP events dropped so far: QEMU sends more than the queue holds"), &[]);
+            }
+            // 2. Sample: the balloon's `actual` (never above the configured size, whatever
+            //    QEMU says), the agent's report, guest-stats if no fresh report.
+            let actual = match qmp.query_balloon() {
+                Ok(b) => Bytes(b).to_kib_floor().min(configured),
+                Err(e) if e.is_device_not_active() => {
+                    self.no_balloon(&e);
+                    if let Some(end) = self.wait(NO_BALLOON_RETRY, Some(qmp)) {
+                        return end;
+                    }
+                    continue;
+                }
+                Err(e) => return End::Error(e),
+            };
+            self.tend_agent(&mut agent, &mut agent_tried, configured);
+            let report = agent.as_ref().and_then(|a| a.latest());
+            let now = Instant::now();
+            let mut views = SizeViews {
+                configured,
+                actual,
+                previous_actual: prev_actual,
+                agent: report.as_ref().map(|(at, v)| (now.saturating_duration_since(*at), v)),
+                agent_stale_after: self.agent_stale,
+                guest_stats: None,
+            };
+            if views.wants_guest_stats() {
+                views.guest_stats = qmp.guest_stats(&self.cfg.balloon_device).ok().and_then(|gs| guest_stats_view(&gs));
+            }
+            let merged = merge(&views);
+            prev_actual = Some(actual);
+            let sample = merged.sample(now - self.started, configured, migrating);
+            // 3. Publish for the decider (not while paused), and show it.
+            if !self.paused {
+                *lock(&self.shared.mailbox) = Some(Observation { sample: sample.clone(), source: merged.source, epoch: self.epoch, taken: now });
+                self.bell.ring();
+            }
+            let used = merged.mem.map(|m: MemView| merged.guest_size.saturating_sub(m.available));
+            {
+                let mut st = lock(&self.shared.status);
+                st.size = actual;
+                st.used = used;
+                st.source = merged.source;
+                st.samples += 1;
+                if merged.oom_kills.is_some() {
+                    st.guest_oom_kills = merged.oom_kills;
+                }
+                if let Some(a) = &agent {
+                    st.agent = a.stats();
+                }
+                st.state = if self.paused { VmState::Paused } else if migrating { VmState::Migrating } else { VmState::Running };
+                let target = st.target;
+                drop(st);
+                lock(&self.shared.history).push(Point { t: sample.at.as_secs_f64(), size: actual, target, used });
+            }
+            // 4. Wait for the next tick, applying the decider's targets meanwhile.
+            if let Some(end) = self.wait(self.interval, Some(qmp)) {
+                return end;
+            }
+        }
+    }
+
+    /// Keeps the agent link up: drops a closed one, connects (at most every AGENT_RETRY).
+    fn tend_agent(&mut self, agent: &mut Option<AgentLink>, tried: &mut Option<Instant>, configured: Kib) {
+        if agent.as_ref().is_some_and(|a| a.closed()) {
+            self.note(EventKind::AgentLost, "agent channel closed; using guest-stats until it is back", &[]);
+            *agent = None;
+        }
+        let Some(path) = &self.cfg.agent else { return };
+        if agent.is_some() || tried.is_some_and(|t| t.elapsed() < AGENT_RETRY) {
+            return;
+        }
+        *tried = Some(Instant::now());
+        if let Ok(link) = AgentLink::connect(path, configured) {
+            *agent = Some(link);
+        }
+    }
+
+    /// Applies a migration status change; true if the VM has left for the destination.
+    fn migration_changed(&mut self, migrating: &mut bool, status: &MigrationStatus, agent: Option<&mut AgentLink>) -> bool {
+        let now_active = status.is_active();
+        let notice = if now_active && !*migrating {
+            *migrating = true;
+            self.note(EventKind::MigrationStarted, "migration started: no shrinking until it ends", &[]);
+            HostMessage::MigrationStarted
+        } else if !now_active && *migrating {
+            *migrating = false;
+            let outcome = match status {
+                MigrationStatus::Completed => MigrationOutcome::Completed,
+                MigrationStatus::Cancelled => MigrationOutcome::Cancelled,
+                _ => MigrationOutcome::Failed,
+            };
+            self.note(EventKind::MigrationEnded, &format!("migration ended ({status}): shrinking resumes"), &[("outcome", json!(outcome.to_string()))]);
+            HostMessage::MigrationEnded { outcome }
+        } else {
+            return false;
+        };
+        if let Some(a) = agent {
+            if !matches!(a.send(&notice), Ok(true)) {
+                self.note(EventKind::NoticeDropped, "the agent is not reading: migration notice dropped", &[]);
+            }
+        }
+        if *status == MigrationStatus::Completed {
+            self.set_state(VmState::MigratedAway);
+            self.log.event(&self.shared.name, EventKind::MigratedAway, "the VM now runs on the destination; leaving this QEMU alone", &[]);
+            return true;
+        }
+        false
+    }
+
+    /// This QEMU is a stopped husk after an outgoing migration: wait until it goes away
+    /// (then reconnect, in case a new QEMU takes the socket) or we are retargeted.
+    fn wait_gone(&mut self, qmp: &Qmp) -> End {
+        *lock(&self.shared.mailbox) = None;
+        loop {
+            if let Some(end) = self.idle(self.interval) {
+                return end;
+            }
+            if let Err(e) = qmp.query_status() {
+                return End::Error(e);
+            }
+        }
+    }
+}
+
+/// The guest's memory view from virtio-balloon statistics, when no agent reports. The
+/// balloon device knows no Committed_AS, so `overcommitted` reads as zero.
+fn guest_stats_view(gs: &autoballoon_qmp::GuestStats) -> Option<MemView> {
+    let kib = |b: Option<u64>| b.map(|b| Bytes(b).to_kib_floor());
+    let v = MemView {
+        total: kib(gs.total_memory_bytes)?,
+        free: kib(gs.free_memory_bytes)?,
+        available: kib(gs.available_memory_bytes)?,
+        cached: kib(gs.disk_caches_bytes).unwrap_or_default(),
+        ..Default::default()
+    };
+    // Guest-stats come from the guest driver: the same border as the agent's reports.
+    (v.available <= v.total && v.free <= v.total).then_some(v)
+}
