@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use autoballoon_qmp::types::{parse_guest_stats, parse_migration_info};
 use autoballoon_qmp::{
     Backoff, GuestStats, MigrationStatus, QemuVersion, Qmp, QmpError, BALLOON_DEVICE_PATH,
+    EVENT_QUEUE_BYTES,
 };
 use common::{fixture, Action, FakeServer, Script, Step, TempDir};
 use serde_json::{json, Value};
@@ -485,6 +486,102 @@ fn next_event_wakes_on_arrival() {
     assert_eq!(ev.balloon_actual_bytes(), Some(1 << 20));
     assert_eq!(qmp.next_event(Duration::from_millis(20)).unwrap(), None);
     assert_eq!(qmp.query_balloon().unwrap(), 1 << 20);
+    assert_clean(server);
+}
+
+const RUNNING: &str = r#"{"return": {"status": "running", "singlestep": false, "running": true}}"#;
+
+/// A BIG event numbered `{n}` carrying `blob_bytes` of string data.
+fn big_event_template(blob_bytes: usize) -> String {
+    format!(
+        r#"{{"timestamp": {{"seconds": 1795274840, "microseconds": 433064}}, "event": "BIG", "data": {{"seq": {{n}}, "blob": "{}"}}}}"#,
+        "x".repeat(blob_bytes)
+    )
+}
+
+/// A peer flooding 5,000 events of 64 KiB (320 MB) must not grow the queue
+/// past EVENT_QUEUE_BYTES: the oldest events are dropped and counted, the
+/// newest are kept in order, and replies still get through.
+#[test]
+fn event_flood_is_bounded_in_bytes() {
+    const FLOOD: usize = 5_000;
+    let server = FakeServer::start(Script::with_handshake(vec![
+        Step::new(
+            "query-status",
+            Action::Flood {
+                template: big_event_template(64 << 10),
+                count: FLOOD,
+                then: vec![RUNNING.to_owned()],
+            },
+        ),
+        Step::reply("query-balloon", &[r#"{"return": {"actual": 1073741824}}"#]),
+    ]));
+    let qmp = connect(&server);
+    let t0 = Instant::now();
+    // Every event precedes the reply, so all are handled when it returns.
+    let status = qmp
+        .execute_with_timeout("query-status", None, Duration::from_secs(120))
+        .unwrap();
+    assert_eq!(status["status"], "running");
+    eprintln!("flood of {FLOOD} events handled in {:?}", t0.elapsed());
+
+    let queued_bytes = qmp.queued_event_bytes();
+    assert!(
+        queued_bytes > EVENT_QUEUE_BYTES / 2 && queued_bytes <= EVENT_QUEUE_BYTES,
+        "{queued_bytes}"
+    );
+    let dropped = qmp.dropped_events();
+    assert!(dropped > 0);
+    let kept = qmp.poll_events();
+    assert_eq!(qmp.queued_event_bytes(), 0);
+    assert_eq!(
+        kept.len() as u64 + dropped,
+        FLOOD as u64,
+        "every event is either kept or counted"
+    );
+    assert!(kept.len() >= 2 && kept.len() < 16, "{}", kept.len());
+    // The newest survive, in order.
+    let seqs: Vec<u64> = kept
+        .iter()
+        .map(|e| e.data["seq"].as_u64().unwrap())
+        .collect();
+    let first = (FLOOD - kept.len()) as u64;
+    assert_eq!(seqs, (first..FLOOD as u64).collect::<Vec<_>>());
+
+    assert_eq!(qmp.query_balloon().unwrap(), GIB);
+    assert_eq!(qmp.dropped_events(), dropped);
+    assert_clean(server);
+}
+
+/// One event larger than EVENT_QUEUE_BYTES is dropped on arrival without
+/// evicting the small events around it; next_event keeps the byte count.
+#[test]
+fn oversized_event_is_dropped_alone() {
+    let huge = big_event_template(EVENT_QUEUE_BYTES + 1).replace("{n}", "1");
+    let server = FakeServer::start(Script::with_handshake(vec![Step::new(
+        "query-status",
+        Action::Reply(vec![
+            r#"{"event": "STOP", "timestamp": {"seconds": 1795278607, "microseconds": 24844}}"#
+                .into(),
+            huge,
+            r#"{"event": "RESUME", "timestamp": {"seconds": 1795278608, "microseconds": 1}}"#
+                .into(),
+            RUNNING.into(),
+        ]),
+    )]));
+    let qmp = connect(&server);
+    assert_eq!(qmp.query_status().unwrap(), "running");
+    assert_eq!(qmp.dropped_events(), 1);
+    let two = qmp.queued_event_bytes();
+    assert!(two > 0 && two < 1024, "{two}");
+    assert_eq!(
+        qmp.next_event(Duration::ZERO).unwrap().unwrap().name,
+        "STOP"
+    );
+    let one = qmp.queued_event_bytes();
+    assert!(one > 0 && one < two, "{one} {two}");
+    assert_eq!(names(&qmp.poll_events()), vec!["RESUME"]);
+    assert_eq!(qmp.queued_event_bytes(), 0);
     assert_clean(server);
 }
 

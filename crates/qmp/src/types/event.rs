@@ -1,4 +1,7 @@
-//! Asynchronous events (`{"event": NAME, "data": {...}, "timestamp": {...}}`).
+//! Asynchronous events (`{"event": NAME, "data": {...}, "timestamp": {...}}`)
+//! and the size estimate the client's event queue is bounded by.
+
+use std::mem::size_of;
 
 use serde_json::Value;
 
@@ -60,6 +63,39 @@ pub fn parse_event(frame: &Value) -> Option<Event> {
     })
 }
 
+/// Bookkeeping per object member beyond its key and value (map node,
+/// pointers), a rough figure for `serde_json`'s `BTreeMap`.
+const MEMBER_OVERHEAD: usize = 2 * size_of::<usize>();
+
+/// Estimated memory an event occupies while queued, in bytes: the `Event`
+/// itself, its name, and every node, string and object key of `data`.
+/// Scalars inside arrays and objects count as a whole `Value` each, so
+/// `[0,0,0]` costs about 32 bytes per element, not 2, which is what it
+/// costs in memory. Allocator slack is not counted. Iterative, so any
+/// nesting depth is fine.
+pub(crate) fn queued_size(ev: &Event) -> usize {
+    let mut total = size_of::<Event>().saturating_add(ev.name.len());
+    let mut stack = vec![&ev.data];
+    while let Some(v) = stack.pop() {
+        let here = match v {
+            Value::Null | Value::Bool(_) | Value::Number(_) => 0,
+            Value::String(s) => s.len(),
+            Value::Array(items) => {
+                stack.extend(items);
+                items.len().saturating_mul(size_of::<Value>())
+            }
+            Value::Object(members) => members.iter().fold(0usize, |acc, (k, item)| {
+                stack.push(item);
+                acc.saturating_add(
+                    k.len() + size_of::<String>() + size_of::<Value>() + MEMBER_OVERHEAD,
+                )
+            }),
+        };
+        total = total.saturating_add(here);
+    }
+    total
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::samples::v;
@@ -96,5 +132,44 @@ mod tests {
             parse_event(&json!({"event": "X", "timestamp": {"seconds": -1, "microseconds": 0}}))
                 .unwrap();
         assert_eq!(weird_ts.timestamp, None);
+    }
+
+    #[test]
+    fn queued_size_counts_names_strings_and_nodes() {
+        let stop = parse_event(&json!({"event": "STOP"})).unwrap();
+        assert_eq!(queued_size(&stop), size_of::<Event>() + 4);
+
+        // A real SHUTDOWN event (QEMU 7.2) stays far below 1 KiB.
+        let shutdown = parse_event(&v(r#"{"timestamp": {"seconds": 1795281043, "microseconds": 187377}, "event": "SHUTDOWN", "data": {"guest": false, "reason": "host-qmp-quit"}}"#)).unwrap();
+        let small = queued_size(&shutdown);
+        assert!(small > queued_size(&stop) && small < 1024, "{small}");
+
+        // Big strings count with their length...
+        let blob = parse_event(&json!({"event": "X", "data": {"s": "a".repeat(100_000)}})).unwrap();
+        assert!(queued_size(&blob) >= 100_000);
+        // ...and numbers in arrays with the size of a Value, not of their text.
+        let nums = parse_event(&json!({"event": "X", "data": vec![0; 10_000]})).unwrap();
+        assert!(queued_size(&nums) >= 10_000 * size_of::<Value>());
+    }
+
+    #[test]
+    fn queued_size_handles_deep_nesting() {
+        // Deeper than serde_json's parser allows, built by hand: no recursion.
+        let mut data = Value::Null;
+        for _ in 0..100_000 {
+            data = Value::Array(vec![data]);
+        }
+        let ev = Event {
+            name: "DEEP".into(),
+            data,
+            timestamp: None,
+        };
+        assert!(queued_size(&ev) >= 100_000 * size_of::<Value>());
+        // Dropping 100k nested Values recursively would overflow the test
+        // thread's stack; unwind it iteratively.
+        let mut v = ev.data;
+        while let Value::Array(mut items) = v {
+            v = items.pop().unwrap_or(Value::Null);
+        }
     }
 }

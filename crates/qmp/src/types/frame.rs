@@ -171,7 +171,10 @@ mod tests {
         let QmpError::Protocol(msg) = e else {
             panic!("expected Protocol, got {e:?}");
         };
-        assert!(msg.starts_with("unexpected query-x reply (no \"y\"): {\"z\":"), "{msg}");
+        assert!(
+            msg.starts_with("unexpected query-x reply (no \"y\"): {\"z\":"),
+            "{msg}"
+        );
         assert!(msg.len() < 300, "{msg}");
     }
 }

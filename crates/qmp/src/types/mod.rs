@@ -36,4 +36,5 @@ pub use greeting::{parse_greeting, Greeting, QemuVersion};
 pub use migration::{parse_migration_info, MigrationInfo, MigrationStatus};
 pub use status::parse_status;
 
+pub(crate) use event::queued_size;
 pub(crate) use frame::{abbreviate_str, parse_frame, Frame, Outcome};

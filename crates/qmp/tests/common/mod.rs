@@ -34,6 +34,14 @@ pub enum Action {
     Close,
     /// Send these frames without injecting the id.
     ReplyWithoutId(Vec<String>),
+    /// Send `count` frames made from `template` (its first `{n}` replaced
+    /// by 0, 1, 2, ...), streamed without building them all in memory, then
+    /// `then` with this command's id: a flood of events before a reply.
+    Flood {
+        template: String,
+        count: usize,
+        then: Vec<String>,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -233,6 +241,27 @@ fn send(stream: &mut UnixStream, frames: &[String], problems: &mut Vec<String>) 
     true
 }
 
+fn flood(
+    stream: &mut UnixStream,
+    template: &str,
+    count: usize,
+    problems: &mut Vec<String>,
+) -> bool {
+    let (head, tail) = template.split_once("{n}").unwrap_or((template, ""));
+    for n in 0..count {
+        if let Err(e) = stream
+            .write_all(head.as_bytes())
+            .and_then(|()| write!(stream, "{n}"))
+            .and_then(|()| stream.write_all(tail.as_bytes()))
+            .and_then(|()| stream.write_all(b"\n"))
+        {
+            problems.push(format!("flood frame {n}: write: {e}"));
+            return false;
+        }
+    }
+    true
+}
+
 fn serve(mut stream: UnixStream, script: Script) -> Vec<String> {
     let mut problems = Vec::new();
     stream.set_read_timeout(Some(CLIENT_TIMEOUT)).unwrap();
@@ -286,6 +315,18 @@ fn serve(mut stream: UnixStream, script: Script) -> Vec<String> {
             Action::ReplyWithoutId(frames) => out.extend(frames.iter().cloned()),
             Action::ReplyLate(frames) => {
                 late = frames.iter().map(|f| with_id(f, id.as_ref())).collect();
+            }
+            Action::Flood {
+                template,
+                count,
+                then,
+            } => {
+                if !send(&mut stream, &std::mem::take(&mut out), &mut problems)
+                    || !flood(&mut stream, template, *count, &mut problems)
+                {
+                    return problems;
+                }
+                out.extend(then.iter().map(|f| with_id(f, id.as_ref())));
             }
             Action::Silent => {}
             Action::Close => {
