@@ -25,6 +25,7 @@ use crate::error::QmpError;
 use crate::types::{
     self, abbreviate_str, Event, Frame, Greeting, GuestStats, MigrationInfo, Outcome, QemuVersion,
 };
+use crate::write_gate::WriteGate;
 
 /// Default time [`Qmp::execute`] waits for a reply.
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
@@ -201,7 +202,9 @@ impl Shared {
 ///
 /// Dropping it shuts the socket down and joins the reader thread.
 pub struct Qmp {
-    writer: Mutex<UnixStream>,
+    /// The socket, written only while holding a turn of `write_gate`.
+    writer: UnixStream,
+    write_gate: WriteGate,
     shared: Arc<Shared>,
     greeting: Greeting,
     next_id: AtomicU64,
@@ -252,7 +255,8 @@ impl Qmp {
             .spawn(move || reader_loop(reader, &reader_shared))?;
 
         Ok(Qmp {
-            writer: Mutex::new(stream),
+            writer: stream,
+            write_gate: WriteGate::default(),
             shared,
             greeting,
             next_id: AtomicU64::new(1),
@@ -418,10 +422,19 @@ impl Qmp {
         }
     }
 
-    /// Writes the whole frame before `deadline`. On error, also returns how
+    /// Writes the whole frame before `deadline`, including the wait for
+    /// other threads' writes, so a write blocked because QEMU stopped reading
+    /// delays nobody past their own deadline. On error, also returns how
     /// many bytes were written (0 means the stream is still intact).
     fn write_frame(&self, frame: &[u8], deadline: Instant) -> Result<(), (io::Error, usize)> {
-        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(_turn) = self.write_gate.enter(deadline) else {
+            let e = io::Error::new(
+                io::ErrorKind::TimedOut,
+                "another command was still being written",
+            );
+            return Err((e, 0));
+        };
+        let mut w = &self.writer;
         let mut written = 0;
         while written < frame.len() {
             let left = deadline.saturating_duration_since(Instant::now());

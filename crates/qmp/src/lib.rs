@@ -75,6 +75,7 @@ mod backoff;
 mod client;
 mod error;
 pub mod types;
+mod write_gate;
 
 pub use backoff::Backoff;
 pub use client::{

@@ -585,6 +585,90 @@ fn oversized_event_is_dropped_alone() {
     assert_clean(server);
 }
 
+/// Generous slack for a loaded 2-core machine; the bug this guards against
+/// costs seconds, not milliseconds.
+const SLACK: Duration = Duration::from_millis(700);
+
+/// QEMU stops reading after the handshake. A command whose write blocks
+/// must not hold up other threads' commands past their own timeouts, every
+/// call returns within its timeout, and dropping the client does not hang.
+#[test]
+fn writes_never_block_past_the_timeout_when_qemu_stops_reading() {
+    let server = FakeServer::start(Script::stalling_after_handshake());
+    let qmp = Arc::new(connect(&server));
+    let big = json!({ "path": BALLOON_DEVICE_PATH, "property": "x", "value": "v".repeat(8 << 20) });
+
+    // A: 8 MiB that the socket buffer cannot take; its write blocks for 2 s.
+    let long = Duration::from_secs(2);
+    let a = {
+        let (qmp, big) = (Arc::clone(&qmp), big.clone());
+        thread::spawn(move || {
+            let t0 = Instant::now();
+            let r = qmp.execute_with_timeout("qom-set", Some(big), long);
+            (r, t0.elapsed())
+        })
+    };
+    thread::sleep(Duration::from_millis(200)); // let A start writing
+                                               // B waits for A's write, but only up to its own 300 ms.
+    let short = Duration::from_millis(300);
+    let t0 = Instant::now();
+    let b = qmp.execute_with_timeout("query-status", None, short);
+    let b_took = t0.elapsed();
+    assert!(
+        matches!(&b, Err(QmpError::Timeout { command, after }) if command == "query-status" && *after == short),
+        "{b:?}"
+    );
+    assert!(b_took < short + SLACK, "B took {b_took:?}, not ~{short:?}");
+
+    let (a, a_took) = a.join().unwrap();
+    assert!(matches!(a, Err(QmpError::Timeout { .. })), "{a:?}");
+    assert!(a_took >= long && a_took < long + SLACK, "A took {a_took:?}");
+    // Half a command is on the wire, so the client gave up the stream.
+    assert!(!qmp.is_connected());
+
+    // Later large commands fail at once instead of blocking.
+    for _ in 0..20 {
+        let t0 = Instant::now();
+        let r = qmp.execute_with_timeout("qom-set", Some(big.clone()), short);
+        assert!(matches!(r, Err(QmpError::Disconnected)), "{r:?}");
+        assert!(t0.elapsed() < short + SLACK, "{:?}", t0.elapsed());
+    }
+
+    let t0 = Instant::now();
+    drop(Arc::try_unwrap(qmp).expect("A has finished"));
+    assert!(t0.elapsed() < SLACK, "drop took {:?}", t0.elapsed());
+    assert_clean(server);
+}
+
+/// Many medium commands into a peer that never reads: each call returns
+/// Timeout or Disconnected within its own timeout while the socket buffer
+/// fills up, and drop still returns promptly.
+#[test]
+fn many_large_commands_to_a_stalled_peer_all_return_in_time() {
+    let server = FakeServer::start(Script::stalling_after_handshake());
+    let qmp = connect(&server);
+    let timeout = Duration::from_millis(150);
+    qmp.set_command_timeout(timeout);
+    let value = json!("v".repeat(64 << 10));
+    let mut outcomes = (0, 0);
+    for _ in 0..40 {
+        let t0 = Instant::now();
+        match qmp.qom_set(BALLOON_DEVICE_PATH, "x", value.clone()) {
+            Err(QmpError::Timeout { .. }) => outcomes.0 += 1,
+            Err(QmpError::Disconnected) => outcomes.1 += 1,
+            other => panic!("expected Timeout or Disconnected, got {other:?}"),
+        }
+        assert!(t0.elapsed() < timeout + SLACK, "{:?}", t0.elapsed());
+    }
+    // 40 x 64 KiB is more than a Unix socket buffers, so some write was cut
+    // short and the connection given up; earlier ones timed out waiting.
+    assert!(outcomes.0 > 0 && outcomes.1 > 0, "{outcomes:?}");
+    let t0 = Instant::now();
+    drop(qmp);
+    assert!(t0.elapsed() < SLACK, "drop took {:?}", t0.elapsed());
+    assert_clean(server);
+}
+
 #[test]
 fn reply_without_id_reaches_single_pending_caller() {
     let server = FakeServer::start(Script::with_handshake(vec![Step::new(
