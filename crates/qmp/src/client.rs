@@ -25,6 +25,7 @@ use crate::error::QmpError;
 use crate::types::{
     self, abbreviate_str, Event, Frame, Greeting, GuestStats, MigrationInfo, Outcome, QemuVersion,
 };
+use crate::write_gate::WriteGate;
 
 /// Default time [`Qmp::execute`] waits for a reply.
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
@@ -40,7 +41,17 @@ pub const MAX_FRAME_BYTES: usize = 16 << 20;
 /// Events kept while nobody drains the queue. When full, the oldest event is
 /// discarded and counted in [`Qmp::dropped_events`]. At QEMU's event rates
 /// (BALLOON_CHANGE is limited to 1/s) this takes hours of not polling.
+/// [`EVENT_QUEUE_BYTES`] bounds the queue's memory as well.
 pub const EVENT_QUEUE_CAPACITY: usize = 16 * 1024;
+
+/// Estimated memory the event queue may hold, in bytes (see
+/// [`Qmp::queued_event_bytes`]). QEMU's events are a few hundred bytes at
+/// most, so this only matters when a peer floods large events: the oldest
+/// events are then discarded to make room, and an event larger than this on
+/// its own is discarded on arrival; both count in [`Qmp::dropped_events`].
+/// Without this bound [`EVENT_QUEUE_CAPACITY`] events of up to
+/// [`MAX_FRAME_BYTES`] each could pin gigabytes.
+pub const EVENT_QUEUE_BYTES: usize = 1 << 20;
 
 type Reply = Result<Value, QmpError>;
 
@@ -83,9 +94,20 @@ impl Closed {
 #[derive(Default)]
 struct State {
     pending: HashMap<u64, Pending>,
-    events: VecDeque<Event>,
+    /// Queued events with their [`types::queued_size`].
+    events: VecDeque<(Event, usize)>,
+    /// Sum of the sizes in `events`, at most [`EVENT_QUEUE_BYTES`].
+    event_bytes: usize,
     dropped_events: u64,
     closed: Option<Closed>,
+}
+
+impl State {
+    fn pop_event(&mut self) -> Option<Event> {
+        let (ev, size) = self.events.pop_front()?;
+        self.event_bytes -= size;
+        Some(ev)
+    }
 }
 
 /// State shared between the client handle and the reader thread.
@@ -103,14 +125,28 @@ impl Shared {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Queues `ev`, first discarding the oldest events until it fits both
+    /// [`EVENT_QUEUE_CAPACITY`] and [`EVENT_QUEUE_BYTES`]. An event that
+    /// alone exceeds the byte bound is discarded instead. Discarded events
+    /// are counted in `dropped_events` and freed outside the lock.
     fn push_event(&self, ev: Event) {
+        let size = types::queued_size(&ev);
+        let mut discarded = Vec::new();
         let mut st = self.lock();
-        if st.events.len() >= EVENT_QUEUE_CAPACITY {
-            st.events.pop_front();
+        if size > EVENT_QUEUE_BYTES {
+            st.dropped_events += 1;
+            drop(st);
+            return;
+        }
+        while st.events.len() >= EVENT_QUEUE_CAPACITY || st.event_bytes + size > EVENT_QUEUE_BYTES {
+            let Some(old) = st.pop_event() else { break };
+            discarded.push(old);
             st.dropped_events += 1;
         }
-        st.events.push_back(ev);
+        st.events.push_back((ev, size));
+        st.event_bytes += size;
         drop(st);
+        drop(discarded);
         self.event_ready.notify_all();
     }
 
@@ -166,7 +202,9 @@ impl Shared {
 ///
 /// Dropping it shuts the socket down and joins the reader thread.
 pub struct Qmp {
-    writer: Mutex<UnixStream>,
+    /// The socket, written only while holding a turn of `write_gate`.
+    writer: UnixStream,
+    write_gate: WriteGate,
     shared: Arc<Shared>,
     greeting: Greeting,
     next_id: AtomicU64,
@@ -217,7 +255,8 @@ impl Qmp {
             .spawn(move || reader_loop(reader, &reader_shared))?;
 
         Ok(Qmp {
-            writer: Mutex::new(stream),
+            writer: stream,
+            write_gate: WriteGate::default(),
             shared,
             greeting,
             next_id: AtomicU64::new(1),
@@ -383,10 +422,19 @@ impl Qmp {
         }
     }
 
-    /// Writes the whole frame before `deadline`. On error, also returns how
+    /// Writes the whole frame before `deadline`, including the wait for
+    /// other threads' writes, so a write blocked because QEMU stopped reading
+    /// delays nobody past their own deadline. On error, also returns how
     /// many bytes were written (0 means the stream is still intact).
     fn write_frame(&self, frame: &[u8], deadline: Instant) -> Result<(), (io::Error, usize)> {
-        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(_turn) = self.write_gate.enter(deadline) else {
+            let e = io::Error::new(
+                io::ErrorKind::TimedOut,
+                "another command was still being written",
+            );
+            return Err((e, 0));
+        };
+        let mut w = &self.writer;
         let mut written = 0;
         while written < frame.len() {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -408,7 +456,9 @@ impl Qmp {
     /// Removes and returns every queued event, oldest first. Never blocks
     /// (beyond a short internal lock); call it once per controller tick.
     pub fn poll_events(&self) -> Vec<Event> {
-        self.shared.lock().events.drain(..).collect()
+        let mut st = self.shared.lock();
+        st.event_bytes = 0;
+        st.events.drain(..).map(|(ev, _)| ev).collect()
     }
 
     /// Waits up to `timeout` for the next event. `Ok(None)` on timeout;
@@ -418,7 +468,7 @@ impl Qmp {
         let deadline = deadline_after(timeout);
         let mut st = self.shared.lock();
         loop {
-            if let Some(ev) = st.events.pop_front() {
+            if let Some(ev) = st.pop_event() {
                 return Ok(Some(ev));
             }
             if let Some(closed) = &st.closed {
@@ -437,10 +487,19 @@ impl Qmp {
         }
     }
 
-    /// Events discarded because the queue was full
-    /// ([`EVENT_QUEUE_CAPACITY`]).
+    /// Events discarded because the queue was full ([`EVENT_QUEUE_CAPACITY`]
+    /// events or [`EVENT_QUEUE_BYTES`]), or because one event alone was
+    /// larger than [`EVENT_QUEUE_BYTES`]. Never decreases.
     pub fn dropped_events(&self) -> u64 {
         self.shared.lock().dropped_events
+    }
+
+    /// Estimated memory held by the queued events, in bytes; at most
+    /// [`EVENT_QUEUE_BYTES`]. The estimate counts each event's name, strings,
+    /// object keys and one `serde_json::Value` per JSON node, not allocator
+    /// slack. Cheap (a lock and a read); meant for status displays.
+    pub fn queued_event_bytes(&self) -> usize {
+        self.shared.lock().event_bytes
     }
 
     // ----- typed helpers -------------------------------------------------

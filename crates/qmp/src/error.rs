@@ -75,6 +75,34 @@ impl QmpError {
                 | QmpError::Disconnected
         )
     }
+
+    /// The QMP error class (`GenericError`, `CommandNotFound`,
+    /// `DeviceNotActive`, `DeviceNotFound`, `KVMMissingCap`) of a
+    /// [`QmpError::CommandFailed`]; `None` for every other variant.
+    pub fn error_class(&self) -> Option<&str> {
+        match self {
+            QmpError::CommandFailed { class, .. } => Some(class),
+            _ => None,
+        }
+    }
+
+    /// QEMU refused the command with class `DeviceNotActive`. QEMU 7.2
+    /// answers `query-balloon` and `balloon` this way ("No balloon device
+    /// has been activated") when the VM has no balloon device at all. A
+    /// device whose guest driver is not loaded (yet) does not cause it: QEMU
+    /// registers the balloon when the device is created, so both commands
+    /// succeed even under `-S` (see tests/fixtures/prelaunch-no-guest.qmp.log
+    /// and no-balloon-device.qmp.log). Not transient: reconnecting will not
+    /// add a device.
+    pub fn is_device_not_active(&self) -> bool {
+        self.error_class() == Some("DeviceNotActive")
+    }
+
+    /// QEMU does not know the command (class `CommandNotFound`), e.g. a
+    /// command newer than the running QEMU.
+    pub fn is_command_not_found(&self) -> bool {
+        self.error_class() == Some("CommandNotFound")
+    }
 }
 
 #[cfg(test)]
@@ -109,5 +137,56 @@ mod tests {
         assert!(QmpError::Io(io::Error::other("x")).is_transient());
         assert!(!QmpError::Protocol("x".into()).is_transient());
         assert!(!QmpError::Greeting("x".into()).is_transient());
+    }
+
+    fn failed(class: &str, desc: &str) -> QmpError {
+        QmpError::CommandFailed {
+            command: "query-balloon".into(),
+            class: class.into(),
+            desc: desc.into(),
+        }
+    }
+
+    #[test]
+    fn error_classes() {
+        // Verbatim from QEMU 7.2 (tests/fixtures/no-balloon-device.qmp.log,
+        // prelaunch-no-guest.qmp.log).
+        let not_active = failed("DeviceNotActive", "No balloon device has been activated");
+        assert!(not_active.is_device_not_active());
+        assert!(!not_active.is_command_not_found());
+        assert!(!not_active.is_transient());
+        assert_eq!(not_active.error_class(), Some("DeviceNotActive"));
+
+        let not_found = failed(
+            "CommandNotFound",
+            "The command nonexistent-command has not been found",
+        );
+        assert!(not_found.is_command_not_found());
+        assert!(!not_found.is_device_not_active());
+
+        // Other classes, and the class compared exactly, not the text.
+        for e in [
+            failed("DeviceNotFound", "Device 'x' not found"),
+            failed("GenericError", "No balloon device has been activated"),
+            failed("devicenotactive", ""),
+        ] {
+            assert!(!e.is_device_not_active(), "{e}");
+            assert!(!e.is_command_not_found(), "{e}");
+        }
+
+        // Variants other than CommandFailed have no class.
+        for e in [
+            QmpError::Disconnected,
+            QmpError::Protocol("DeviceNotActive".into()),
+            QmpError::Greeting("CommandNotFound".into()),
+            QmpError::Timeout {
+                command: "balloon".into(),
+                after: Duration::from_secs(1),
+            },
+        ] {
+            assert_eq!(e.error_class(), None, "{e}");
+            assert!(!e.is_device_not_active(), "{e}");
+            assert!(!e.is_command_not_found(), "{e}");
+        }
     }
 }

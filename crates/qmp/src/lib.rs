@@ -7,7 +7,10 @@
 //! * Asynchronous events (`BALLOON_CHANGE`, `MIGRATION`, `STOP`, `SHUTDOWN`,
 //!   ...) go to a queue that never blocks replies. Drain it each tick with
 //!   [`Qmp::poll_events`] or wait with [`Qmp::next_event`]. Events that QEMU
-//!   sent before a reply are queued by the time that command returns.
+//!   sent before a reply are queued by the time that command returns. The
+//!   queue is bounded in count ([`EVENT_QUEUE_CAPACITY`]) and estimated
+//!   memory ([`EVENT_QUEUE_BYTES`]); overflow discards the oldest events and
+//!   counts them in [`Qmp::dropped_events`].
 //! * Every call has a timeout ([`DEFAULT_COMMAND_TIMEOUT`], 10 s, adjustable).
 //!   If the socket closes, every waiting caller gets
 //!   [`QmpError::Disconnected`] at once.
@@ -72,10 +75,12 @@ mod backoff;
 mod client;
 mod error;
 pub mod types;
+mod write_gate;
 
 pub use backoff::Backoff;
 pub use client::{
-    Qmp, BALLOON_DEVICE_PATH, DEFAULT_COMMAND_TIMEOUT, EVENT_QUEUE_CAPACITY, MAX_FRAME_BYTES,
+    Qmp, BALLOON_DEVICE_PATH, DEFAULT_COMMAND_TIMEOUT, EVENT_QUEUE_BYTES, EVENT_QUEUE_CAPACITY,
+    MAX_FRAME_BYTES,
 };
 pub use error::QmpError;
 pub use types::{Event, Greeting, GuestStats, MigrationInfo, MigrationStatus, QemuVersion};

@@ -281,6 +281,7 @@ fn replay_prelaunch_errors() {
     );
 
     match qmp.execute("nonexistent-command", None) {
+        Err(e) if !e.is_command_not_found() => panic!("expected CommandNotFound, got {e:?}"),
         Err(QmpError::CommandFailed {
             command,
             class,
@@ -308,6 +309,28 @@ fn replay_prelaunch_errors() {
     }
     // A failed command leaves the session usable.
     qmp.enable_migration_events().unwrap();
+    qmp.quit().unwrap();
+    assert_eq!(names(&qmp.poll_events()), vec!["SHUTDOWN"]);
+    assert_clean(server);
+}
+
+/// Captured from QEMU 7.2 without a balloon device: both balloon commands
+/// fail with DeviceNotActive, which the error helpers recognise.
+#[test]
+fn replay_no_balloon_device() {
+    let server = FakeServer::start(Script::from_fixture("no-balloon-device.qmp.log"));
+    let qmp = connect(&server);
+    let e = qmp.query_balloon().unwrap_err();
+    assert!(e.is_device_not_active(), "{e}");
+    assert!(!e.is_command_not_found());
+    assert!(!e.is_transient());
+    assert_eq!(
+        e.to_string(),
+        "QMP command query-balloon failed: DeviceNotActive: No balloon device has been activated"
+    );
+    let e = qmp.set_balloon_guest_size(128 << 20).unwrap_err();
+    assert!(e.is_device_not_active(), "{e}");
+    assert_eq!(qmp.query_status().unwrap(), "prelaunch");
     qmp.quit().unwrap();
     assert_eq!(names(&qmp.poll_events()), vec!["SHUTDOWN"]);
     assert_clean(server);

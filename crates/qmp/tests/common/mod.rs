@@ -14,9 +14,10 @@ use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -34,6 +35,18 @@ pub enum Action {
     Close,
     /// Send these frames without injecting the id.
     ReplyWithoutId(Vec<String>),
+    /// Send `count` frames made from `template` (its first `{n}` replaced
+    /// by 0, 1, 2, ...), streamed without building them all in memory, then
+    /// `then` with this command's id: a flood of events before a reply.
+    Flood {
+        template: String,
+        count: usize,
+        then: Vec<String>,
+    },
+    /// Send these frames (with this command's id), then stop reading, as a
+    /// hung QEMU would: the connection stays open, unread, until
+    /// [`FakeServer::finish`] (the rest of the script is skipped).
+    Stall(Vec<String>),
 }
 
 #[derive(Debug, Clone)]
@@ -119,6 +132,19 @@ impl Script {
         Script::from_transcript(&fixture(name))
     }
 
+    /// Greeting and `qmp_capabilities`, after which the server never reads
+    /// again ([`Action::Stall`]).
+    pub fn stalling_after_handshake() -> Script {
+        Script {
+            greeting: vec![GREETING_7_2.to_owned()],
+            steps: vec![Step::new(
+                "qmp_capabilities",
+                Action::Stall(vec![r#"{"return": {}}"#.to_owned()]),
+            )],
+            linger: false,
+        }
+    }
+
     pub fn lingering(mut self) -> Script {
         self.linger = true;
         self
@@ -163,6 +189,8 @@ pub struct FakeServer {
     dir: TempDir,
     socket: PathBuf,
     thread: Option<JoinHandle<Vec<String>>>,
+    /// Set by `finish` to end an [`Action::Stall`].
+    release: Arc<AtomicBool>,
 }
 
 /// How long the server waits for the client's next command before giving up.
@@ -174,17 +202,20 @@ impl FakeServer {
         let dir = TempDir::new();
         let socket = dir.path().join("qmp.sock");
         let listener = UnixListener::bind(&socket).expect("bind");
+        let release = Arc::new(AtomicBool::new(false));
+        let released = Arc::clone(&release);
         let thread = thread::spawn(move || {
             let (stream, _) = match listener.accept() {
                 Ok(c) => c,
                 Err(e) => return vec![format!("accept: {e}")],
             };
-            serve(stream, script)
+            serve(stream, script, &released)
         });
         FakeServer {
             dir,
             socket,
             thread: Some(thread),
+            release,
         }
     }
 
@@ -199,6 +230,7 @@ impl FakeServer {
     /// Waits for the server thread and returns the problems it saw (commands
     /// that did not match the script, missing commands, I/O errors).
     pub fn finish(mut self) -> Vec<String> {
+        self.release.store(true, Ordering::Relaxed);
         self.thread
             .take()
             .expect("not finished twice")
@@ -233,7 +265,28 @@ fn send(stream: &mut UnixStream, frames: &[String], problems: &mut Vec<String>) 
     true
 }
 
-fn serve(mut stream: UnixStream, script: Script) -> Vec<String> {
+fn flood(
+    stream: &mut UnixStream,
+    template: &str,
+    count: usize,
+    problems: &mut Vec<String>,
+) -> bool {
+    let (head, tail) = template.split_once("{n}").unwrap_or((template, ""));
+    for n in 0..count {
+        if let Err(e) = stream
+            .write_all(head.as_bytes())
+            .and_then(|()| write!(stream, "{n}"))
+            .and_then(|()| stream.write_all(tail.as_bytes()))
+            .and_then(|()| stream.write_all(b"\n"))
+        {
+            problems.push(format!("flood frame {n}: write: {e}"));
+            return false;
+        }
+    }
+    true
+}
+
+fn serve(mut stream: UnixStream, script: Script, release: &AtomicBool) -> Vec<String> {
     let mut problems = Vec::new();
     stream.set_read_timeout(Some(CLIENT_TIMEOUT)).unwrap();
     let mut reader = BufReader::new(stream.try_clone().unwrap());
@@ -286,6 +339,28 @@ fn serve(mut stream: UnixStream, script: Script) -> Vec<String> {
             Action::ReplyWithoutId(frames) => out.extend(frames.iter().cloned()),
             Action::ReplyLate(frames) => {
                 late = frames.iter().map(|f| with_id(f, id.as_ref())).collect();
+            }
+            Action::Flood {
+                template,
+                count,
+                then,
+            } => {
+                if !send(&mut stream, &std::mem::take(&mut out), &mut problems)
+                    || !flood(&mut stream, template, *count, &mut problems)
+                {
+                    return problems;
+                }
+                out.extend(then.iter().map(|f| with_id(f, id.as_ref())));
+            }
+            Action::Stall(frames) => {
+                out.extend(frames.iter().map(|f| with_id(f, id.as_ref())));
+                if send(&mut stream, &out, &mut problems) {
+                    let give_up = Instant::now() + CLIENT_TIMEOUT;
+                    while !release.load(Ordering::Relaxed) && Instant::now() < give_up {
+                        thread::sleep(Duration::from_millis(10));
+                    }
+                }
+                return problems;
             }
             Action::Silent => {}
             Action::Close => {
