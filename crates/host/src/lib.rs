@@ -15,7 +15,7 @@ pub fn status_table(rows: &[VmStatus]) -> String {
         let opt = |k: Option<autoballoon_core::Kib>| k.map(|k| format!("{:.0}", k.mib_f64())).unwrap_or_else(|| "-".into());
         s.push_str(&format!(
             "{:<12} {:<14} {:>10.0} {:>10} {:>10} {:>8} {:>7}\n",
-            r.name, format!("{:?}", r.state).to_lowercase(), r.size.mib_f64(), opt(r.target), opt(r.used), r.source, r.actions
+            r.name, r.state.to_string(), r.size.mib_f64(), opt(r.target), opt(r.used), r.source.to_string(), r.actions
         ));
     }
     s

@@ -115,7 +115,7 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
     let logger = Logger::new(LogFormat::Text, false).to_file(&out.join("controller.log")).map_err(|e| format!("cannot write the controller log: {e}"))?;
     let ctl = Controller::start(&config, logger);
     let vm = ctl.vm("demo").expect("the demo VM is configured");
-    let view = spawn_live_view(vm.status.clone(), live.phases.clone(), live.t0, live.stop.clone());
+    let view = spawn_live_view(vm.status_view(), live.phases.clone(), live.t0, live.stop.clone());
 
     let result = (|| -> Result<(Vec<MigrationRow>, Summary), String> {
         live.phase("autoballoon shrinks the idle guest");
@@ -125,11 +125,11 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
         live.phase(&format!("spike: {} threads x {} MiB", a.spike_threads, a.spike_mib));
         let cmd = format!("spike {} {} {} 0 1", a.spike_threads, a.spike_mib, a.spike_hold_s);
         let peak = Arc::new(Mutex::new(Kib(0)));
-        let (pk, st, stop_peak) = (peak.clone(), vm.status.clone(), Arc::new(AtomicBool::new(false)));
+        let (pk, st, stop_peak) = (peak.clone(), vm.status_view(), Arc::new(AtomicBool::new(false)));
         let sp = stop_peak.clone();
         let watcher = std::thread::spawn(move || {
             while !sp.load(Ordering::SeqCst) {
-                let s = st.lock().unwrap().size;
+                let s = st.snapshot().size;
                 let mut p = pk.lock().unwrap();
                 *p = (*p).max(s);
                 drop(p);
@@ -188,7 +188,7 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
     live.stop.store(true, Ordering::SeqCst);
     let _ = view.join();
     let phases = std::mem::take(&mut *live.phases.lock().unwrap());
-    let history = vm.snapshot().history;
+    let history = vm.history();
     ctl.stop();
     let (rows, summary) = result?;
     report(&out, configured, &rows, &summary, &phases, &history, a.bandwidth_mib)
@@ -203,11 +203,11 @@ struct Summary {
     boot: Duration,
 }
 
-fn spawn_live_view(status: Arc<Mutex<autoballoon::controller::VmStatus>>, phases: Arc<Mutex<Phases>>, t0: Instant, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+fn spawn_live_view(status: autoballoon::controller::StatusView, phases: Arc<Mutex<Phases>>, t0: Instant, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         println!("    {:>5}  {:>9} {:>9} {:>9} {:>9}  phase", "t(s)", "size MiB", "target", "used", "balloon");
         while !stop.load(Ordering::SeqCst) {
-            let s = status.lock().unwrap().clone();
+            let s = status.snapshot();
             let phase = phases.lock().unwrap().current.clone();
             let f = |k: Option<Kib>| k.map(|k| format!("{:.0}", k.mib_f64())).unwrap_or_else(|| "-".into());
             println!(

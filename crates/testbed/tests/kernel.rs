@@ -11,7 +11,7 @@ mod common;
 use autoballoon_testbed::guest::{balloon_to, hook_pages_served, hook_stats, kernel_errors, oom_kills, qemu_balloon, run_spike, SpikeRun};
 use autoballoon_testbed::{migrate, wait_for, wait_settled, GuestAgent, GuestImage, Qemu, VmSpec};
 use autoballoon::controller::AgentLink;
-use autoballoon_core::protocol::{HostMessage, PORT_NAME};
+use autoballoon_core::protocol::{HostMessage, MigrationOutcome, PORT_NAME};
 use autoballoon_core::{Kib, Pages};
 use autoballoon_qmp::Qmp;
 use serde_json::{json, Value};
@@ -104,7 +104,7 @@ fn guest_balloon(q: &Qemu) -> Option<Pages> {
 /// The host end of the agent's channel (the test stands in for the host controller); it
 /// waits for the agent's first sample, so a notice sent next reaches a listening agent.
 fn agent_link(q: &Qemu) -> AgentLink {
-    let link = AgentLink::connect(&q.agent).unwrap_or_else(|e| panic!("agent socket {}: {e}", q.agent.display()));
+    let link = AgentLink::connect(&q.agent, GUEST).unwrap_or_else(|e| panic!("agent socket {}: {e}", q.agent.display()));
     let heard = wait_for(Duration::from_secs(30), Duration::from_millis(100), || link.latest().is_some());
     assert!(heard.is_some(), "no sample from the agent on {} in 30 s", q.agent.display());
     link
@@ -343,7 +343,7 @@ fn patched_spike_cycles_with_migrations() {
         let mut link = agent_link(&q);
         let notices = || agent_log(&q).matches("migration started").count();
         let before = notices();
-        link.send(&HostMessage::MigrationStarted).expect("send the migration notice");
+        assert!(link.send(&HostMessage::MigrationStarted).expect("send the migration notice"), "the agent took the notice");
         let told = wait_for(Duration::from_secs(30), Duration::from_millis(200), || notices() > before);
         assert!(told.is_some(), "cycle {i}: the agent did not take the migration notice:\n{}", agent_log(&q));
         wait_settled(Duration::from_secs(60), balloon).expect("the balloon holds still");
@@ -360,7 +360,7 @@ fn patched_spike_cycles_with_migrations() {
         drop((src, link));
         assert_clean(&q);
         q = dst;
-        agent_link(&q).send(&HostMessage::MigrationEnded { outcome: "completed".into() }).expect("send the end of the migration");
+        assert!(agent_link(&q).send(&HostMessage::MigrationEnded { outcome: MigrationOutcome::Completed }).expect("send the end of the migration"), "the agent took the notice");
         // The destination's `actual` came with the migration; the guest's count never left.
         // They agree once the balloon holds still (the agent may be moving it).
         let d = ctl(&q);

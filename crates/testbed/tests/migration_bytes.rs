@@ -22,7 +22,7 @@ fn migration_with_autoballoon_sends_70_percent_fewer_bytes() {
     let full = Kib::from_mib_saturating(1024);
 
     // The same state for both runs: the guest at full size with 700 MiB of dirty free memory.
-    assert!(wait_for(Duration::from_secs(30), Duration::from_millis(100), || vm.snapshot().source == "agent").is_some(), "agent reports");
+    assert!(wait_for(Duration::from_secs(30), Duration::from_millis(100), || vm.snapshot().source == autoballoon_core::sample::SampleSource::Agent).is_some(), "agent reports");
     vm.command(VmCommand::Pause);
     assert!(wait_for(Duration::from_secs(10), Duration::from_millis(50), || vm.snapshot().state == VmState::Paused).is_some(), "pause takes effect");
     let qa = Qmp::connect_with_retry(&a.qmp_ctl, Instant::now() + Duration::from_secs(10)).unwrap();

@@ -12,20 +12,20 @@ fn controller_survives_agent_and_qemu_deaths() {
     let two = common::boot("resilience", "two", 768);
     let ctl = common::controller(vec![common::vm_config("one", &one), common::vm_config("two", &two)]);
     let (v1, v2) = (ctl.vm("one").unwrap(), ctl.vm("two").unwrap());
-    let agent_seen = |v: &autoballoon::controller::VmHandle| wait_for(Duration::from_secs(30), Duration::from_millis(200), || v.snapshot().source == "agent");
+    let agent_seen = |v: &autoballoon::controller::VmHandle| wait_for(Duration::from_secs(30), Duration::from_millis(200), || v.snapshot().source == autoballoon_core::sample::SampleSource::Agent);
     assert!(agent_seen(v1).is_some() && agent_seen(v2).is_some(), "agents report");
 
     // Kill the agent in guest one: the controller falls back to guest-stats and goes on.
     one.console.run("kill -9 $(pidof autoballoon-guest)", Duration::from_secs(20)).unwrap();
-    let ticks = v1.snapshot().history.len();
-    assert!(wait_for(Duration::from_secs(20), Duration::from_millis(200), || v1.snapshot().history.len() >= ticks + 3).is_some(), "worker one still ticks");
+    let ticks = v1.snapshot().samples;
+    assert!(wait_for(Duration::from_secs(20), Duration::from_millis(200), || v1.snapshot().samples >= ticks + 3).is_some(), "worker one still ticks");
     assert_eq!(v1.snapshot().state, VmState::Running);
 
     // Kill QEMU one: its worker says unreachable; worker two keeps managing its VM.
     one.kill();
     assert!(wait_for(Duration::from_secs(20), Duration::from_millis(200), || v1.snapshot().state == VmState::Unreachable).is_some(), "state {:?}", v1.snapshot().state);
-    let ticks2 = v2.snapshot().history.len();
-    assert!(wait_for(Duration::from_secs(20), Duration::from_millis(200), || v2.snapshot().history.len() >= ticks2 + 3).is_some(), "worker two still ticks");
+    let ticks2 = v2.snapshot().samples;
+    assert!(wait_for(Duration::from_secs(20), Duration::from_millis(200), || v2.snapshot().samples >= ticks2 + 3).is_some(), "worker two still ticks");
     assert_eq!(v2.snapshot().state, VmState::Running);
     assert!(v1.snapshot().errors >= 1);
 

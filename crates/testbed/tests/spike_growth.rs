@@ -18,10 +18,10 @@ fn spike_grows_the_guest_without_oom() {
 
     let peak = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let (p, st, s2) = (peak.clone(), vm.status.clone(), stop.clone());
+    let (p, st, s2) = (peak.clone(), vm.status_view(), stop.clone());
     let watcher = std::thread::spawn(move || {
         while !s2.load(Ordering::SeqCst) {
-            p.fetch_max(st.lock().unwrap().size.0, Ordering::SeqCst);
+            p.fetch_max(st.snapshot().size.0, Ordering::SeqCst);
             std::thread::sleep(Duration::from_millis(100));
         }
     });

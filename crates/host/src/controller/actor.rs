@@ -195,7 +195,7 @@ impl Actor {
     fn no_balloon(&mut self, e: &QmpError) {
         self.set_state(VmState::NoBalloon);
         *lock(&self.shared.mailbox) = None;
-        let msg = format!("cannot balloon this VM ({e}): no balloon device, or its driver is not loaded; checking again every {} s", NO_BALLOON_RETRY.as_secs());
+        let msg = format!("cannot balloon this VM ({e}): QEMU has no balloon device for it; checking again every {} s", NO_BALLOON_RETRY.as_secs());
         self.note(EventKind::NoBalloon, &msg, &[]);
     }
 

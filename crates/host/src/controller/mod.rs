@@ -103,7 +103,22 @@ pub struct VmHandle {
     commands: SyncSender<Msg>,
 }
 
+/// A read-only view of one VM's status that can be handed to another thread.
+#[derive(Clone)]
+pub struct StatusView(Arc<VmShared>);
+
+impl StatusView {
+    /// The VM's status, without its time series.
+    pub fn snapshot(&self) -> VmStatus {
+        lock(&self.0.status).clone()
+    }
+}
+
 impl VmHandle {
+    /// A view of the status for another thread (a live display, a watcher).
+    pub fn status_view(&self) -> StatusView {
+        StatusView(self.shared.clone())
+    }
     /// The VM's status, without its time series.
     pub fn snapshot(&self) -> VmStatus {
         lock(&self.shared.status).clone()

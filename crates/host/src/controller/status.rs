@@ -22,8 +22,7 @@ pub enum VmState {
     Paused,
     /// QEMU is not answering; retrying with back-off.
     Unreachable,
-    /// QEMU answers but has no active balloon device (none configured, or the guest's
-    /// driver is not loaded); retried slowly.
+    /// QEMU answers but has no balloon device (`DeviceNotActive`); checked again slowly.
     NoBalloon,
 }
 
