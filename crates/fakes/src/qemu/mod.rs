@@ -130,7 +130,7 @@ impl FakeQemu {
         self.state().balloon_requests.clone()
     }
 
-    /// How many commands named `name` were received (parse failures count as `(invalid)`).
+    /// How many commands named `name` were received (input without an `execute` name counts as `(invalid)`).
     pub fn command_count(&self, name: &str) -> u64 {
         self.state().counts.get(name).copied().unwrap_or(0)
     }

@@ -92,16 +92,29 @@ impl Conn<'_> {
                 return Err(Closed);
             }
             self.tick()?;
-            if lock(&self.shared.state).fault == Some(Fault::StopReading) {
+            if self.stopped_reading() {
                 std::thread::sleep(TICK);
                 continue;
             }
             match reader.poll() {
                 Polled::Idle => {}
-                Polled::Line(line) => self.command(&line)?,
+                Polled::Line(line) => {
+                    // StopReading set while this line was being read: hold it until cleared.
+                    while self.stopped_reading() {
+                        self.tick()?;
+                        if !sleep_unless(&self.shared.stop, TICK) {
+                            return Err(Closed);
+                        }
+                    }
+                    self.command(&line)?
+                }
                 Polled::Eof | Polled::Failed | Polled::TooLong => return Err(Closed),
             }
         }
+    }
+
+    fn stopped_reading(&self) -> bool {
+        lock(&self.shared.state).fault == Some(Fault::StopReading)
     }
 
     fn write(&mut self, bytes: &[u8]) -> Result<(), Closed> {
