@@ -5,7 +5,9 @@ use crate::lines::{LineReader, Polled};
 use crate::sync::{lock, wait_until, TICK};
 use crate::tempdir::TempDir;
 use autoballoon_core::policy::MemView;
-use autoballoon_core::protocol::{decode, encode, AgentMessage, AgentSample, HostMessage, MAX_LINE};
+use autoballoon_core::protocol::{
+    decode, encode, AgentMessage, AgentSample, HostMessage, MAX_LINE,
+};
 use autoballoon_core::units::{Kib, Pages};
 use std::io::{self, Write};
 use std::net::Shutdown;
@@ -49,7 +51,9 @@ pub struct FakeAgentPort {
 
 impl std::fmt::Debug for FakeAgentPort {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FakeAgentPort").field("path", &self.path).finish_non_exhaustive()
+        f.debug_struct("FakeAgentPort")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
     }
 }
 
@@ -74,11 +78,21 @@ impl FakeAgentPort {
         });
         let (tx, done) = mpsc::channel::<()>();
         let s = Arc::clone(&shared);
-        let thread = std::thread::Builder::new().name("fake-agent-port".into()).spawn(move || {
-            let _done = tx; // dropped when the thread ends, even by panic: wakes `done`
-            accept_loop(&listener, &s);
-        })?;
-        Ok(FakeAgentPort { shared, thread: Some(thread), done, path, started: Instant::now(), seq: AtomicU64::new(0), _dir: dir })
+        let thread = std::thread::Builder::new()
+            .name("fake-agent-port".into())
+            .spawn(move || {
+                let _done = tx; // dropped when the thread ends, even by panic: wakes `done`
+                accept_loop(&listener, &s);
+            })?;
+        Ok(FakeAgentPort {
+            shared,
+            thread: Some(thread),
+            done,
+            path,
+            started: Instant::now(),
+            seq: AtomicU64::new(0),
+            _dir: dir,
+        })
     }
 
     /// The socket path the daemon connects to.
@@ -110,7 +124,12 @@ impl FakeAgentPort {
     pub fn send_raw(&self, bytes: &[u8]) -> io::Result<()> {
         let mut stream = match lock(&self.shared.conn).as_ref() {
             Some(s) => s.try_clone()?,
-            None => return Err(io::Error::new(io::ErrorKind::NotConnected, "no daemon connected to the agent port")),
+            None => {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotConnected,
+                    "no daemon connected to the agent port",
+                ))
+            }
         };
         let ms = self.shared.write_timeout_ms.load(Ordering::Relaxed).max(1);
         stream.set_write_timeout(Some(Duration::from_millis(ms)))?;
@@ -118,7 +137,13 @@ impl FakeAgentPort {
     }
 
     /// Sends a [`sample`] with the next sequence number and the port's age as uptime; returns it.
-    pub fn send_sample(&self, total: Kib, available: Kib, committed: Kib, balloon: Pages) -> io::Result<AgentSample> {
+    pub fn send_sample(
+        &self,
+        total: Kib,
+        available: Kib,
+        committed: Kib,
+        balloon: Pages,
+    ) -> io::Result<AgentSample> {
         let mut s = sample(total, available, committed, balloon);
         s.seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
         s.uptime_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -176,8 +201,25 @@ pub fn sample(total: Kib, available: Kib, committed: Kib, balloon: Pages) -> Age
     let cached = available.saturating_sub(free);
     let lru = total.saturating_sub(available).saturating_add(cached);
     let active = Kib(lru.0 / 2);
-    let mem = MemView { total, free, available, committed_as: committed, active, inactive: lru.saturating_sub(active), swap_total: Kib(0), swap_free: Kib(0), cached };
-    AgentSample { seq: 0, uptime_ms: 0, mem, oom_kills: Some(0), balloon: Some(balloon), target: None }
+    let mem = MemView {
+        total,
+        free,
+        available,
+        committed_as: committed,
+        active,
+        inactive: lru.saturating_sub(active),
+        swap_total: Kib(0),
+        swap_free: Kib(0),
+        cached,
+    };
+    AgentSample {
+        seq: 0,
+        uptime_ms: 0,
+        mem,
+        oom_kills: Some(0),
+        balloon: Some(balloon),
+        target: None,
+    }
 }
 
 fn accept_loop(listener: &UnixListener, shared: &Shared) {
@@ -213,7 +255,9 @@ fn serve(stream: UnixStream, shared: &Shared) -> io::Result<()> {
         match reader.poll() {
             Polled::Idle => {}
             Polled::Line(line) => {
-                let msg = std::str::from_utf8(&line).ok().and_then(decode::<HostMessage>);
+                let msg = std::str::from_utf8(&line)
+                    .ok()
+                    .and_then(decode::<HostMessage>);
                 let mut ib = lock(&shared.inbox);
                 match msg {
                     Some(m) => ib.received.push(m),

@@ -31,7 +31,12 @@ impl LineReader {
     /// Reads lines of at most `max` bytes (newline excluded) from `stream`.
     pub(crate) fn new(stream: UnixStream, max: usize) -> io::Result<LineReader> {
         stream.set_read_timeout(Some(TICK))?;
-        Ok(LineReader { r: BufReader::new(stream), buf: Vec::new(), max, skipping: false })
+        Ok(LineReader {
+            r: BufReader::new(stream),
+            buf: Vec::new(),
+            max,
+            skipping: false,
+        })
     }
 
     /// Waits up to one tick for a line.
@@ -57,7 +62,14 @@ impl LineReader {
                 }
             }
             Ok(_) => Polled::Eof,
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => Polled::Idle,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                Polled::Idle
+            }
             Err(_) => Polled::Failed,
         }
     }
@@ -85,7 +97,10 @@ mod tests {
         assert_eq!(r.poll(), Polled::Idle);
         a.write_all(b"lo\n12345678\n").unwrap();
         assert_eq!(poll_until_not_idle(&mut r), Polled::Line(b"hello".to_vec()));
-        assert_eq!(poll_until_not_idle(&mut r), Polled::Line(b"12345678".to_vec()));
+        assert_eq!(
+            poll_until_not_idle(&mut r),
+            Polled::Line(b"12345678".to_vec())
+        );
         a.write_all(b"123456789012345678901234\nok\n").unwrap();
         assert_eq!(poll_until_not_idle(&mut r), Polled::TooLong);
         assert_eq!(poll_until_not_idle(&mut r), Polled::Line(b"ok".to_vec()));

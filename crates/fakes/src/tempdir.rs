@@ -18,8 +18,15 @@ impl TempDir {
     /// Creates `autoballoon-fakes-<pid>-<n>-<nanos>` under `$TMPDIR` (or `/tmp` if that is too long).
     pub fn new() -> std::io::Result<TempDir> {
         static N: AtomicU64 = AtomicU64::new(0);
-        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
-        let name = format!("autoballoon-fakes-{}-{}-{nanos}", std::process::id(), N.fetch_add(1, Ordering::SeqCst));
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let name = format!(
+            "autoballoon-fakes-{}-{}-{nanos}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        );
         let mut base = std::env::temp_dir();
         if base.join(&name).as_os_str().len() > MAX_DIR_LEN {
             base = PathBuf::from("/tmp");
@@ -50,7 +57,10 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let d = TempDir::new().unwrap();
         let p = d.path().to_owned();
-        assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o700);
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o700
+        );
         std::fs::write(p.join("x"), b"y").unwrap();
         assert_ne!(TempDir::new().unwrap().path(), p);
         drop(d);

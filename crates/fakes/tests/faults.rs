@@ -2,7 +2,7 @@
 
 mod common;
 
-use autoballoon_fakes::{wait_until, Fault, FakeQemu, FakeQemuConfig, BALLOON_PATH};
+use autoballoon_fakes::{wait_until, FakeQemu, FakeQemuConfig, Fault, BALLOON_PATH};
 use autoballoon_qmp::{Qmp, QmpError};
 use common::{connect, GIB};
 use serde_json::Value;
@@ -26,10 +26,16 @@ fn no_balloon_device() {
     assert_eq!(class_of(qmp.set_balloon_guest_size(GIB)), "DeviceNotActive");
     assert_eq!(class_of(qmp.guest_stats(BALLOON_PATH)), "DeviceNotFound");
     match qmp.query_balloon() {
-        Err(QmpError::CommandFailed { desc, .. }) => assert_eq!(desc, "No balloon device has been activated"),
+        Err(QmpError::CommandFailed { desc, .. }) => {
+            assert_eq!(desc, "No balloon device has been activated")
+        }
         other => panic!("{other:?}"),
     }
-    assert_eq!(fake.actual_bytes(), 4 * GIB, "a refused request changes nothing");
+    assert_eq!(
+        fake.actual_bytes(),
+        4 * GIB,
+        "a refused request changes nothing"
+    );
     fake.clear_fault();
     assert_eq!(qmp.query_balloon().unwrap(), 4 * GIB);
 }
@@ -47,7 +53,10 @@ fn never_reply_times_out() {
     // Set before connecting, the handshake never completes.
     drop(qmp);
     fake.set_fault(Fault::NeverReply);
-    assert!(matches!(Qmp::connect(fake.qmp_path(), Duration::from_millis(100)), Err(QmpError::Timeout { .. })));
+    assert!(matches!(
+        Qmp::connect(fake.qmp_path(), Duration::from_millis(100)),
+        Err(QmpError::Timeout { .. })
+    ));
 }
 
 #[test]
@@ -60,16 +69,23 @@ fn stop_reading_blocks_writers() {
     drop(qmp);
     // A raw writer fills the socket buffer and then blocks.
     let mut raw = UnixStream::connect(fake.qmp_path()).unwrap();
-    raw.set_write_timeout(Some(Duration::from_millis(100))).unwrap();
+    raw.set_write_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
     let cmd = br#"{"execute": "qmp_capabilities"}"#.repeat(1024);
     let t = Instant::now();
     let err = loop {
         if let Err(e) = raw.write_all(&cmd) {
             break e;
         }
-        assert!(t.elapsed() < Duration::from_secs(10), "writes never blocked");
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "writes never blocked"
+        );
     };
-    assert!(matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut), "{err}");
+    assert!(
+        matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+        "{err}"
+    );
 }
 
 #[test]
@@ -127,7 +143,10 @@ fn delay_answers_late() {
 fn event_flood_precedes_each_reply() {
     let fake = FakeQemu::start(FakeQemuConfig::default());
     let qmp = connect(&fake);
-    fake.set_fault(Fault::EventFlood { size_bytes: 64 << 10, count: 50 });
+    fake.set_fault(Fault::EventFlood {
+        size_bytes: 64 << 10,
+        count: 50,
+    });
     assert_eq!(qmp.query_balloon().unwrap(), 4 * GIB);
     let events = qmp.poll_events();
     assert_eq!(events.len(), 50);
@@ -154,9 +173,11 @@ fn bad_input_gets_qemu_errors_and_keeps_the_connection() {
         serde_json::from_str(&l).unwrap()
     };
     assert!(read()["QMP"]["version"].is_object());
-    raw.write_all(b"{\"execute\": \"query-balloon\", \"id\": 1}\n").unwrap();
+    raw.write_all(b"{\"execute\": \"query-balloon\", \"id\": 1}\n")
+        .unwrap();
     assert_eq!(read()["error"]["class"], "CommandNotFound");
-    raw.write_all(b"garbage\n[1]\n{\"execute\": \"qmp_capabilities\", \"id\": \"x\"}\n").unwrap();
+    raw.write_all(b"garbage\n[1]\n{\"execute\": \"qmp_capabilities\", \"id\": \"x\"}\n")
+        .unwrap();
     let parse = read();
     assert_eq!(parse["error"]["class"], "GenericError");
     assert!(parse.get("id").is_none());
@@ -169,9 +190,15 @@ fn bad_input_gets_qemu_errors_and_keeps_the_connection() {
 fn drop_with_a_client_that_never_reads() {
     let fake = FakeQemu::start(FakeQemuConfig::default());
     let mut raw = UnixStream::connect(fake.qmp_path()).unwrap();
-    fake.set_fault(Fault::EventFlood { size_bytes: 1 << 20, count: 1000 });
-    raw.write_all(b"{\"execute\": \"qmp_capabilities\"}\n").unwrap();
-    assert!(wait_until(Duration::from_secs(2), || fake.command_count("qmp_capabilities") == 1));
+    fake.set_fault(Fault::EventFlood {
+        size_bytes: 1 << 20,
+        count: 1000,
+    });
+    raw.write_all(b"{\"execute\": \"qmp_capabilities\"}\n")
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(2), || fake
+        .command_count("qmp_capabilities")
+        == 1));
     std::thread::sleep(Duration::from_millis(50)); // the fake is now blocked writing the flood
     let t = Instant::now();
     drop(fake);

@@ -3,7 +3,9 @@
 mod common;
 
 use autoballoon_core::units::Kib;
-use autoballoon_fakes::{BalloonMotion, FakeGuestStats, FakeQemu, FakeQemuConfig, MigrationOutcome, BALLOON_PATH};
+use autoballoon_fakes::{
+    BalloonMotion, FakeGuestStats, FakeQemu, FakeQemuConfig, MigrationOutcome, BALLOON_PATH,
+};
 use autoballoon_qmp::{MigrationStatus, Qmp, QmpError};
 use common::{connect, events_named, GIB};
 use serde_json::json;
@@ -35,7 +37,10 @@ fn balloon_requests_move_actual() {
 
 #[test]
 fn balloon_rate_and_never() {
-    let cfg = FakeQemuConfig { motion: BalloonMotion::PerSecond(Kib::from_gib_saturating(1)), ..FakeQemuConfig::new(Kib::from_gib_saturating(4)) };
+    let cfg = FakeQemuConfig {
+        motion: BalloonMotion::PerSecond(Kib::from_gib_saturating(1)),
+        ..FakeQemuConfig::new(Kib::from_gib_saturating(4))
+    };
     let fake = FakeQemu::start(cfg);
     let qmp = connect(&fake);
     qmp.set_balloon_guest_size(GIB).unwrap();
@@ -66,7 +71,11 @@ fn guest_stats_and_polling_interval() {
     assert_eq!(got.last_update_epoch_secs, Some(stats.last_update_secs));
     qmp.set_stats_polling_interval(BALLOON_PATH, 2).unwrap();
     assert_eq!(fake.stats_polling_interval(), 2);
-    assert_eq!(qmp.qom_get(BALLOON_PATH, "guest-stats-polling-interval").unwrap(), json!(2));
+    assert_eq!(
+        qmp.qom_get(BALLOON_PATH, "guest-stats-polling-interval")
+            .unwrap(),
+        json!(2)
+    );
     match qmp.guest_stats("/machine/peripheral/nosuchdevice") {
         Err(QmpError::CommandFailed { class, .. }) => assert_eq!(class, "DeviceNotFound"),
         other => panic!("{other:?}"),
@@ -83,7 +92,10 @@ fn migration_events_after_enabling() {
     assert!(qmp.query_migrate().unwrap().status.is_active());
     assert!(events_named(&qmp, "MIGRATION", 1, Duration::from_millis(100)).is_empty());
     // QEMU refuses capability changes during a migration.
-    assert!(matches!(qmp.enable_migration_events(), Err(QmpError::CommandFailed { .. })));
+    assert!(matches!(
+        qmp.enable_migration_events(),
+        Err(QmpError::CommandFailed { .. })
+    ));
     fake.finish_migration(MigrationOutcome::Failed);
     assert_eq!(qmp.query_migrate().unwrap().status, MigrationStatus::Failed);
     assert_eq!(qmp.query_status().unwrap(), "running");
@@ -99,7 +111,10 @@ fn migration_events_after_enabling() {
     fake.finish_migration(MigrationOutcome::Completed);
     let ev = events_named(&qmp, "MIGRATION", 1, Duration::from_secs(2));
     assert_eq!(ev[0].migration_status(), Some(MigrationStatus::Completed));
-    assert_eq!(qmp.query_migrate().unwrap().status, MigrationStatus::Completed);
+    assert_eq!(
+        qmp.query_migrate().unwrap().status,
+        MigrationStatus::Completed
+    );
     assert_eq!(qmp.query_status().unwrap(), "postmigrate");
     assert_eq!(fake.migration_status(), "completed");
 }
@@ -112,9 +127,15 @@ fn migrate_command_and_cancel() {
     qmp.migrate("tcp:127.0.0.1:4444").unwrap();
     assert_eq!(fake.migration_status(), "active");
     qmp.migrate_cancel().unwrap();
-    assert_eq!(qmp.query_migrate().unwrap().status, MigrationStatus::Cancelled);
+    assert_eq!(
+        qmp.query_migrate().unwrap().status,
+        MigrationStatus::Cancelled
+    );
     let ev = events_named(&qmp, "MIGRATION", 3, Duration::from_secs(2));
-    assert_eq!(ev.last().and_then(|e| e.migration_status()), Some(MigrationStatus::Cancelled));
+    assert_eq!(
+        ev.last().and_then(|e| e.migration_status()),
+        Some(MigrationStatus::Cancelled)
+    );
 }
 
 #[test]
@@ -142,13 +163,19 @@ fn one_client_at_a_time_and_reconnects() {
     let first = connect(&fake);
     assert!(fake.is_negotiated());
     // Like QEMU: a second client gets no greeting while the first is connected.
-    assert!(matches!(Qmp::connect(fake.qmp_path(), Duration::from_millis(200)), Err(QmpError::Timeout { .. })));
+    assert!(matches!(
+        Qmp::connect(fake.qmp_path(), Duration::from_millis(200)),
+        Err(QmpError::Timeout { .. })
+    ));
     drop(first);
     let second = connect(&fake);
     second.query_balloon().unwrap();
     assert_eq!(fake.connections(), 3);
     fake.disconnect();
-    assert!(matches!(second.next_event(Duration::from_secs(2)), Err(QmpError::Disconnected)));
+    assert!(matches!(
+        second.next_event(Duration::from_secs(2)),
+        Err(QmpError::Disconnected)
+    ));
     let third = connect(&fake);
     third.quit().unwrap();
     assert_eq!(fake.connections(), 4);
@@ -159,7 +186,10 @@ fn drop_does_not_hang_on_a_stuck_client() {
     let fake = FakeQemu::start(FakeQemuConfig::default());
     let path = fake.qmp_path().to_owned();
     let qmp = connect(&fake);
-    fake.set_fault(autoballoon_fakes::Fault::EventFlood { size_bytes: 1 << 20, count: 64 });
+    fake.set_fault(autoballoon_fakes::Fault::EventFlood {
+        size_bytes: 1 << 20,
+        count: 64,
+    });
     qmp.set_command_timeout(Duration::from_millis(50));
     let _ = qmp.query_balloon();
     let t = Instant::now();

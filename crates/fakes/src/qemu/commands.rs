@@ -15,7 +15,10 @@ pub(crate) struct Answer {
 
 impl From<Outcome> for Answer {
     fn from(outcome: Outcome) -> Answer {
-        Answer { outcome, close: false }
+        Answer {
+            outcome,
+            close: false,
+        }
     }
 }
 
@@ -28,7 +31,9 @@ fn missing(name: &str) -> Outcome {
 }
 
 fn bad_type(name: &str, expected: &str) -> Outcome {
-    generic(format!("Invalid parameter type for '{name}', expected: {expected}"))
+    generic(format!(
+        "Invalid parameter type for '{name}', expected: {expected}"
+    ))
 }
 
 fn in_migration() -> Outcome {
@@ -62,7 +67,11 @@ pub(crate) fn dispatch(st: &mut VmState, cmd: &Value, now: Instant) -> Answer {
             st.negotiated = true;
             return Ok(json!({})).into();
         }
-        return Err(("CommandNotFound", "Expecting capabilities negotiation with 'qmp_capabilities'".into())).into();
+        return Err((
+            "CommandNotFound",
+            "Expecting capabilities negotiation with 'qmp_capabilities'".into(),
+        ))
+        .into();
     }
     match name {
         "qmp_capabilities" => Err(("CommandNotFound", "Capabilities negotiation is already complete, command ignored".into())),
@@ -102,7 +111,10 @@ pub(crate) fn dispatch(st: &mut VmState, cmd: &Value, now: Instant) -> Answer {
 }
 
 fn no_balloon() -> Outcome {
-    Err(("DeviceNotActive", "No balloon device has been activated".into()))
+    Err((
+        "DeviceNotActive",
+        "No balloon device has been activated".into(),
+    ))
 }
 
 fn query_balloon(st: &VmState, now: Instant) -> Outcome {
@@ -145,13 +157,18 @@ fn qom_target<'a>(st: &VmState, args: &'a Map<String, Value>) -> Result<&'a str,
         Some(p) => p.as_str().ok_or_else(|| bad_type("property", "string"))?,
     };
     if path != BALLOON_PATH || st.fault == Some(Fault::NoBalloonDevice) {
-        return Err(Err(("DeviceNotFound", format!("Device '{path}' not found"))));
+        return Err(Err((
+            "DeviceNotFound",
+            format!("Device '{path}' not found"),
+        )));
     }
     Ok(property)
 }
 
 fn no_property(property: &str) -> Outcome {
-    generic(format!("Property 'virtio-balloon-pci.{property}' not found"))
+    generic(format!(
+        "Property 'virtio-balloon-pci.{property}' not found"
+    ))
 }
 
 fn qom_get(st: &VmState, args: &Map<String, Value>) -> Outcome {
@@ -209,7 +226,10 @@ fn set_capabilities(st: &mut VmState, args: &Map<String, Value>) -> Outcome {
     }
     let mut events = None;
     for cap in caps {
-        match (cap.get("capability").and_then(Value::as_str), cap.get("state").and_then(Value::as_bool)) {
+        match (
+            cap.get("capability").and_then(Value::as_str),
+            cap.get("state").and_then(Value::as_bool),
+        ) {
             (Some("events"), Some(on)) => events = Some(on),
             (Some(_), Some(_)) => {}
             _ => return bad_type("capabilities", "MigrationCapabilityStatus"),
@@ -275,15 +295,37 @@ mod tests {
     #[test]
     fn handshake_first_then_commands() {
         let mut st = VmState::new(&FakeQemuConfig::default());
-        assert_eq!(run(&mut st, json!({"execute": "query-balloon"})).unwrap_err().0, "CommandNotFound");
-        assert_eq!(run(&mut st, json!({"execute": "qmp_capabilities"})), Ok(json!({})));
-        assert_eq!(run(&mut st, json!({"execute": "qmp_capabilities"})).unwrap_err().0, "CommandNotFound");
-        assert_eq!(run(&mut st, json!({"execute": "query-balloon"})), Ok(json!({"actual": 4u64 << 30})));
+        assert_eq!(
+            run(&mut st, json!({"execute": "query-balloon"}))
+                .unwrap_err()
+                .0,
+            "CommandNotFound"
+        );
+        assert_eq!(
+            run(&mut st, json!({"execute": "qmp_capabilities"})),
+            Ok(json!({}))
+        );
+        assert_eq!(
+            run(&mut st, json!({"execute": "qmp_capabilities"}))
+                .unwrap_err()
+                .0,
+            "CommandNotFound"
+        );
+        assert_eq!(
+            run(&mut st, json!({"execute": "query-balloon"})),
+            Ok(json!({"actual": 4u64 << 30}))
+        );
         assert_eq!(run(&mut st, json!([1])).unwrap_err().0, "GenericError");
-        assert_eq!(run(&mut st, json!({"execute": 5})).unwrap_err().0, "GenericError");
+        assert_eq!(
+            run(&mut st, json!({"execute": 5})).unwrap_err().0,
+            "GenericError"
+        );
         assert_eq!(
             run(&mut st, json!({"execute": "nonexistent-command"})),
-            Err(("CommandNotFound", "The command nonexistent-command has not been found".into()))
+            Err((
+                "CommandNotFound",
+                "The command nonexistent-command has not been found".into()
+            ))
         );
     }
 
@@ -292,19 +334,40 @@ mod tests {
         let mut st = VmState::new(&FakeQemuConfig::default());
         st.negotiated = true;
         assert!(run(&mut st, json!({"execute": "balloon"})).is_err());
-        assert!(run(&mut st, json!({"execute": "balloon", "arguments": {"value": -1}})).is_err());
+        assert!(run(
+            &mut st,
+            json!({"execute": "balloon", "arguments": {"value": -1}})
+        )
+        .is_err());
         assert_eq!(
-            run(&mut st, json!({"execute": "balloon", "arguments": {"value": 0}})),
+            run(
+                &mut st,
+                json!({"execute": "balloon", "arguments": {"value": 0}})
+            ),
             generic("Parameter 'target' expects a size")
         );
-        assert!(run(&mut st, json!({"execute": "balloon", "arguments": {"value": u64::MAX}})).is_ok());
+        assert!(run(
+            &mut st,
+            json!({"execute": "balloon", "arguments": {"value": u64::MAX}})
+        )
+        .is_ok());
         assert_eq!(st.balloon.target(), 4 << 30);
         assert_eq!(st.balloon_requests, [0, u64::MAX]);
         assert_eq!(
-            run(&mut st, json!({"execute": "qom-get", "arguments": {"path": "/machine/peripheral/nosuchdevice", "property": "guest-stats"}})),
-            Err(("DeviceNotFound", "Device '/machine/peripheral/nosuchdevice' not found".into()))
+            run(
+                &mut st,
+                json!({"execute": "qom-get", "arguments": {"path": "/machine/peripheral/nosuchdevice", "property": "guest-stats"}})
+            ),
+            Err((
+                "DeviceNotFound",
+                "Device '/machine/peripheral/nosuchdevice' not found".into()
+            ))
         );
         assert!(run(&mut st, json!({"execute": "qom-set", "arguments": {"path": BALLOON_PATH, "property": "guest-stats-polling-interval", "value": -3}})).is_err());
-        assert!(run(&mut st, json!({"execute": "migrate-set-capabilities", "arguments": {"capabilities": [1]}})).is_err());
+        assert!(run(
+            &mut st,
+            json!({"execute": "migrate-set-capabilities", "arguments": {"capabilities": [1]}})
+        )
+        .is_err());
     }
 }

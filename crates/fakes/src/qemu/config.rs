@@ -104,7 +104,10 @@ pub struct FakeQemuConfig {
 impl FakeQemuConfig {
     /// Defaults for a VM of `configured` RAM.
     pub fn new(configured: Kib) -> FakeQemuConfig {
-        FakeQemuConfig { configured, ..Default::default() }
+        FakeQemuConfig {
+            configured,
+            ..Default::default()
+        }
     }
 }
 

@@ -42,7 +42,9 @@ pub struct FakeQemu {
 
 impl std::fmt::Debug for FakeQemu {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FakeQemu").field("path", &self.path).finish_non_exhaustive()
+        f.debug_struct("FakeQemu")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
     }
 }
 
@@ -66,14 +68,26 @@ impl FakeQemu {
         let dir = TempDir::new()?;
         let path = dir.path().join("qmp.sock");
         let listener = UnixListener::bind(&path)?;
-        let shared = Arc::new(Shared { state: Mutex::new(VmState::new(&cfg)), stop: AtomicBool::new(false), conn: Mutex::new(None) });
+        let shared = Arc::new(Shared {
+            state: Mutex::new(VmState::new(&cfg)),
+            stop: AtomicBool::new(false),
+            conn: Mutex::new(None),
+        });
         let (tx, done) = mpsc::channel();
         let thread_shared = Arc::clone(&shared);
-        let thread = std::thread::Builder::new().name("fake-qemu".into()).spawn(move || {
-            let _done = DoneGuard(tx);
-            server::accept_loop(listener, &thread_shared);
-        })?;
-        Ok(FakeQemu { shared, thread: Some(thread), done, path, _dir: dir })
+        let thread = std::thread::Builder::new()
+            .name("fake-qemu".into())
+            .spawn(move || {
+                let _done = DoneGuard(tx);
+                server::accept_loop(listener, &thread_shared);
+            })?;
+        Ok(FakeQemu {
+            shared,
+            thread: Some(thread),
+            done,
+            path,
+            _dir: dir,
+        })
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, VmState> {
@@ -107,7 +121,9 @@ impl FakeQemu {
 
     /// Puts the guest at `actual` (as if its driver moved the balloon); it stays there until the next request.
     pub fn set_actual(&self, actual: Kib) {
-        self.state().balloon.set_actual(actual.to_bytes_saturating().0, Instant::now());
+        self.state()
+            .balloon
+            .set_actual(actual.to_bytes_saturating().0, Instant::now());
     }
 
     /// The size the last `balloon` request asked for (clamped to the RAM size).
@@ -122,7 +138,11 @@ impl FakeQemu {
 
     /// Every `balloon` value received (well-typed ones, even if refused), oldest first, in KiB (floored).
     pub fn balloon_requests(&self) -> Vec<Kib> {
-        self.state().balloon_requests.iter().map(|&b| Bytes(b).to_kib_floor()).collect()
+        self.state()
+            .balloon_requests
+            .iter()
+            .map(|&b| Bytes(b).to_kib_floor())
+            .collect()
     }
 
     /// Every `balloon` value received, in bytes as sent.

@@ -83,7 +83,8 @@ struct Conn<'a> {
 impl Conn<'_> {
     fn serve(mut self) -> Result<(), Closed> {
         self.stream.set_nonblocking(false)?;
-        self.stream.set_write_timeout(Some(lock(&self.shared.state).write_timeout))?;
+        self.stream
+            .set_write_timeout(Some(lock(&self.shared.state).write_timeout))?;
         let mut reader = LineReader::new(self.stream.try_clone()?, MAX_COMMAND)?;
         self.write(wire::GREETING.as_bytes())?;
         self.write(b"\n")?;
@@ -143,7 +144,12 @@ impl Conn<'_> {
         let parsed: Result<Value, _> = serde_json::from_slice(line);
         let fault = {
             let mut st = lock(&self.shared.state);
-            let name = parsed.as_ref().ok().and_then(command_name).unwrap_or("(invalid)").to_owned();
+            let name = parsed
+                .as_ref()
+                .ok()
+                .and_then(command_name)
+                .unwrap_or("(invalid)")
+                .to_owned();
             *st.counts.entry(name).or_default() += 1;
             st.fault.clone()
         };
@@ -162,9 +168,18 @@ impl Conn<'_> {
         let (reply, close) = match &parsed {
             Ok(cmd) => {
                 let answer = dispatch(&mut lock(&self.shared.state), cmd, Instant::now());
-                (wire::reply(answer.outcome, cmd.get("id").cloned()), answer.close)
+                (
+                    wire::reply(answer.outcome, cmd.get("id").cloned()),
+                    answer.close,
+                )
             }
-            Err(e) => (wire::reply(Err(("GenericError", format!("JSON parse error, {e}"))), None), false),
+            Err(e) => (
+                wire::reply(
+                    Err(("GenericError", format!("JSON parse error, {e}"))),
+                    None,
+                ),
+                false,
+            ),
         };
         // Events the command caused go out before its reply, as in QEMU.
         self.tick()?;

@@ -20,7 +20,12 @@ pub(crate) struct Balloon {
 
 impl Balloon {
     fn new(actual: u64, motion: BalloonMotion) -> Balloon {
-        Balloon { from: actual, target: actual, since: Instant::now(), motion }
+        Balloon {
+            from: actual,
+            target: actual,
+            since: Instant::now(),
+            motion,
+        }
     }
 
     /// `actual` in bytes at `now`.
@@ -30,7 +35,8 @@ impl Balloon {
             BalloonMotion::Never => self.from,
             BalloonMotion::PerSecond(rate) => {
                 let nanos = now.saturating_duration_since(self.since).as_nanos();
-                let moved = (rate.to_bytes_saturating().0 as u128).saturating_mul(nanos) / 1_000_000_000;
+                let moved =
+                    (rate.to_bytes_saturating().0 as u128).saturating_mul(nanos) / 1_000_000_000;
                 let moved = u64::try_from(moved).unwrap_or(u64::MAX);
                 if self.target >= self.from {
                     self.from.saturating_add(moved).min(self.target)
@@ -55,7 +61,12 @@ impl Balloon {
 
     /// The guest is now at `actual` and stays there until the next request.
     pub(crate) fn set_actual(&mut self, actual: u64, now: Instant) {
-        *self = Balloon { from: actual, target: actual, since: now, motion: self.motion };
+        *self = Balloon {
+            from: actual,
+            target: actual,
+            since: now,
+            motion: self.motion,
+        };
     }
 
     /// Changes how `actual` follows requests from now on.
@@ -99,7 +110,12 @@ pub(crate) struct VmState {
 
 impl VmState {
     pub(crate) fn new(cfg: &FakeQemuConfig) -> VmState {
-        let actual = cfg.actual.unwrap_or(cfg.configured).min(cfg.configured).to_bytes_saturating().0;
+        let actual = cfg
+            .actual
+            .unwrap_or(cfg.configured)
+            .min(cfg.configured)
+            .to_bytes_saturating()
+            .0;
         VmState {
             configured: cfg.configured,
             balloon: Balloon::new(actual, cfg.motion),
@@ -148,7 +164,9 @@ impl VmState {
     pub(crate) fn balloon_tick(&mut self, now: Instant) {
         let actual = self.balloon.actual(now);
         let (last, at) = self.last_balloon_event;
-        if actual == last || at.is_some_and(|t| now.saturating_duration_since(t) < self.balloon_event_interval) {
+        if actual == last
+            || at.is_some_and(|t| now.saturating_duration_since(t) < self.balloon_event_interval)
+        {
             return;
         }
         self.last_balloon_event = (actual, Some(now));
@@ -211,7 +229,12 @@ mod tests {
         assert_eq!(b.target(), GIB);
         b.set_actual(5, t0);
         assert_eq!((b.actual(t0), b.target()), (5, 5));
-        let huge = Balloon { from: 0, target: u64::MAX, since: t0, motion: BalloonMotion::PerSecond(Kib::MAX) };
+        let huge = Balloon {
+            from: 0,
+            target: u64::MAX,
+            since: t0,
+            motion: BalloonMotion::PerSecond(Kib::MAX),
+        };
         assert_eq!(huge.actual(t0 + Duration::from_secs(1 << 40)), u64::MAX);
     }
 
@@ -225,8 +248,19 @@ mod tests {
         st.start_migration(Instant::now());
         st.finish_migration(MigrationOutcome::Completed);
         let names: Vec<String> = st.outbox.iter().map(|e| e["event"].to_string()).collect();
-        assert_eq!(names, ["\"MIGRATION\"", "\"MIGRATION\"", "\"STOP\"", "\"MIGRATION\""]);
-        assert_eq!((st.migration_status(), st.run_state.as_str()), ("completed", "postmigrate"));
+        assert_eq!(
+            names,
+            [
+                "\"MIGRATION\"",
+                "\"MIGRATION\"",
+                "\"STOP\"",
+                "\"MIGRATION\""
+            ]
+        );
+        assert_eq!(
+            (st.migration_status(), st.run_state.as_str()),
+            ("completed", "postmigrate")
+        );
         st.set_connected(false);
         assert!(st.outbox.is_empty() && st.connections == 1);
     }

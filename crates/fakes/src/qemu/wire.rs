@@ -11,12 +11,17 @@ pub(crate) type Outcome = Result<Value, (&'static str, String)>;
 
 /// Seconds since the epoch (0 if the clock is before it).
 pub(crate) fn epoch_secs() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 /// `{"seconds": ..., "microseconds": ...}` for now.
 fn timestamp() -> Value {
-    let d = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
     json!({"seconds": d.as_secs(), "microseconds": d.subsec_micros()})
 }
 
@@ -54,7 +59,10 @@ pub(crate) fn line(frame: &Value) -> Vec<u8> {
 /// A `FAKE_FLOOD` event whose line is about `size_bytes` long.
 pub(crate) fn flood_event(size_bytes: usize) -> Value {
     let base = line(&event("FAKE_FLOOD", json!({"padding": ""}))).len();
-    event("FAKE_FLOOD", json!({"padding": "x".repeat(size_bytes.saturating_sub(base))}))
+    event(
+        "FAKE_FLOOD",
+        json!({"padding": "x".repeat(size_bytes.saturating_sub(base))}),
+    )
 }
 
 #[cfg(test)]
@@ -63,9 +71,18 @@ mod tests {
 
     #[test]
     fn shapes() {
-        assert_eq!(reply(Ok(json!({})), Some(json!(3))), json!({"return": {}, "id": 3}));
         assert_eq!(
-            reply(Err(("DeviceNotActive", "No balloon device has been activated".into())), None),
+            reply(Ok(json!({})), Some(json!(3))),
+            json!({"return": {}, "id": 3})
+        );
+        assert_eq!(
+            reply(
+                Err((
+                    "DeviceNotActive",
+                    "No balloon device has been activated".into()
+                )),
+                None
+            ),
             json!({"error": {"class": "DeviceNotActive", "desc": "No balloon device has been activated"}})
         );
         let stop = event("STOP", Value::Null);
