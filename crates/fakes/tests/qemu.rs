@@ -33,6 +33,11 @@ fn balloon_requests_move_actual() {
     // The guest moves on its own (e.g. deflate on OOM).
     fake.set_actual(Kib::from_gib_saturating(3));
     assert_eq!(qmp.query_balloon().unwrap(), 3 * GIB);
+    // Moves while no client listens are not reported to the next one.
+    drop(qmp);
+    fake.set_actual(Kib::from_gib_saturating(1));
+    let qmp = connect(&fake);
+    assert!(events_named(&qmp, "BALLOON_CHANGE", 1, Duration::from_millis(100)).is_empty());
 }
 
 #[test]

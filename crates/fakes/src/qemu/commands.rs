@@ -64,7 +64,7 @@ pub(crate) fn dispatch(st: &mut VmState, cmd: &Value, now: Instant) -> Answer {
     };
     if !st.negotiated {
         if name == "qmp_capabilities" {
-            st.negotiated = true;
+            st.negotiate(now);
             return Ok(json!({})).into();
         }
         return Err((

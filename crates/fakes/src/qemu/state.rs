@@ -160,6 +160,12 @@ impl VmState {
         }
     }
 
+    /// A client just negotiated: moves while nobody listened are not reported later.
+    pub(crate) fn negotiate(&mut self, now: Instant) {
+        self.negotiated = true;
+        self.last_balloon_event.0 = self.balloon.actual(now);
+    }
+
     /// Emits `BALLOON_CHANGE` when `actual` moved, at most once per `balloon_event_interval`.
     pub(crate) fn balloon_tick(&mut self, now: Instant) {
         let actual = self.balloon.actual(now);
