@@ -1,0 +1,31 @@
+//! Helpers shared by the fakes' own tests.
+#![allow(dead_code)] // each test binary uses a subset
+
+use autoballoon_fakes::FakeQemu;
+use autoballoon_qmp::{Event, Qmp};
+use std::time::{Duration, Instant};
+
+pub const GIB: u64 = 1 << 30;
+
+/// A connected real client.
+pub fn connect(fake: &FakeQemu) -> Qmp {
+    Qmp::connect(fake.qmp_path(), Duration::from_secs(5)).expect("connect to FakeQemu")
+}
+
+/// Waits until `n` events named `name` arrived (others are skipped); returns them.
+pub fn events_named(qmp: &Qmp, name: &str, n: usize, timeout: Duration) -> Vec<Event> {
+    let deadline = Instant::now() + timeout;
+    let mut out = Vec::new();
+    while out.len() < n {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        match qmp.next_event(left) {
+            Ok(Some(ev)) if ev.name == name => out.push(ev),
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    out
+}
