@@ -5,7 +5,7 @@
 
 use super::agent_link::AgentLink;
 use super::status::{Point, VmState};
-use super::sync::lock;
+use super::sync::{lock, panic_message};
 use super::{Bell, Msg, Observation, VmCommand, VmShared};
 use crate::config::VmConfig;
 use crate::log::{EventKind, Logger, RateLimit};
@@ -67,7 +67,7 @@ impl Actor {
             match catch_unwind(AssertUnwindSafe(|| self.serve())) {
                 Ok(()) => return,
                 Err(p) => {
-                    let what = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default();
+                    let what = panic_message(&*p);
                     self.note(EventKind::WorkerPanicked, &format!("worker panicked ({what}); restarting"), &[]);
                     lock(&self.shared.status).errors += 1;
                     *lock(&self.shared.mailbox) = None;

@@ -3,7 +3,7 @@
 //! policy and rails, one balancer over all VMs — and hands each action to its actor's
 //! bounded queue without waiting. It logs one line per action, with its reason.
 
-use super::sync::lock;
+use super::sync::{lock, panic_message};
 use super::{offer, Bell, Msg, Observation, VmShared};
 use crate::config::PolicyConfig;
 use crate::log::{EventKind, Logger, RateLimit};
@@ -93,7 +93,7 @@ impl Decider {
             }
             // A bug in a policy must not stop the control of every VM: log and go on.
             if let Err(p) = catch_unwind(AssertUnwindSafe(|| self.step())) {
-                let what = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default();
+                let what = panic_message(&*p);
                 self.log.event("-", EventKind::WorkerPanicked, &format!("decision step panicked ({what}); going on"), &[]);
             }
         }
