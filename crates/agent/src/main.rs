@@ -1,13 +1,19 @@
-//! autoballoon-guest: the guest agent. Samples /proc/meminfo every second and either sets
-//! the balloon itself (patched kernel, Xen) or reports to the host controller, which sets
-//! it over QMP (stock kernels).
+//! autoballoon-guest: the guest agent. Samples /proc/meminfo, vmstat and pressure/memory
+//! every second and either runs core's control loop on the balloon itself (patched kernel,
+//! Xen) or reports to the host controller, which sets it over QMP (stock kernels).
 
-mod backend;
+mod actuator;
 mod channel;
+mod config;
 mod estimate_cmd;
 mod logging;
 mod protect;
 mod run;
+mod source;
+#[cfg(test)]
+mod loop_tests;
+#[cfg(test)]
+mod testutil;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -25,7 +31,7 @@ enum Command {
     /// Print the balloon target the estimator computes from a meminfo file.
     Estimate(estimate_cmd::EstimateArgs),
     /// Run the sampling loop until killed.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -36,6 +42,16 @@ pub enum BackendKind {
     Xen,
     /// Write the target to the patched kernel's balloon interface (target_pages).
     Kernel,
+}
+
+impl BackendKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Host => "host",
+            BackendKind::Xen => "xen",
+            BackendKind::Kernel => "kernel",
+        }
+    }
 }
 
 #[derive(clap::Args, Debug)]
@@ -56,23 +72,13 @@ pub struct RunArgs {
     /// The VM's maximum size in KiB for the Xen backend (default: its size when the agent starts).
     #[arg(long)]
     pub max_kb: Option<u64>,
-    /// Memory kept free on top of the estimate, KiB.
-    #[arg(long, default_value_t = 0)]
-    pub buffer_kb: u64,
-    /// Page cache the guest may keep on top of the estimate, KiB (for cache-heavy guests).
-    #[arg(long, default_value_t = 0)]
-    pub cache_buffer_kb: u64,
-    /// Sampling interval τ in milliseconds.
+    /// Sampling interval τ in milliseconds (at least 10).
     #[arg(long, default_value_t = 1000)]
     pub interval_ms: u64,
-    /// iBalloon's adaptive interval: +τ per steady tick up to 10τ, halved on a change.
-    #[arg(long)]
-    pub adaptive: bool,
-    /// iBalloon's outlier filter: re-check a shrink larger than --outlier-threshold-kb after this many ms.
-    #[arg(long)]
-    pub outlier_delay_ms: Option<u64>,
-    #[arg(long, default_value_t = 65536)]
-    pub outlier_threshold_kb: u64,
+    /// The policy and its guard rails (kernel and Xen backends): the keys of the host's
+    /// configuration, with the host's defaults.
+    #[command(flatten)]
+    pub policy: config::PolicyArgs,
     /// Where to read procfs from (tests point this at a fixture tree).
     #[arg(long, default_value = "/proc")]
     pub proc_dir: PathBuf,

@@ -1,34 +1,32 @@
-//! The agent's loop: sample procfs → (host backend) report, or (kernel/Xen backend)
-//! policy → guard rails → set the target. Single-threaded; never waits on the balloon.
+//! The agent's loop, single-threaded, never waiting on the balloon.
+//!
+//! - `--backend kernel` / `xen`: core's [`step`] (procfs source → policy → guard rails →
+//!   target_pages / target_kb), one log line per action, a report to the host if there is
+//!   a port, then wait for the next tick or the host's notices.
+//! - `--backend host`: the same source, a report, wait. The host decides; no loop here.
 
-use crate::backend::Backend;
+use crate::actuator::{KernelTarget, XenTarget};
 use crate::channel::Channel;
 use crate::logging::{info, RateLimited};
+use crate::source::{GuestSize, ProcSource};
 use crate::{protect, BackendKind, RunArgs};
-use autoballoon_core::control::ControlLoop;
-use autoballoon_core::guard::GuardRails;
-use autoballoon_core::interval::{AdaptiveInterval, Interval};
-use autoballoon_core::outlier::{Filtered, OutlierFilter};
-use autoballoon_core::policy::{MemView, Sample, SwapFree};
-use autoballoon_core::procfs::{parse_meminfo, parse_vmstat, Vmstat};
+use autoballoon_core::config::PolicyConfig;
+use autoballoon_core::control::{step, Actuator, ControlLoop, Source, StepError, Tick};
+use autoballoon_core::policy::SwapFree;
 use autoballoon_core::protocol::{encode, AgentMessage, AgentSample, HostMessage};
+use autoballoon_core::sample::Sample;
 use autoballoon_core::Kib;
-use std::path::Path;
+use std::fmt::Display;
 use std::time::{Duration, Instant};
 
-/// Reads the guest's memory view; `Err` carries a message for the (rate-limited) log.
-fn read_view(proc_dir: &Path) -> Result<MemView, String> {
-    let path = proc_dir.join("meminfo");
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let m = parse_meminfo(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    MemView::from_meminfo(&m).map_err(|e| e.to_string())
-}
-
-fn read_vmstat(proc_dir: &Path) -> Option<Vmstat> {
-    parse_vmstat(&std::fs::read_to_string(proc_dir.join("vmstat")).ok()?).ok()
-}
+/// How often a repeated error (or the count of dropped samples) is logged at most.
+const ERROR_EVERY: Duration = Duration::from_secs(60);
 
 pub fn run(a: &RunArgs) -> Result<(), String> {
+    let policy = a.policy.config()?;
+    if a.interval_ms < 10 {
+        return Err(format!("invalid value for `--interval-ms`: {} is below 10", a.interval_ms));
+    }
     if a.backend == BackendKind::Host && a.port.is_none() {
         return Err("--backend host needs --port (the virtio-serial port to the host)".into());
     }
@@ -36,89 +34,161 @@ pub fn run(a: &RunArgs) -> Result<(), String> {
         protect::protect_self().map_err(|e| format!("cannot protect the agent from the OOM killer: {e}"))?;
         protect::allow_overcommit(&a.proc_dir).map_err(|e| format!("cannot enable memory overcommit: {e}"))?;
     }
-    let backend = match a.backend {
-        BackendKind::Host => Backend::Host,
-        BackendKind::Kernel => Backend::Kernel { dir: a.kernel_dir.clone() },
-        BackendKind::Xen => Backend::xen(a.xen_dir.clone(), a.max_kb.map(Kib)).map_err(|e| e.to_string())?,
+    let size = match a.backend {
+        BackendKind::Host => GuestSize::HostOwned,
+        BackendKind::Kernel => GuestSize::Kernel { dir: a.kernel_dir.clone() },
+        BackendKind::Xen => GuestSize::xen(a.xen_dir.clone(), a.max_kb.map(Kib)).map_err(|e| e.to_string())?,
     };
-    let mut channel = match &a.port {
+    let channel = match &a.port {
         Some(p) => Some(Channel::open(p).map_err(|e| format!("cannot open port {}: {e}", p.display()))?),
         None => None,
     };
-    let tau = Duration::from_millis(a.interval_ms.max(10));
-    let interval = if a.adaptive { Interval::Adaptive(AdaptiveInterval::new(tau)) } else { Interval::Fixed(tau) };
-    let policy = SwapFree { buffer: Kib(a.buffer_kb), cache_buffer: Kib(a.cache_buffer_kb) };
-    let mut lp = ControlLoop::new(policy, GuardRails::default(), interval);
-    if let Some(ms) = a.outlier_delay_ms {
-        lp = lp.with_outlier_filter(OutlierFilter::new(Duration::from_millis(ms), Kib(a.outlier_threshold_kb), Filtered::ShrinkOnly));
-    }
-    info(format_args!("started: backend {}, interval {} ms{}", backend.name(), tau.as_millis(), if a.adaptive { " (adaptive)" } else { "" }));
-    if let Some(ch) = &mut channel {
-        let hello = AgentMessage::Hello { version: env!("CARGO_PKG_VERSION").into(), backend: backend.name().into() };
+    let tau = Duration::from_millis(a.interval_ms);
+    let mut agent = Agent::new(a, ProcSource::new(a.proc_dir.clone(), size), channel);
+    let name = a.backend.name();
+    if let Some(ch) = &mut agent.channel {
+        let hello = AgentMessage::Hello { version: env!("CARGO_PKG_VERSION").into(), backend: name.into() };
         ch.send(&encode(&hello)).map_err(|e| format!("cannot write to the host port: {e}"))?;
     }
+    match a.backend {
+        BackendKind::Host => {
+            info(format_args!("started: backend host, interval {} ms: reporting; the host sets the balloon", tau.as_millis()));
+            if a.policy.any() {
+                info(format_args!("policy flags do nothing with --backend host: the host's configuration applies"));
+            }
+            agent.report_only(tau);
+        }
+        BackendKind::Kernel => agent.control(&policy, tau, KernelTarget::new(&a.kernel_dir)),
+        BackendKind::Xen => agent.control(&policy, tau, XenTarget::new(&a.xen_dir)),
+    }
+    Ok(())
+}
 
-    let start = Instant::now();
-    let mut migrating = false;
-    let mut bad_sample = RateLimited::new(Duration::from_secs(60));
-    let mut bad_backend = RateLimited::new(Duration::from_secs(60));
-    let mut bad_port = RateLimited::new(Duration::from_secs(60));
-    let mut seq = 0u64;
-    loop {
-        let now = Instant::now();
-        seq += 1;
-        // Read back to back, so the balloon size matches the memory view.
-        let view = read_view(&a.proc_dir).map_err(|e| bad_sample.log(now, format_args!("bad memory sample, keeping the last target: {e}"))).ok();
-        let vmstat = read_vmstat(&a.proc_dir);
-        let mut next_in = tau;
-        let mut own_target = None;
-        match backend.size() {
-            Ok(Some(size)) => {
-                let s = Sample { at: now - start, vm_size: size.current, max: size.max, mem: view, migrating };
-                let tick = lp.tick(&s);
-                next_in = tick.next_in;
-                match tick.outcome {
-                    Ok(act) => {
-                        own_target = Some(act.target);
-                        match backend.set_guest_size(act.target) {
-                            Ok(()) => info(format_args!("target {} -> {}: {}{}", act.previous, act.target, act.reason, act.limits_note())),
-                            Err(e) => {
-                                lp.forget_target();
-                                bad_backend.log(now, format_args!("{e}"));
-                            }
-                        }
-                    }
-                    Err(idle) if a.verbose => info(format_args!("tick: {idle}")),
-                    Err(_) => {}
+/// The policy in one line, for the start-up log.
+fn describe(c: &PolicyConfig, tau: Duration) -> String {
+    let mut s = format!(
+        "interval {} ms{}, buffer {} MiB, cache buffer {} MiB, min {} MiB, shrink step {} MiB, dead band {} MiB, hold-off {} s, align {} MiB",
+        tau.as_millis(), if c.adaptive_interval { " (adaptive)" } else { "" }, c.buffer_mib, c.cache_buffer_mib, c.min_mib,
+        c.max_shrink_mib_per_tick, c.dead_band_mib, c.hold_off_s, c.align_mib
+    );
+    if c.outlier_delay_ms > 0 {
+        s += &format!(", outlier filter {} ms above {} MiB", c.outlier_delay_ms, c.outlier_threshold_mib);
+    }
+    s
+}
+
+struct Agent<'a> {
+    args: &'a RunArgs,
+    source: ProcSource,
+    channel: Option<Channel>,
+    /// Passes through the loop so far.
+    seq: u64,
+    bad_sample: RateLimited,
+    bad_actuator: RateLimited,
+    bad_port: RateLimited,
+}
+
+impl<'a> Agent<'a> {
+    fn new(args: &'a RunArgs, source: ProcSource, channel: Option<Channel>) -> Agent<'a> {
+        let limited = || RateLimited::new(ERROR_EVERY);
+        Agent { args, source, channel, seq: 0, bad_sample: limited(), bad_actuator: limited(), bad_port: limited() }
+    }
+
+    /// `--backend host`: sample, report, wait; until `--samples` if given.
+    fn report_only(&mut self, tau: Duration) {
+        loop {
+            self.seq += 1;
+            match self.source.sample() {
+                Ok(s) => self.report(&s, None),
+                Err(e) => self.bad_sample.log(Instant::now(), format_args!("no sample: {e}")),
+            }
+            if self.done() {
+                return;
+            }
+            self.wait(tau);
+        }
+    }
+
+    /// `--backend kernel` / `xen`: the control loop on this guest; until `--samples` if given.
+    fn control<A: Actuator>(&mut self, policy: &PolicyConfig, tau: Duration, mut actuator: A)
+    where
+        A::Error: Display,
+    {
+        info(format_args!("started: backend {}, {}", self.args.backend.name(), describe(policy, tau)));
+        let mut lp = policy.control_loop(tau);
+        loop {
+            self.seq += 1;
+            let next_in = match step(&mut lp, &mut self.source, &mut actuator) {
+                Ok((sample, tick)) => {
+                    self.log_tick(&lp, &tick);
+                    self.report(&sample, lp.commanded());
+                    tick.next_in
                 }
+                Err(StepError::Source(e)) => {
+                    self.bad_sample.log(Instant::now(), format_args!("no sample, keeping the last target: {e}"));
+                    tau
+                }
+                Err(StepError::Actuator(e)) => {
+                    self.bad_actuator.log(Instant::now(), format_args!("{e} (the next tick starts from the guest's size)"));
+                    tau
+                }
+            };
+            if self.done() {
+                return;
             }
-            Ok(None) => {}
-            Err(e) => bad_backend.log(now, format_args!("{e}")),
+            self.wait(next_in);
         }
-        if let (Some(ch), Some(mem)) = (&mut channel, view) {
-            let msg = AgentMessage::Sample(AgentSample { seq, uptime_ms: (now - start).as_millis() as u64, mem, oom_kills: vmstat.as_ref().and_then(|v| v.oom_kills()), balloon: vmstat.as_ref().and_then(|v| v.balloon_pages()), target: own_target });
-            if let Err(e) = ch.send(&encode(&msg)) {
-                bad_port.log(now, format_args!("cannot write to the host port: {e}"));
-            }
-            if a.verbose {
-                info(format_args!("sample {seq}: available {}, committed {}", mem.available, mem.committed_as));
-            }
+    }
+
+    /// One line per action with its reason; idle ticks only with --verbose.
+    fn log_tick(&self, lp: &ControlLoop<SwapFree>, tick: &Tick) {
+        match &tick.outcome {
+            Ok(act) => info(format_args!("target {} -> {}: {}{}", act.previous, act.target, act.reason, act.limits_note())),
+            Err(idle) if self.args.verbose => info(format_args!("tick {}: {idle} (target {})", self.seq, lp.commanded().map_or("none".into(), |k| k.to_string()))),
+            Err(_) => {}
         }
-        if a.samples > 0 && seq >= a.samples {
-            return Ok(());
+    }
+
+    /// Sends the sample to the host, if there is a port.
+    fn report(&mut self, s: &Sample, target: Option<Kib>) {
+        if self.args.verbose {
+            let psi = s.pressure.map_or("no PSI".into(), |p| format!("pressure {:.2} %", p.some.avg10));
+            let mem = s.mem.map_or("no memory view".into(), |m| format!("available {}, committed {}", m.available, m.committed_as));
+            let size = if s.max == Kib::ZERO { "size unknown".into() } else { format!("size {}", s.guest_size) };
+            info(format_args!("sample {}: {size}, {mem}, {psi}", self.seq));
         }
-        let messages = match &mut channel {
-            Some(ch) => ch.wait(next_in),
-            None => {
-                std::thread::sleep(next_in);
-                Vec::new()
-            }
+        let (Some(ch), Some(mem)) = (&mut self.channel, s.mem) else { return };
+        let uptime_ms = u64::try_from(s.at.as_millis()).unwrap_or(u64::MAX);
+        let msg = AgentSample { seq: self.seq, uptime_ms, mem, oom_kills: s.oom_kills, balloon: self.source.balloon(), target, pressure: s.pressure };
+        let now = Instant::now();
+        if let Err(e) = ch.send(&encode(&AgentMessage::Sample(msg))) {
+            self.bad_port.log(now, format_args!("cannot write to the host port: {e}"));
+        }
+        if let Some(n) = ch.drops_to_report(now, ERROR_EVERY) {
+            info(format_args!("{n} samples dropped: the host is not reading"));
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.args.samples > 0 && self.seq >= self.args.samples
+    }
+
+    /// Sleeps until the next tick, taking the host's notices meanwhile.
+    fn wait(&mut self, next_in: Duration) {
+        let Some(ch) = &mut self.channel else {
+            std::thread::sleep(next_in);
+            return;
         };
-        for m in messages {
-            migrating = matches!(m, HostMessage::MigrationStarted);
+        for m in ch.wait(next_in) {
             match m {
-                HostMessage::MigrationStarted => info(format_args!("migration started: no shrinking until it ends")),
-                HostMessage::MigrationEnded { outcome } => info(format_args!("migration ended ({outcome}): shrinking resumes")),
+                HostMessage::MigrationStarted => {
+                    self.source.set_migrating(true);
+                    info(format_args!("migration started: no shrinking until it ends"));
+                }
+                HostMessage::MigrationEnded { outcome } => {
+                    self.source.set_migrating(false);
+                    info(format_args!("migration ended ({outcome}): shrinking resumes"));
+                }
             }
         }
     }

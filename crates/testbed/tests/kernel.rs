@@ -321,8 +321,11 @@ fn patched_spike_cycles_with_migrations() {
     let cycles: usize = std::env::var("AUTOBALLOON_KERNEL_CYCLES").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
     let (image, agent, test) = (patched(), GuestAgent::Kernel, "kernel_cycles");
     // The kernel backend sets the balloon itself; --port adds the host channel, over which
-    // the test sends the migration notices the host controller would send.
-    let vm = |name: &str| VmSpec { append: format!("autoballoon.agent_extra=--port,/dev/virtio-ports/{PORT_NAME}"), ..spec(name, agent, true) };
+    // the test sends the migration notices the host controller would send. No hold-off
+    // after growth (the agent's default is 5 s, the host's): the spike ends right after its
+    // last growth, and a balloon held still for 5 s would pass `wait_settled` (4 s still)
+    // at the spike's size, before the agent shrinks the guest back.
+    let vm = |name: &str| VmSpec { append: format!("autoballoon.agent_extra=--port,/dev/virtio-ports/{PORT_NAME},--hold-off-s,0"), ..spec(name, agent, true) };
     let mut q = boot(test, &image, vm("cycle0"));
     let (mut failed_spikes, mut failed_migrations, mut worst_gap, mut sent) = (0, 0, 0u64, Vec::new());
     for i in 1..=cycles {

@@ -1,0 +1,141 @@
+//! The agent's control loop end to end on files: core's `step` over the procfs source and
+//! the kernel actuator, with the test playing the kernel (it moves `current_pages` to
+//! `target_pages` and rewrites meminfo for a guest using a given amount).
+
+use crate::actuator::KernelTarget;
+use crate::source::{GuestSize, ProcSource};
+use crate::testutil::ProcTree;
+use autoballoon_core::config::PolicyConfig;
+use autoballoon_core::control::{step, ControlLoop, Idle, StepError, Tick};
+use autoballoon_core::guard::{Hold, Limit};
+use autoballoon_core::policy::SwapFree;
+use autoballoon_core::Kib;
+use std::time::Duration;
+
+const MAX_MIB: u64 = 2048;
+
+struct Guest {
+    t: ProcTree,
+    source: ProcSource,
+    actuator: KernelTarget,
+    lp: ControlLoop<SwapFree>,
+    used_mib: u64,
+}
+
+impl Guest {
+    fn new(name: &str, config: PolicyConfig) -> Guest {
+        let t = ProcTree::new(name, "linux-6.12-guest-idle");
+        let pages = |mib: u64| Kib::from_mib_saturating(mib).to_pages_floor().0;
+        t.set_kernel(pages(MAX_MIB), pages(MAX_MIB));
+        let source = ProcSource::new(t.proc.clone(), GuestSize::Kernel { dir: t.kernel.clone() });
+        let actuator = KernelTarget::new(&t.kernel);
+        let g = Guest { t, source, actuator, lp: config.control_loop(Duration::from_secs(1)), used_mib: 200 };
+        g.write_meminfo();
+        g
+    }
+
+    fn size_mib(&self) -> u64 {
+        self.t.read(&self.t.kernel.join("current_pages")) * 4 / 1024
+    }
+
+    /// What the guest's kernel shows for its present size and `used_mib` promised to
+    /// programs: resident up to the size, the rest `overcommitted`.
+    fn write_meminfo(&self) {
+        let (total, used) = (self.size_mib() * 1024, self.used_mib * 1024);
+        let free = total.saturating_sub(used);
+        let resident = used.min(total);
+        let text = format!(
+            "MemTotal: {total} kB\nMemFree: {free} kB\nMemAvailable: {free} kB\nCached: 0 kB\nActive: {} kB\nInactive: {} kB\nSwapTotal: 0 kB\nSwapFree: 0 kB\nCommitted_AS: {used} kB\n",
+            resident / 2, resident - resident / 2
+        );
+        std::fs::write(self.t.proc.join("meminfo"), text).unwrap();
+    }
+
+    /// One tick, then the balloon reaches the target (the kernel's part).
+    fn tick(&mut self) -> Tick {
+        let (_, tick) = step(&mut self.lp, &mut self.source, &mut self.actuator).unwrap_or_else(|e| panic!("{e:?}"));
+        if let Ok(target) = std::fs::read_to_string(self.t.kernel.join("target_pages")) {
+            std::fs::write(self.t.kernel.join("current_pages"), target).unwrap();
+        }
+        self.write_meminfo();
+        tick
+    }
+
+    fn use_mib(&mut self, mib: u64) {
+        self.used_mib = mib;
+        self.write_meminfo();
+    }
+}
+
+fn no_hold_off() -> PolicyConfig {
+    PolicyConfig { hold_off_s: 0, ..Default::default() }
+}
+
+#[test]
+fn converges_to_used_plus_buffer_in_steps() {
+    let mut g = Guest::new("loop-converge", PolicyConfig::default());
+    let a = g.tick().outcome.unwrap();
+    assert_eq!((a.previous, a.target), (Kib::from_mib_saturating(2048), Kib::from_mib_saturating(1024)));
+    assert_eq!(a.limits, vec![Limit::ShrinkStepLimited], "1024 MiB per tick at most");
+    let a = g.tick().outcome.unwrap();
+    assert_eq!(a.target, Kib::from_mib_saturating(200 + 64), "used + the 64 MiB buffer");
+    assert_eq!(g.size_mib(), 264);
+    assert_eq!(g.tick().outcome, Err(Idle::Held(Hold::Unchanged)), "a fixed point");
+    assert_eq!(g.lp.metrics().shrinks, 2);
+}
+
+#[test]
+fn respects_the_minimum_and_the_dead_band_and_holds_off_after_growth() {
+    let mut g = Guest::new("loop-rails", PolicyConfig::default());
+    g.use_mib(10);
+    while g.tick().outcome.is_ok() {}
+    assert_eq!(g.size_mib(), 128, "10 + 64 MiB is below the 128 MiB minimum");
+    g.use_mib(200);
+    g.tick();
+    assert_eq!(g.size_mib(), 264);
+    g.use_mib(210);
+    assert_eq!(g.tick().outcome, Err(Idle::Held(Hold::DeadBand)), "10 MiB is inside the 16 MiB dead band");
+    g.use_mib(230);
+    assert_eq!(g.tick().outcome.unwrap().target, Kib::from_mib_saturating(294), "growth is never delayed");
+    g.use_mib(100);
+    assert_eq!(g.tick().outcome, Err(Idle::Held(Hold::HoldOff)), "no shrinking for 5 s after growth");
+    assert_eq!(g.size_mib(), 294);
+}
+
+#[test]
+fn holds_shrinking_while_migrating() {
+    let mut g = Guest::new("loop-migration", no_hold_off());
+    while g.tick().outcome.is_ok() {}
+    assert_eq!(g.size_mib(), 264);
+    g.source.set_migrating(true);
+    g.use_mib(100);
+    assert_eq!(g.tick().outcome, Err(Idle::Held(Hold::Migration)));
+    assert_eq!(g.size_mib(), 264);
+    g.use_mib(400);
+    assert_eq!(g.tick().outcome.unwrap().target, Kib::from_mib_saturating(464), "growth while migrating");
+    g.use_mib(100);
+    assert_eq!(g.tick().outcome, Err(Idle::Held(Hold::Migration)));
+    g.source.set_migrating(false);
+    assert_eq!(g.tick().outcome.unwrap().target, Kib::from_mib_saturating(164), "shrinking resumes when it ends");
+    assert_eq!(g.lp.metrics().held_for_migration, 2);
+}
+
+#[test]
+fn a_failed_write_is_counted_and_the_target_forgotten() {
+    let mut g = Guest::new("loop-actuator", no_hold_off());
+    std::fs::create_dir(g.t.kernel.join("target_pages")).unwrap();
+    assert!(matches!(step(&mut g.lp, &mut g.source, &mut g.actuator), Err(StepError::Actuator(_))));
+    assert_eq!((g.lp.metrics().actuator_errors, g.lp.commanded()), (1, None));
+    std::fs::remove_dir(g.t.kernel.join("target_pages")).unwrap();
+    let a = g.tick().outcome.unwrap();
+    assert_eq!(a.previous, Kib::from_mib_saturating(2048), "measured from the guest's size again");
+}
+
+#[test]
+fn a_bad_sample_changes_nothing() {
+    let mut g = Guest::new("loop-source", PolicyConfig::default());
+    std::fs::write(g.t.kernel.join("current_pages"), "junk").unwrap();
+    assert!(matches!(step(&mut g.lp, &mut g.source, &mut g.actuator), Err(StepError::Source(_))));
+    assert!(!g.t.kernel.join("target_pages").exists(), "no target from a bad sample");
+    assert_eq!(g.lp.metrics().ticks, 0);
+}

@@ -1,0 +1,199 @@
+//! The agent's [`Source`]: the guest's procfs (meminfo, vmstat, pressure/memory) read back
+//! to back with the balloon backend's view of the guest's size, as one core [`Sample`].
+
+use autoballoon_core::control::Source;
+use autoballoon_core::policy::MemView;
+use autoballoon_core::procfs::{parse_meminfo, parse_pressure, parse_vmstat, Pressure};
+use autoballoon_core::sample::Sample;
+use autoballoon_core::{Kib, Pages};
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// A sample could not be taken; each message names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {why}")]
+    Parse { path: PathBuf, why: String },
+    #[error("{path} does not hold a number: {text:?}")]
+    NotANumber { path: PathBuf, text: String },
+    #[error("{path}: {pages} pages do not fit in a KiB count")]
+    TooLarge { path: PathBuf, pages: u64 },
+}
+
+/// Where the guest's present and maximum size come from.
+pub enum GuestSize {
+    /// The patched kernel's interface: `current_pages` and `max_pages`, 4 KiB pages.
+    Kernel { dir: PathBuf },
+    /// Xen: `info/current_kb`; the maximum is fixed when the agent starts.
+    Xen { dir: PathBuf, max: Kib },
+    /// The host owns the balloon (stock kernel) and knows the size; the guest does not, so
+    /// the sample's `guest_size` and `max` read zero. Nothing in the guest decides on them.
+    HostOwned,
+}
+
+impl GuestSize {
+    /// Xen's size files; the maximum is `max`, or the guest's size now.
+    pub fn xen(dir: PathBuf, max: Option<Kib>) -> Result<GuestSize, SourceError> {
+        let max = match max {
+            Some(m) => m,
+            None => Kib(read_number(&dir.join("info/current_kb"))?),
+        };
+        Ok(GuestSize::Xen { dir, max })
+    }
+
+    /// The guest's present and maximum size.
+    fn read(&self) -> Result<(Kib, Kib), SourceError> {
+        match self {
+            GuestSize::Kernel { dir } => Ok((read_pages(&dir.join("current_pages"))?, read_pages(&dir.join("max_pages"))?)),
+            GuestSize::Xen { dir, max } => Ok((Kib(read_number(&dir.join("info/current_kb"))?), *max)),
+            GuestSize::HostOwned => Ok((Kib::ZERO, Kib::ZERO)),
+        }
+    }
+}
+
+fn read_text(path: &Path) -> Result<String, SourceError> {
+    std::fs::read_to_string(path).map_err(|source| SourceError::Read { path: path.into(), source })
+}
+
+fn read_number(path: &Path) -> Result<u64, SourceError> {
+    let text = read_text(path)?;
+    text.trim().parse().map_err(|_| SourceError::NotANumber { path: path.into(), text: text.chars().take(40).collect() })
+}
+
+/// A page count in KiB; a count too large for that is an error, not a wrap.
+fn read_pages(path: &Path) -> Result<Kib, SourceError> {
+    let pages = read_number(path)?;
+    Pages(pages).to_kib_checked().ok_or(SourceError::TooLarge { path: path.into(), pages })
+}
+
+/// Reads the guest's procfs under `proc_dir` and its size from a [`GuestSize`].
+pub struct ProcSource {
+    proc_dir: PathBuf,
+    size: GuestSize,
+    start: Instant,
+    migrating: bool,
+    balloon: Option<Pages>,
+}
+
+impl ProcSource {
+    pub fn new(proc_dir: PathBuf, size: GuestSize) -> ProcSource {
+        ProcSource { proc_dir, size, start: Instant::now(), migrating: false, balloon: None }
+    }
+
+    /// The host's notices: a live migration runs (samples say so until it ends).
+    pub fn set_migrating(&mut self, migrating: bool) {
+        self.migrating = migrating;
+    }
+
+    /// Pages in the balloon at the last sample, as the guest counts them (/proc/vmstat
+    /// `balloon_inflate − balloon_deflate`), if the kernel counts them.
+    pub fn balloon(&self) -> Option<Pages> {
+        self.balloon
+    }
+
+    fn parse_error(&self, file: &str, why: impl ToString) -> SourceError {
+        SourceError::Parse { path: self.proc_dir.join(file), why: why.to_string() }
+    }
+
+    /// /proc/pressure/memory; `None` if the kernel has no PSI.
+    fn read_pressure(&self) -> Result<Option<String>, SourceError> {
+        let path = self.proc_dir.join("pressure/memory");
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Ok(Some(text)),
+            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::Unsupported) => Ok(None),
+            Err(source) => Err(SourceError::Read { path, source }),
+        }
+    }
+}
+
+impl Source for ProcSource {
+    type Error = SourceError;
+
+    fn sample(&mut self) -> Result<Sample, SourceError> {
+        // Read back to back, parse afterwards: the size belongs to this memory view.
+        let at = self.start.elapsed();
+        let meminfo = read_text(&self.proc_dir.join("meminfo"))?;
+        let (guest_size, max) = self.size.read()?;
+        let vmstat = read_text(&self.proc_dir.join("vmstat"))?;
+        let pressure = self.read_pressure()?;
+
+        let m = parse_meminfo(&meminfo).map_err(|e| self.parse_error("meminfo", e))?;
+        let mem = MemView::from_meminfo(&m).map_err(|e| self.parse_error("meminfo", e))?;
+        let vmstat = parse_vmstat(&vmstat).map_err(|e| self.parse_error("vmstat", e))?;
+        let pressure: Option<Pressure> = match pressure {
+            Some(text) => Some(parse_pressure(&text).map_err(|e| self.parse_error("pressure/memory", e))?),
+            None => None,
+        };
+        self.balloon = vmstat.balloon_pages();
+        Ok(Sample { at, guest_size, max, mem: Some(mem), migrating: self.migrating, pressure, oom_kills: vmstat.oom_kills() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{fixture, ProcTree};
+
+    #[test]
+    fn a_sample_is_the_three_files_and_the_kernel_size() {
+        let t = ProcTree::new("source-kernel", "linux-6.1-guest-spike");
+        t.set_kernel(65536, 524288);
+        std::fs::write(t.proc.join("vmstat"), "nr_free_pages 5\noom_kill 3\nballoon_inflate 10\nballoon_deflate 4\n").unwrap();
+        let mut s = ProcSource::new(t.proc.clone(), GuestSize::Kernel { dir: t.kernel.clone() });
+        s.set_migrating(true);
+        let x = s.sample().unwrap();
+        assert_eq!((x.guest_size, x.max), (Kib::from_mib_saturating(256), Kib::from_gib_saturating(2)));
+        let want = MemView::from_meminfo(&parse_meminfo(&fixture("linux-6.1-guest-spike", "meminfo")).unwrap()).unwrap();
+        assert_eq!(x.mem, Some(want));
+        assert_eq!(x.pressure, Some(parse_pressure(&fixture("linux-6.1-guest-spike", "pressure-memory")).unwrap()));
+        assert_eq!((x.oom_kills, x.migrating, s.balloon()), (Some(3), true, Some(Pages(6))));
+    }
+
+    #[test]
+    fn no_psi_is_none_not_an_error() {
+        let t = ProcTree::new("source-nopsi", "linux-6.12-guest-idle");
+        std::fs::remove_file(t.proc.join("pressure/memory")).unwrap();
+        let mut s = ProcSource::new(t.proc.clone(), GuestSize::HostOwned);
+        let x = s.sample().unwrap();
+        assert_eq!((x.pressure, x.guest_size, x.max), (None, Kib::ZERO, Kib::ZERO));
+        assert!(x.mem.is_some());
+    }
+
+    #[test]
+    fn junk_and_huge_numbers_are_errors() {
+        let t = ProcTree::new("source-junk", "linux-6.1-guest-idle");
+        let mut s = ProcSource::new(t.proc.clone(), GuestSize::Kernel { dir: t.kernel.clone() });
+        t.set_kernel(1 << 62, 524288);
+        assert!(matches!(s.sample(), Err(SourceError::TooLarge { pages, .. }) if pages == 1 << 62), "a hostile page count does not wrap");
+        std::fs::write(t.kernel.join("current_pages"), "junk\n").unwrap();
+        assert!(matches!(s.sample(), Err(SourceError::NotANumber { .. })));
+        std::fs::write(t.kernel.join("current_pages"), "99999999999999999999999\n").unwrap();
+        assert!(matches!(s.sample(), Err(SourceError::NotANumber { .. })), "beyond u64");
+        t.set_kernel(65536, 524288);
+        assert!(s.sample().is_ok());
+        for (file, junk) in [("meminfo", "MemTotal: lots kB\n"), ("meminfo", "MemTotal: 5 kB\n"), ("vmstat", "oom_kill x\n"), ("pressure/memory", "some avg10=x\n")] {
+            let good = std::fs::read_to_string(t.proc.join(file)).unwrap();
+            std::fs::write(t.proc.join(file), junk).unwrap();
+            let e = s.sample().unwrap_err();
+            assert!(matches!(e, SourceError::Parse { .. }) && e.to_string().contains(file), "{file}: {e}");
+            std::fs::write(t.proc.join(file), good).unwrap();
+        }
+        std::fs::remove_file(t.proc.join("meminfo")).unwrap();
+        assert!(matches!(s.sample(), Err(SourceError::Read { .. })));
+    }
+
+    #[test]
+    fn xen_size_is_kib_and_max_fixed_at_start() {
+        let t = ProcTree::new("source-xen", "linux-6.1-guest-idle");
+        std::fs::write(t.xen.join("info/current_kb"), "1048576\n").unwrap();
+        let mut s = ProcSource::new(t.proc.clone(), GuestSize::xen(t.xen.clone(), None).unwrap());
+        std::fs::write(t.xen.join("info/current_kb"), "524288\n").unwrap();
+        let x = s.sample().unwrap();
+        assert_eq!((x.guest_size, x.max), (Kib::from_mib_saturating(512), Kib::from_gib_saturating(1)));
+        assert!(matches!(GuestSize::xen(t.xen.join("nope"), None), Err(SourceError::Read { .. })));
+        assert!(matches!(GuestSize::xen(t.xen.join("nope"), Some(Kib(8))), Ok(GuestSize::Xen { max: Kib(8), .. })));
+    }
+}
