@@ -219,6 +219,7 @@ pub fn sample(total: Kib, available: Kib, committed: Kib, balloon: Pages) -> Age
         oom_kills: Some(0),
         balloon: Some(balloon),
         target: None,
+        pressure: None,
     }
 }
 
