@@ -1,6 +1,6 @@
 //! FakeAgentPort seen from a plain UnixStream standing in for the daemon.
 
-use autoballoon_core::protocol::{decode, encode, AgentMessage, HostMessage, MAX_LINE};
+use autoballoon_core::protocol::{decode, encode, AgentMessage, HostMessage, MigrationOutcome, MAX_LINE};
 use autoballoon_core::units::{Kib, Pages};
 use autoballoon_fakes::{sample, wait_until, FakeAgentPort};
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
@@ -81,7 +81,7 @@ fn records_what_the_daemon_sends() {
     s.write_all(&vec![b'{'; MAX_LINE * 3]).unwrap();
     s.write_all(b"\n").unwrap();
     let ended = HostMessage::MigrationEnded {
-        outcome: "completed".into(),
+        outcome: MigrationOutcome::Completed,
     };
     s.write_all(encode(&ended).as_bytes()).unwrap();
     assert!(wait_until(WAIT, || port.received().len() == 2));
