@@ -1,5 +1,8 @@
 //! The `autoballoon` binary's behaviour on bad input: clear errors naming the key, exit 2.
-use std::process::Command;
+use autoballoon_core::units::Kib;
+use autoballoon_fakes::{FakeAgentPort, FakeQemu, FakeQemuConfig, MigrationOutcome};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 fn autoballoon(args: &[&str]) -> (i32, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_autoballoon")).args(args).output().unwrap();
@@ -34,4 +37,48 @@ fn example_config_is_accepted_by_the_binary_parser() {
     // The docs' example parses (the controller would then start; we only check parsing here).
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/example-host.toml")).unwrap();
     assert!(autoballoon::config::Config::parse(&text).is_ok());
+}
+
+/// The daemon as shipped: managing a fake QEMU whose agent never reads while hundreds of
+/// migrations come and go, it exits 0 within a few seconds of SIGTERM.
+#[test]
+fn sigterm_stops_the_daemon_promptly_with_an_agent_that_never_reads() {
+    let qemu = FakeQemu::start(FakeQemuConfig::new(Kib::from_gib_saturating(4)));
+    let port = FakeAgentPort::start();
+    let log = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("sigterm.log");
+    let vm = format!("a={},agent={}", qemu.qmp_path().display(), port.path().display());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_autoballoon"))
+        .args(["host", "--vm", &vm, "--json"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    assert!(port.wait_connected(Duration::from_secs(10)), "the daemon connects to the agent port");
+    assert!(autoballoon_fakes::wait_until(Duration::from_secs(10), || qemu.migration_events_enabled()));
+    port.set_reading(false);
+    for i in 0..600 {
+        qemu.start_migration();
+        qemu.finish_migration(MigrationOutcome::Failed);
+        if i % 50 == 0 {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(1500)); // let the daemon's 1 s tick see them
+    // SAFETY: sending a signal to our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) }, 0);
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            panic!("the daemon did not exit within 10 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(status.code(), Some(0), "{text}");
+    assert!(t.elapsed() < Duration::from_secs(3), "exit took {:?}", t.elapsed());
+    assert!(text.contains("\"event\":\"migration_started\""), "{text}");
 }
