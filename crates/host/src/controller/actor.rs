@@ -105,10 +105,19 @@ impl Actor {
                 }
             };
             qmp.set_command_timeout(QMP_TIMEOUT);
+            let qmp = Arc::new(qmp);
+            *lock(&self.shared.session) = Some(qmp.clone());
+            // `stop` may have looked for the session just before it was published.
+            if self.shutdown.load(Ordering::SeqCst) {
+                qmp.close();
+            }
             let began = Instant::now();
             let end = self.session(&qmp);
+            *lock(&self.shared.session) = None;
             *lock(&self.shared.mailbox) = None;
             match end {
+                // Cut by `stop`: not a lost session.
+                End::Shutdown | End::Error(_) if self.shutdown.load(Ordering::SeqCst) => return,
                 End::Shutdown => return,
                 End::Retarget => backoff.reset(),
                 End::Error(e) => {

@@ -74,6 +74,9 @@ pub(crate) struct VmShared {
     pub status: Mutex<VmStatus>,
     pub history: Mutex<History>,
     pub mailbox: Mutex<Option<Observation>>,
+    /// The actor's QMP session while it has one, so `stop` can cut a command QEMU never
+    /// answers instead of waiting out its timeout.
+    pub session: Mutex<Option<Arc<autoballoon_qmp::Qmp>>>,
 }
 
 /// Wakes the decider when an actor has published a sample.
@@ -160,7 +163,7 @@ impl Controller {
         let mut inboxes = Vec::new();
         for (i, vm) in config.vms.iter().enumerate() {
             let status = VmStatus { name: vm.name.clone(), ..Default::default() };
-            let shared = Arc::new(VmShared { name: vm.name.clone(), id: VmId(i as u32), status: Mutex::new(status), history: Mutex::default(), mailbox: Mutex::new(None) });
+            let shared = Arc::new(VmShared { name: vm.name.clone(), id: VmId(i as u32), status: Mutex::new(status), history: Mutex::default(), mailbox: Mutex::new(None), session: Mutex::new(None) });
             let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
             let policy = config.policy_for(vm);
             let a = actor::Actor::new(vm.clone(), policy.agent_stale_s, interval, started, logger.clone(), rx, shutdown.clone(), bell.clone(), shared.clone());
@@ -187,6 +190,10 @@ impl Controller {
         self.shutdown.store(true, Ordering::SeqCst);
         for v in &self.vms {
             let _ = v.commands.try_send(Msg::Command(VmCommand::Wake));
+            // A worker waiting on a silent QEMU sees its command fail at once.
+            if let Some(q) = lock(&v.shared.session).as_ref() {
+                q.close();
+            }
         }
         self.bell.ring();
         let deadline = Instant::now() + STOP_WAIT;
