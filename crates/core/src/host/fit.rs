@@ -25,13 +25,21 @@ pub(crate) fn fit(host: &HostView, claims: &[Claim], targets: &[Kib]) -> Vec<Kib
     if floors >= sum || floors > cap.0 as u128 {
         return claims.iter().zip(&out).map(|(c, t)| c.room.floor.min(*t)).collect();
     }
-    let excess = sum - cap.0 as u128;
+    let mut excess = sum - cap.0 as u128;
     let slack = sum - floors;
     for (c, t) in claims.iter().zip(out.iter_mut()) {
         let s = t.saturating_sub(c.room.floor).0 as u128;
-        // ceil(s · excess / slack) ≤ s because excess ≤ slack; the cuts add up to ≥ excess.
-        let cut = (s * excess).div_ceil(slack);
-        *t = t.saturating_sub(Kib(cut.min(s) as u64));
+        // ceil(s · excess / slack) ≤ s because excess ≤ slack (0 if the product overflows:
+        // the pass below takes the rest).
+        let cut = s.checked_mul(excess).map_or(0, |p| p.div_ceil(slack)).min(s).min(excess);
+        *t = t.saturating_sub(Kib(cut as u64));
+        excess -= cut;
+    }
+    // Whatever rounding or overflow left: from the first VMs above their floors.
+    for (c, t) in claims.iter().zip(out.iter_mut()) {
+        let cut = (t.saturating_sub(c.room.floor).0 as u128).min(excess);
+        *t = t.saturating_sub(Kib(cut as u64));
+        excess -= cut;
     }
     out
 }

@@ -132,10 +132,18 @@ impl IBalloon {
         let can: Vec<Kib> = who.iter().map(|&i| t[i].saturating_sub(lower(i).max(claims[i].room.floor))).collect();
         let all = total(can.iter().copied());
         let mut taken = Kib::ZERO;
+        let mut gave = Vec::with_capacity(who.len());
         for (&i, c) in who.iter().zip(&can) {
             let give = if all <= amount { *c } else { Kib((c.0 as u128 * amount.0 as u128 / all.0.max(1) as u128) as u64) };
             t[i] = t[i].saturating_sub(give);
             taken = taken.saturating_add(give);
+            gave.push(give);
+        }
+        // The KiB rounding left behind, from the first VMs that can still give.
+        for ((&i, c), g) in who.iter().zip(&can).zip(gave) {
+            let more = c.saturating_sub(g).min(amount.saturating_sub(taken));
+            t[i] = t[i].saturating_sub(more);
+            taken = taken.saturating_add(more);
         }
         taken
     }
