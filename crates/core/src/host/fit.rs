@@ -9,6 +9,11 @@ pub(crate) fn total(ks: impl IntoIterator<Item = Kib>) -> Kib {
     ks.into_iter().fold(Kib::ZERO, Kib::saturating_add)
 }
 
+/// The exact sum of `ks`.
+pub(crate) fn sum128(ks: impl IntoIterator<Item = Kib>) -> u128 {
+    ks.into_iter().map(|k| k.0 as u128).sum()
+}
+
 /// `targets` (one per claim; a missing one means the claim's want) clamped to each room;
 /// if their sum exceeds `host.capacity`, every VM above its floor gives in proportion to
 /// how far above it is, rounded so the sum fits. If the floors alone do not fit, every VM

@@ -12,7 +12,7 @@
 //! `max(min, room floor)`. The [`RateRail`] limits how fast any VM shrinks; it yields
 //! when the capacity cannot be met otherwise.
 
-use super::fit::{fit, kib_f64, total};
+use super::fit::{fit, kib_f64, sum128};
 use super::rate::{RateRail, Rates};
 use super::{Balancer, Claim, HostView, VmId};
 use crate::units::Kib;
@@ -85,6 +85,7 @@ fn size_at(shares: u64, active: f64, k: f64, rho: f64) -> f64 {
 }
 
 /// One VM inside a step.
+#[derive(Clone, Copy)]
 struct Vm {
     shares: u64,
     active: f64,
@@ -125,15 +126,25 @@ impl Shares {
     /// Reclaims from the lowest ρ first until the sizes fit `cap`: zero-share VMs (ρ = 0)
     /// in proportion to what they can give, then one common ρ for the rest.
     fn reclaim(vms: &[Vm], k: f64, cap: Kib) -> Vec<Kib> {
-        let excess = total(vms.iter().map(|v| v.hi)).saturating_sub(cap);
+        let cap = cap.0 as u128;
+        let excess = sum128(vms.iter().map(|v| v.hi)).saturating_sub(cap);
         let zero: Vec<usize> = (0..vms.len()).filter(|&i| vms[i].shares == 0).collect();
-        let slack = total(zero.iter().map(|&i| vms[i].hi.saturating_sub(vms[i].lo)));
+        let slack = sum128(zero.iter().map(|&i| vms[i].hi.saturating_sub(vms[i].lo)));
         let mut out: Vec<Kib> = vms.iter().map(|v| v.hi).collect();
         if slack >= excess {
+            let mut left = excess;
             for &i in &zero {
                 let s = vms[i].hi.saturating_sub(vms[i].lo).0 as u128;
-                let cut = (s * excess.0 as u128).div_ceil(slack.0.max(1) as u128).min(s);
+                let share = s.checked_mul(excess).map_or_else(|| (s as f64 * (excess as f64 / slack as f64)).ceil() as u128, |p| p.div_ceil(slack.max(1)));
+                let cut = share.min(s).min(left);
+                left -= cut;
                 out[i] = vms[i].hi.saturating_sub(Kib(cut as u64));
+            }
+            // Rounding left overs, from the first zero-share VMs that can still give.
+            for &i in &zero {
+                let cut = (out[i].saturating_sub(vms[i].lo).0 as u128).min(left);
+                left -= cut;
+                out[i] = out[i].saturating_sub(Kib(cut as u64));
             }
             return out;
         }
@@ -149,7 +160,7 @@ impl Shares {
         let (mut lo, mut hi) = (-200.0f64, 200.0f64);
         for _ in 0..100 {
             let mid = (lo + hi) / 2.0;
-            if total(at(mid.exp())) <= cap {
+            if sum128(at(mid.exp())) <= cap {
                 hi = mid;
             } else {
                 lo = mid;
@@ -181,14 +192,17 @@ impl Balancer for Shares {
             soft.push(Vm { shares: cfg.shares, active, lo: rail, hi: hi.max(rail) });
         }
         let Some(cap) = host.capacity else { return soft.iter().map(|v| v.hi).collect() };
-        let hard_lo = total(hard.iter().map(|v| v.lo));
-        self.short = (hard_lo > cap).then(|| hard_lo.saturating_sub(cap));
-        let t = if total(soft.iter().map(|v| v.hi)) <= cap {
+        let fits = |ks: &mut dyn Iterator<Item = Kib>| sum128(ks) <= cap.0 as u128;
+        let hard_lo = sum128(hard.iter().map(|v| v.lo));
+        self.short = (hard_lo > cap.0 as u128).then(|| Kib((hard_lo - cap.0 as u128).min(u64::MAX as u128) as u64));
+        let t = if fits(&mut soft.iter().map(|v| v.hi)) {
             soft.iter().map(|v| v.hi).collect()
-        } else if total(soft.iter().map(|v| v.lo)) <= cap {
+        } else if fits(&mut soft.iter().map(|v| v.lo)) {
             Self::reclaim(&soft, k, cap)
         } else if self.short.is_none() {
-            Self::reclaim(&hard, k, cap)
+            // The rail yields, no further than the capacity needs.
+            let yielded: Vec<Vm> = hard.iter().zip(&soft).map(|(h, s)| Vm { hi: s.hi, ..*h }).collect();
+            Self::reclaim(&yielded, k, cap)
         } else {
             return hard.iter().map(|v| v.lo).collect();
         };
