@@ -12,8 +12,21 @@
 //! ```
 
 mod balancer;
+mod classify;
+mod fit;
+mod iballoon;
+mod pressure;
+mod rate;
+mod shares;
+#[cfg(test)]
+mod testkit;
 
 pub use balancer::{Balancer, CapGrowth, Claim, Independent};
+pub use classify::{observed_free, Class, Classifier, ClassifierConfig};
+pub use iballoon::{IBalloon, IBalloonConfig, IBalloonStep};
+pub use pressure::{Level, LevelThresholds, PressureBalancer, PressureConfig};
+pub use rate::RateRail;
+pub use shares::{shares_per_kib, Shares, SharesConfig, VmShares};
 
 use crate::control::{ControlLoop, Tick};
 use crate::guard::Room;

@@ -1,0 +1,141 @@
+use super::*;
+use crate::host::testkit::{claim, mib, swapfree_loop, view, ScriptWorld};
+use crate::host::{host_step, HostLoop};
+use proptest::prelude::*;
+
+/// Free fraction of a VM using `used` MiB at `size` KiB.
+fn free(size: Kib, used: u64) -> f64 {
+    1.0 - mib(used).0 as f64 / size.0 as f64
+}
+fn near(a: Kib, mib_f: f64) -> bool {
+    (a.0 as f64 / 1024.0 - mib_f).abs() < 1.0
+}
+
+#[test]
+fn one_critical_two_normal_take_in_proportion_none_into_warn() {
+    let mut b = IBalloon::default();
+    // Free 10 % (Critical), 70 % and 50 % (Normal); the host's memory is all handed out.
+    let claims = [claim(0, 1000, 900, 128, 2000), claim(1, 1000, 300, 128, 2000), claim(2, 1000, 500, 128, 2000)];
+    let t = b.balance(&view(Some(3000), None), &claims);
+    assert_eq!((b.class(VmId(0)), b.class(VmId(1)), b.class(VmId(2))), (Some(Class::Critical), Some(Class::Normal), Some(Class::Normal)));
+    // δ = 900/0.8 − 1000 = 125; Normal VMs can give 571.4 and 285.7 (2 : 1) before Warn.
+    assert!(near(t[0], 1125.0), "{t:?}");
+    assert!(near(t[1], 1000.0 - 125.0 * 2.0 / 3.0) && near(t[2], 1000.0 - 125.0 / 3.0), "{t:?}");
+    assert!(free(t[1], 300) >= 0.30 && free(t[2], 500) >= 0.30);
+    assert!(total(t.iter().copied()) <= mib(3000));
+    assert_eq!(b.short(), None);
+    assert!(matches!(b.last(), IBalloonStep::Relieve { from_host: Kib::ZERO, from_warn: Kib::ZERO, .. }));
+}
+
+#[test]
+fn normal_to_the_warn_boundary_then_warn_in_proportion() {
+    let mut b = IBalloon::default();
+    // Critical needs 990/0.8 − 1000 = 237.5; the Normal VM gives 71.4 to its Warn boundary,
+    // the rest (166.1) comes from it and the Warn VM down to their Critical boundaries.
+    let claims = [claim(0, 1000, 990, 128, 2000), claim(1, 1000, 650, 128, 2000), claim(2, 1000, 800, 128, 2000)];
+    let t = b.balance(&view(Some(3000), None), &claims);
+    assert_eq!(b.class(VmId(2)), Some(Class::Warn));
+    assert!(near(t[0], 1237.5), "{t:?}");
+    assert!(free(t[1], 650) >= 0.15 && free(t[1], 650) < 0.30 && free(t[2], 800) >= 0.15, "{t:?}");
+    assert_eq!(b.short(), None);
+}
+
+#[test]
+fn short_of_physical_memory_is_reported_and_nobody_turns_critical() {
+    let mut b = IBalloon::default();
+    // Critical needs 1990/0.8 − 2000 = 487.5; Normal + Warn can give 71.4 + 222.7.
+    let claims = [claim(0, 2000, 1990, 128, 4000), claim(1, 1000, 650, 128, 2000), claim(2, 1000, 800, 128, 2000)];
+    let t = b.balance(&view(Some(4000), None), &claims);
+    let short = b.short().expect("short");
+    assert!((short.0 as f64 / 1024.0 - (487.5 - 71.4 - 222.7)).abs() < 2.0, "{short}");
+    assert!(free(t[1], 650) >= 0.15 - 1e-3 && free(t[2], 800) >= 0.15 - 1e-3, "{t:?}");
+    assert!(near(t[0], 2000.0 + 71.4 + 222.7), "the Critical VM gets what there is: {t:?}");
+    assert!(total(t.iter().copied()) <= mib(4000));
+}
+
+#[test]
+fn normal_and_warn_are_balanced_and_only_normal_is_idle() {
+    let mut b = IBalloon::default();
+    let claims = [claim(0, 1000, 800, 128, 2000), claim(1, 1000, 200, 128, 2000)];
+    let t = b.balance(&view(Some(2000), None), &claims);
+    assert!(near(t[0], 1600.0) && near(t[1], 400.0), "both at 50 % used: {t:?}");
+    assert!(matches!(b.last(), IBalloonStep::Balance { moved } if near(moved, 600.0)));
+
+    let mut b = IBalloon::default();
+    let mut claims = [claim(0, 1000, 100, 128, 2000), claim(1, 1000, 200, 128, 2000)];
+    claims[0].want = mib(700);
+    assert_eq!(b.balance(&view(Some(2000), None), &claims), vec![mib(700), mib(1000)], "only Normal: every VM its want");
+    assert_eq!(b.last(), IBalloonStep::Idle);
+    let mut b = IBalloon::default();
+    let claims = [claim(0, 1000, 750, 128, 2000), claim(1, 1000, 800, 128, 2000)];
+    assert_eq!(b.balance(&view(Some(2000), None), &claims), vec![mib(1000); 2], "only Warn: idle");
+}
+
+#[test]
+fn unassigned_host_memory_pays_first_and_rooms_hold() {
+    let mut b = IBalloon::default();
+    let claims = [claim(0, 1000, 900, 128, 2000), claim(1, 1000, 300, 128, 2000)];
+    let t = b.balance(&view(Some(2500), None), &claims);
+    assert!(near(t[0], 1125.0) && t[1] == mib(1000), "{t:?}");
+    // A Normal VM whose floor is its size gives nothing; a Critical VM stops at its ceiling.
+    let mut b = IBalloon::default();
+    let claims = [claim(0, 1000, 900, 128, 1050), claim(1, 1000, 300, 1000, 2000), claim(2, 1000, 300, 128, 2000)];
+    let t = b.balance(&view(Some(3000), None), &claims);
+    assert_eq!((t[0], t[1]), (mib(1050), mib(1000)));
+    assert!(near(t[2], 950.0), "{t:?}");
+}
+
+/// VM 0 idles at 200 MiB; VM 1's programs climb to 1400 MiB. On a 2 GiB host under
+/// swap-free wishes, iBalloon ends with both VMs near its cushion (20 % free: Warn), the
+/// sum inside the capacity.
+#[test]
+fn host_loop_settles_every_vm_at_the_cushion() {
+    let mut w = ScriptWorld::new(1024, vec![vec![200], vec![200, 600, 1000, 1400]], Some(2048));
+    w.max = 2048;
+    let mut hl = HostLoop::new(IBalloon::default());
+    hl.add_vm(VmId(0), swapfree_loop());
+    hl.add_vm(VmId(1), swapfree_loop());
+    for _ in 0..120 {
+        host_step(&mut hl, &mut w);
+        assert!(w.mib().iter().sum::<u64>() <= 2048, "{:?}", w.mib());
+    }
+    let s = w.mib();
+    assert!(s[0] >= 240 && s[0] <= 270 && s[1] >= 1700 && s[1] <= 1790, "{s:?}");
+    assert_eq!((hl.balancer().class(VmId(0)), hl.balancer().class(VmId(1))), (Some(Class::Warn), Some(Class::Warn)));
+}
+
+fn arb_claim() -> impl Strategy<Value = Claim> {
+    let kib = prop_oneof![0u64..1 << 22, Just(0u64), Just(u64::MAX), any::<u64>()];
+    (0u32..4, kib.clone(), kib.clone(), kib.clone(), kib.clone(), kib, any::<bool>()).prop_map(|(vm, size, avail, a, b, want, mem)| {
+        let mut c = claim(vm, 0, 0, 0, 0);
+        let (floor, ceiling) = (Kib(a.min(b)), Kib(a.max(b)));
+        c.room = crate::guard::Room { commanded: Kib(size), floor, ceiling, ..c.room };
+        c.want = c.room.clamp(Kib(want));
+        c.sample.guest_size = Kib(size);
+        match (mem, c.sample.mem.as_mut()) {
+            (true, Some(m)) => m.available = Kib(avail),
+            _ => c.sample.mem = None,
+        }
+        c
+    })
+}
+
+proptest! {
+    #[test]
+    fn answers_stay_in_rooms_and_capacity(steps in proptest::collection::vec((proptest::collection::vec(arb_claim(), 0..6), proptest::option::of(any::<u64>())), 1..4)) {
+        let mut b = IBalloon::default();
+        for (claims, cap) in steps {
+            let t = b.balance(&HostView { capacity: cap.map(Kib), pressure: None }, &claims);
+            prop_assert_eq!(t.len(), claims.len());
+            for (c, k) in claims.iter().zip(&t) {
+                prop_assert!(*k >= c.room.floor && *k <= c.room.ceiling);
+            }
+            let floors: u128 = claims.iter().map(|c| c.room.floor.0 as u128).sum();
+            if let Some(cap) = cap {
+                if floors <= cap as u128 {
+                    prop_assert!(t.iter().map(|k| k.0 as u128).sum::<u128>() <= cap as u128);
+                }
+            }
+        }
+    }
+}

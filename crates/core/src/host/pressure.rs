@@ -1,0 +1,191 @@
+//! Automatic ballooning driven by memory pressure (the KVM auto-ballooning design, with
+//! PSI where the seed had vmpressure).
+//!
+//! The host's PSI (`/proc/pressure/memory`, avg10 in %) maps to a [`Level`] like
+//! vmpressure's: Low (`some ≥ 1`: reclaim stalls tasks now and then), Medium (`some ≥ 10`
+//! or `full ≥ 2`: reclaim is costly, swapping likely), Critical (`some ≥ 40` or
+//! `full ≥ 10`: thrashing, OOM near). Under host pressure each VM shrinks from its present
+//! size by a step of `m · max(1 MiB, size / 1024)` with `m` = 1, 2, 4 for Low, Medium,
+//! Critical: the seed's 1, 2 and 4 MiB per event (256, 512, 1024 pages) for a 1 GiB guest,
+//! proportional to the guest's size above that (16, 32, 64 MiB a second for 16 GiB). A
+//! guest under its own pressure (its PSI, same levels) grows by its level's step instead
+//! (the seed's shrinker-driven deflate). A VM takes at most one pressure step a second
+//! (the seed throttled QEMU to one event a second), never below its room's floor; between
+//! steps it may shrink as its policy wishes but not grow. With no host pressure every VM
+//! gets its want.
+
+use super::fit::{fit, kib_f64};
+use super::{Balancer, Claim, HostView, VmId};
+use crate::procfs::Pressure as Psi;
+use crate::units::Kib;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// vmpressure-like pressure levels.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Level {
+    /// No pressure, or no reading.
+    #[default]
+    None,
+    /// Reclaim for new allocations.
+    Low,
+    /// Reclaim is costly; some swapping may be going on.
+    Medium,
+    /// Thrashing; the OOM killer may be near.
+    Critical,
+}
+
+impl Level {
+    /// The step multiplier: 0, 1, 2, 4 (the seed's 0, 1, 2, 4 MiB).
+    pub fn multiplier(self) -> u64 {
+        match self {
+            Level::None => 0,
+            Level::Low => 1,
+            Level::Medium => 2,
+            Level::Critical => 4,
+        }
+    }
+}
+
+/// PSI avg10 thresholds (percent) of each level; a level holds when `some` or `full` reaches its threshold.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LevelThresholds {
+    /// `some` at or above this: Low (default 1).
+    pub low_some: f64,
+    /// `some` at or above this: Medium (default 10).
+    pub medium_some: f64,
+    /// `full` at or above this: Medium (default 2).
+    pub medium_full: f64,
+    /// `some` at or above this: Critical (default 40).
+    pub critical_some: f64,
+    /// `full` at or above this: Critical (default 10).
+    pub critical_full: f64,
+}
+
+impl Default for LevelThresholds {
+    fn default() -> Self {
+        LevelThresholds { low_some: 1.0, medium_some: 10.0, medium_full: 2.0, critical_some: 40.0, critical_full: 10.0 }
+    }
+}
+
+impl LevelThresholds {
+    /// The level of a PSI reading; `None` (no reading, NaN) is [`Level::None`].
+    pub fn level(&self, p: Option<&Psi>) -> Level {
+        let Some(p) = p else { return Level::None };
+        let some = p.some.avg10;
+        let full = p.full.map_or(0.0, |f| f.avg10);
+        if some >= self.critical_some || full >= self.critical_full {
+            Level::Critical
+        } else if some >= self.medium_some || full >= self.medium_full {
+            Level::Medium
+        } else if some >= self.low_some {
+            Level::Low
+        } else {
+            Level::None
+        }
+    }
+}
+
+/// The pressure balancer's parameters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PressureConfig {
+    /// Levels of the host's pressure.
+    pub host: LevelThresholds,
+    /// Levels of a guest's own pressure.
+    pub guest: LevelThresholds,
+    /// A Low step as a fraction of the VM's size (default 1/1024).
+    pub step_fraction: f64,
+    /// The smallest Low step (default 1 MiB).
+    pub step_floor: Kib,
+    /// At most one pressure step per VM this often (default 1 s).
+    pub every: Duration,
+}
+
+impl Default for PressureConfig {
+    fn default() -> Self {
+        PressureConfig {
+            host: LevelThresholds::default(),
+            guest: LevelThresholds::default(),
+            step_fraction: 1.0 / 1024.0,
+            step_floor: Kib::from_mib_saturating(1),
+            every: Duration::from_secs(1),
+        }
+    }
+}
+
+impl PressureConfig {
+    /// The step of a VM of `size` at `level`: `m · max(step_floor, size · step_fraction)`.
+    pub fn step(&self, size: Kib, level: Level) -> Kib {
+        let f = if self.step_fraction.is_nan() { 0.0 } else { self.step_fraction.clamp(0.0, 1.0) };
+        let base = kib_f64(size.0 as f64 * f).max(self.step_floor);
+        Kib(base.0.saturating_mul(level.multiplier()))
+    }
+}
+
+/// Pressure-driven automatic ballooning over all VMs of a host.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PressureBalancer {
+    cfg: PressureConfig,
+    /// When each VM last took a pressure step (sample time).
+    last_step: BTreeMap<VmId, Duration>,
+    level: Level,
+}
+
+impl PressureBalancer {
+    /// A balancer with `cfg`.
+    pub fn new(cfg: PressureConfig) -> PressureBalancer {
+        PressureBalancer { cfg, last_step: BTreeMap::new(), level: Level::None }
+    }
+    /// The host's pressure level at the last step.
+    pub fn level(&self) -> Level {
+        self.level
+    }
+    /// When `vm` last took a pressure step, if ever.
+    pub fn last_step(&self, vm: VmId) -> Option<Duration> {
+        self.last_step.get(&vm).copied()
+    }
+    /// Drops `vm`'s throttle state.
+    pub fn forget(&mut self, vm: VmId) {
+        self.last_step.remove(&vm);
+    }
+
+    fn target(&mut self, c: &Claim) -> Kib {
+        let want = c.room.clamp(c.want);
+        let base = c.room.commanded;
+        if self.level == Level::None || c.room.floor >= c.room.ceiling {
+            return want;
+        }
+        let at = c.sample.at;
+        let throttled = self.last_step.get(&c.vm).is_some_and(|l| at < l.saturating_add(self.cfg.every));
+        let hold = c.room.clamp(want.min(base));
+        if throttled {
+            return hold;
+        }
+        let guest = self.cfg.guest.level(c.sample.pressure.as_ref());
+        let t = if guest > Level::None {
+            c.room.clamp(base.saturating_add(self.cfg.step(base, guest)))
+        } else {
+            c.room.clamp(want.min(base.saturating_sub(self.cfg.step(base, self.level))))
+        };
+        if t != hold {
+            self.last_step.insert(c.vm, at);
+        }
+        t
+    }
+}
+
+impl Balancer for PressureBalancer {
+    fn name(&self) -> &'static str {
+        "pressure"
+    }
+
+    fn balance(&mut self, host: &HostView, claims: &[Claim]) -> Vec<Kib> {
+        self.level = self.cfg.host.level(host.pressure.as_ref());
+        let t: Vec<Kib> = claims.iter().map(|c| self.target(c)).collect();
+        fit(host, claims, &t)
+    }
+}
+
+#[cfg(test)]
+mod tests;

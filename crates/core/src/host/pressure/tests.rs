@@ -1,0 +1,120 @@
+use super::*;
+use crate::host::testkit::{claim, mib, psi, swapfree_loop, view, ScriptWorld};
+use crate::host::{host_step, HostLoop};
+use proptest::prelude::*;
+
+#[test]
+fn psi_maps_to_vmpressure_like_levels() {
+    let l = LevelThresholds::default();
+    let at = |some, full| l.level(Some(&psi(some, full)));
+    assert_eq!((at(0.5, 0.0), at(1.0, 0.0), at(10.0, 0.0), at(0.0, 2.0), at(40.0, 0.0), at(0.0, 10.0)),
+        (Level::None, Level::Low, Level::Medium, Level::Medium, Level::Critical, Level::Critical));
+    assert_eq!((at(f64::NAN, f64::NAN), l.level(None)), (Level::None, Level::None));
+}
+
+#[test]
+fn steps_are_the_seeds_for_a_gib_and_scale_with_size() {
+    let c = PressureConfig::default();
+    let steps = |size| [Level::None, Level::Low, Level::Medium, Level::Critical].map(|l| c.step(mib(size), l));
+    assert_eq!(steps(1024), [Kib::ZERO, mib(1), mib(2), mib(4)], "256, 512 and 1024 pages");
+    assert_eq!(steps(16 * 1024), [Kib::ZERO, mib(16), mib(32), mib(64)]);
+    assert_eq!(steps(100), [Kib::ZERO, mib(1), mib(2), mib(4)], "1 MiB floor");
+    assert!(c.step(Kib::MAX, Level::Critical) > mib(4), "no overflow at the top");
+}
+
+#[test]
+fn no_host_pressure_means_every_want() {
+    let mut b = PressureBalancer::default();
+    let mut claims = [claim(0, 1024, 100, 128, 2048), claim(1, 1024, 100, 128, 2048)];
+    claims[0].want = mib(1500);
+    claims[1].want = mib(300);
+    assert_eq!(b.balance(&view(None, Some(psi(0.2, 0.0))), &claims), vec![mib(1500), mib(300)]);
+    assert_eq!(b.level(), Level::None);
+}
+
+#[test]
+fn host_pressure_shrinks_by_level_steps_once_a_second_and_guests_under_pressure_grow() {
+    let mut b = PressureBalancer::default();
+    let mut claims = [claim(0, 16384, 100, 128, 16384), claim(1, 1024, 100, 1022, 2048), claim(2, 1024, 100, 128, 2048), claim(3, 1024, 1000, 128, 2048)];
+    claims[1].want = mib(1500);
+    claims[2].want = mib(500);
+    claims[3].sample.pressure = Some(psi(15.0, 0.0));
+    let host = view(None, Some(psi(50.0, 0.0)));
+    let t = b.balance(&host, &claims);
+    assert_eq!(b.level(), Level::Critical);
+    assert_eq!(t[0], mib(16384 - 64), "a critical step: 4 × size/1024");
+    assert_eq!(t[1], mib(1022), "no growth under host pressure, never below the floor");
+    assert_eq!(t[2], mib(500), "a policy that shrinks more gets its want");
+    assert_eq!(t[3], mib(1024 + 2), "a guest under its own (medium) pressure deflates a medium step");
+    // Half a second later: throttled, nobody moves by a pressure step.
+    for c in &mut claims {
+        c.sample.at = Duration::from_millis(500);
+    }
+    assert_eq!(b.balance(&host, &claims), vec![mib(16384), mib(1024), mib(500), mib(1024)], "held at min(want, present)");
+    for c in &mut claims {
+        c.sample.at = Duration::from_secs(1);
+    }
+    let t = b.balance(&view(None, Some(psi(12.0, 0.0))), &claims);
+    assert_eq!((t[0], t[3]), (mib(16384 - 32), mib(1026)), "a second later: a medium step");
+    assert_eq!(b.last_step(VmId(0)), Some(Duration::from_secs(1)));
+}
+
+/// Two VMs whose programs need 900 MiB each on a host that swaps above 1800 MiB held:
+/// under swap-free wishes (964 MiB each) the host is under pressure, so both shrink a
+/// critical step a second until they feel their own pressure, and hover there; once the
+/// host has room again they return to their wishes.
+#[test]
+fn host_loop_shrinks_under_host_pressure_and_recovers() {
+    let mut w = ScriptWorld::new(1024, vec![vec![900], vec![900]], None);
+    w.physical = Some(1800);
+    let mut hl = HostLoop::new(PressureBalancer::default());
+    hl.add_vm(VmId(0), swapfree_loop());
+    hl.add_vm(VmId(1), swapfree_loop());
+    let mut last = w.mib();
+    for _ in 0..40 {
+        host_step(&mut hl, &mut w);
+        let now = w.mib();
+        for (a, b) in last.iter().zip(&now) {
+            assert!(*b + 4 >= *a || *b == 964, "at most one 4 MiB step a second below the wish: {last:?} → {now:?}");
+        }
+        last = now;
+    }
+    assert_eq!(hl.balancer().level(), Level::Critical);
+    assert!(last.iter().all(|s| (940..=950).contains(s)), "hovering at the edge of their own pressure: {last:?}");
+    w.physical = None;
+    for _ in 0..3 {
+        host_step(&mut hl, &mut w);
+    }
+    assert_eq!(w.mib(), vec![964, 964]);
+}
+
+fn arb_claim() -> impl Strategy<Value = Claim> {
+    let kib = prop_oneof![0u64..1 << 22, Just(0u64), Just(u64::MAX), any::<u64>()];
+    let level = prop_oneof![Just(None), (0.0f64..100.0, 0.0f64..100.0).prop_map(Some), Just(Some((f64::NAN, f64::INFINITY)))];
+    (0u32..4, kib.clone(), kib.clone(), kib.clone(), kib, level, 0u64..5).prop_map(|(vm, size, a, b, want, level, at)| {
+        let mut c = claim(vm, 0, 0, 0, 0);
+        c.room = crate::guard::Room { commanded: Kib(size), floor: Kib(a.min(b)), ceiling: Kib(a.max(b)), ..c.room };
+        c.want = c.room.clamp(Kib(want));
+        c.sample.pressure = level.map(|(s, f)| psi(s, f));
+        c.sample.at = Duration::from_millis(at * 400);
+        c
+    })
+}
+
+proptest! {
+    #[test]
+    fn answers_stay_in_rooms_and_capacity(steps in proptest::collection::vec((proptest::collection::vec(arb_claim(), 0..6), proptest::option::of(any::<u64>()), 0.0f64..100.0), 1..4)) {
+        let mut b = PressureBalancer::default();
+        for (claims, cap, some) in steps {
+            let t = b.balance(&HostView { capacity: cap.map(Kib), pressure: Some(psi(some, some / 4.0)) }, &claims);
+            prop_assert_eq!(t.len(), claims.len());
+            for (c, k) in claims.iter().zip(&t) {
+                prop_assert!(*k >= c.room.floor && *k <= c.room.ceiling);
+            }
+            let floors: u128 = claims.iter().map(|c| c.room.floor.0 as u128).sum();
+            if let Some(cap) = cap.filter(|c| floors <= *c as u128) {
+                prop_assert!(t.iter().map(|k| k.0 as u128).sum::<u128>() <= cap as u128);
+            }
+        }
+    }
+}
