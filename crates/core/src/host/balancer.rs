@@ -43,9 +43,11 @@ impl Balancer for Independent {
 }
 
 /// Every VM gets what it wants if the sum fits the capacity; otherwise growth is cut,
-/// each VM's share of the cut in proportion to how much it wanted to grow, and no VM is
-/// pushed below the larger of its present size and its floor. If even that does not fit,
-/// the VMs stay where they are (nothing is taken from a VM here: that is a policy's call).
+/// each VM's share of the cut in proportion to how much it wanted to grow. The budget for
+/// growth counts every VM at the larger of its present size and its floor: a planned
+/// shrink is not counted on, since the final check may still hold it (dead band,
+/// hold-off, outlier filter). If even that does not fit, growth stops (nothing is taken
+/// from a VM here: that is a policy's call).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CapGrowth;
 
@@ -60,17 +62,21 @@ impl Balancer for CapGrowth {
         if total <= cap {
             return wants;
         }
-        let base: Vec<Kib> = claims.iter().map(|c| c.want.min(c.room.commanded.max(c.room.floor))).collect();
-        let base_sum = base.iter().fold(Kib::ZERO, |a, b| a.saturating_add(*b));
-        let growth = total.saturating_sub(base_sum);
-        let room_left = cap.saturating_sub(base_sum);
+        // What each VM holds for sure this step, and what growers want on top of it.
+        let held: Vec<Kib> = claims.iter().map(|c| c.room.commanded.max(c.room.floor)).collect();
+        let held_sum = held.iter().fold(Kib::ZERO, |a, b| a.saturating_add(*b));
+        let growth = claims.iter().zip(&held).fold(Kib::ZERO, |a, (c, h)| a.saturating_add(c.want.saturating_sub(*h)));
+        let budget = cap.saturating_sub(held_sum).min(growth);
         claims
             .iter()
-            .zip(&base)
-            .map(|(c, b)| {
-                let g = c.want.saturating_sub(*b).0 as u128;
-                let share = if growth.0 == 0 { 0 } else { g * room_left.0 as u128 / growth.0 as u128 };
-                b.saturating_add(Kib(share as u64))
+            .zip(&held)
+            .map(|(c, h)| {
+                if c.want <= *h {
+                    return c.want;
+                }
+                let g = c.want.saturating_sub(*h).0 as u128;
+                let share = if growth.0 == 0 { 0 } else { g * budget.0 as u128 / growth.0 as u128 };
+                h.saturating_add(Kib(share as u64))
             })
             .collect()
     }
