@@ -184,10 +184,12 @@ impl<P: Policy> ControlLoop<P> {
 
     fn decide(&mut self, s: &Sample, p: Proposal, granted: Kib) -> Result<Action, Idle> {
         let room = p.room;
-        // With no opinion the VM stays put unless the balancer moved it.
+        // With no opinion the VM stays put unless the balancer moved it: not even the
+        // rails' bounds move a VM on no data (a QEMU reporting a size of 0 would
+        // otherwise have it "raised" to the minimum, a huge shrink on nothing).
         let (want, reason) = match p.decision {
             Some(d) => (d.target, d.reason),
-            None if granted == room.commanded => return Err(Idle::NoDecision),
+            None if granted == room.clamp(room.commanded) => return Err(Idle::NoDecision),
             None => (room.commanded, Reason::NoData),
         };
         let (target, limits) = match self.rails.check(&mut self.rail_state, s, &room, want, granted) {

@@ -96,3 +96,12 @@ fn idle_and_limits_read_as_log_text() {
     a.limits = vec![Limit::RaisedToMin, Limit::ShrinkStepLimited];
     assert_eq!(a.limits_note(), " (raised to the minimum, shrink limited to one step)");
 }
+
+#[test]
+fn no_data_moves_nothing_even_outside_the_rails() {
+    // A QEMU that reports a size of 0 and no memory view: no action, not "raised to the minimum".
+    let rails = GuardRails { min: Kib::from_mib_saturating(128), ..GuardRails::default() };
+    let mut lp = ControlLoop::new(SwapFree::new(Kib::from_mib_saturating(64)), rails, Interval::Fixed(Duration::from_secs(1)));
+    let s = Sample { guest_size: Kib::ZERO, max: Kib::from_mib_saturating(4096), ..Sample::default() };
+    assert_eq!(lp.tick(&s).outcome, Err(Idle::NoDecision));
+}
