@@ -3,6 +3,9 @@
 //! keys are core's [`PolicyConfig`], shared with the guest agent.
 
 pub use autoballoon_core::config::{InvalidKey, PolicyConfig, PolicyKind};
+pub use autoballoon_core::host::BalancerKind;
+use autoballoon_core::host::{SharesConfig, VmId, VmShares};
+use autoballoon_core::Kib;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -27,11 +30,18 @@ pub struct ControllerConfig {
     pub log_format: LogFormat,
     /// Log every tick, not only actions.
     pub verbose: bool,
+    /// The host-wide balancer: `independent`, `cap-growth`, `iballoon`, `pressure`, `shares`.
+    pub balancer: BalancerKind,
+    /// Memory all VMs may have together, MiB; 0 = the host's MemAvailable plus what the
+    /// VMs hold now, less `host_reserve_mib`.
+    pub capacity_mib: u64,
+    /// Memory kept for the host itself when the capacity comes from MemAvailable, MiB.
+    pub host_reserve_mib: u64,
 }
 
 impl Default for ControllerConfig {
     fn default() -> Self {
-        ControllerConfig { interval_ms: 1000, log_format: LogFormat::Text, verbose: false }
+        ControllerConfig { interval_ms: 1000, log_format: LogFormat::Text, verbose: false, balancer: BalancerKind::Independent, capacity_mib: 0, host_reserve_mib: 1024 }
     }
 }
 
@@ -58,6 +68,35 @@ pub struct VmConfig {
     /// Per-VM overrides of `[defaults]`.
     #[serde(default)]
     pub policy: Option<PolicyConfig>,
+    /// The VM's shares, for `balancer = "shares"`.
+    #[serde(default)]
+    pub shares: Option<SharesKeys>,
+}
+
+impl VmConfig {
+    /// A VM at this QMP socket, with no agent and the defaults for everything else.
+    pub fn new(name: &str, qmp: impl Into<PathBuf>) -> VmConfig {
+        VmConfig { name: name.into(), qmp: qmp.into(), agent: None, balloon_device: default_balloon_path(), policy: None, shares: None }
+    }
+}
+
+/// One VM's `[vm.shares]` table (the ESX balancer's proportional shares).
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SharesKeys {
+    /// Relative entitlement.
+    pub shares: u64,
+    /// Never reclaimed below this, MiB.
+    pub min_mib: u64,
+    /// Never given more than this, MiB; 0 = no limit.
+    pub max_mib: u64,
+}
+
+impl Default for SharesKeys {
+    fn default() -> Self {
+        let d = VmShares::default();
+        SharesKeys { shares: d.shares, min_mib: 0, max_mib: 0 }
+    }
 }
 
 pub fn default_balloon_path() -> String {
@@ -117,6 +156,18 @@ impl Config {
             return Err(ConfigError::Invalid { key: "vm".into(), why: "at least one [[vm]] is needed".into() });
         }
         Ok(())
+    }
+
+    /// The `shares` balancer's settings: each VM's `[vm.shares]`, by its position.
+    pub fn shares(&self) -> SharesConfig {
+        let mut c = SharesConfig::default();
+        for (i, vm) in self.vms.iter().enumerate() {
+            if let Some(k) = vm.shares {
+                let max = if k.max_mib == 0 { Kib::MAX } else { Kib::from_mib_saturating(k.max_mib) };
+                c.vms.insert(VmId(i as u32), VmShares { shares: k.shares, min: Kib::from_mib_saturating(k.min_mib), max });
+            }
+        }
+        c
     }
 
     /// The policy settings in force for one VM.

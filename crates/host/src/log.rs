@@ -28,6 +28,7 @@ pub enum EventKind {
     NoticeDropped,
     EventsDropped,
     WorkerPanicked,
+    HostShort,
     Debug,
 }
 
@@ -53,6 +54,7 @@ impl EventKind {
             EventKind::NoticeDropped => "notice_dropped",
             EventKind::EventsDropped => "events_dropped",
             EventKind::WorkerPanicked => "worker_panicked",
+            EventKind::HostShort => "host_short",
             EventKind::Debug => "debug",
         }
     }

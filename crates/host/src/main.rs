@@ -53,7 +53,7 @@ fn parse_vm_flag(s: &str) -> Result<VmConfig, String> {
             _ => return Err(format!("--vm {s:?}: unknown option {p:?} (expected agent=PATH)")),
         }
     }
-    Ok(VmConfig { name: name.into(), qmp, agent, balloon_device: autoballoon::config::default_balloon_path(), policy: None })
+    Ok(VmConfig { agent, ..VmConfig::new(name, qmp) })
 }
 
 fn host(a: HostArgs) -> Result<(), String> {

@@ -26,6 +26,31 @@ pub trait Balancer {
     /// (the final check puts it back there otherwise), and their sum should fit
     /// `host.capacity` where the rooms allow.
     fn balance(&mut self, host: &HostView, claims: &[Claim]) -> Vec<Kib>;
+    /// The class this balancer put `vm` in at the last step (e.g. iBalloon's `critical`),
+    /// for the status view and metrics; `None` if it has no classes.
+    fn class(&self, _vm: VmId) -> Option<&'static str> {
+        None
+    }
+    /// How much memory the host lacked at the last step to give every VM what this
+    /// balancer wanted to; `None` when it was not short.
+    fn short(&self) -> Option<Kib> {
+        None
+    }
+}
+
+impl<B: Balancer + ?Sized> Balancer for Box<B> {
+    fn name(&self) -> &'static str {
+        (**self).name()
+    }
+    fn balance(&mut self, host: &HostView, claims: &[Claim]) -> Vec<Kib> {
+        (**self).balance(host, claims)
+    }
+    fn class(&self, vm: VmId) -> Option<&'static str> {
+        (**self).class(vm)
+    }
+    fn short(&self) -> Option<Kib> {
+        (**self).short()
+    }
 }
 
 /// Every VM gets what its policy wants; the host's capacity is not looked at. The

@@ -22,6 +22,17 @@ pub enum Class {
     Normal,
 }
 
+impl Class {
+    /// The class's name in the status view and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Class::Critical => "critical",
+            Class::Warn => "warn",
+            Class::Normal => "normal",
+        }
+    }
+}
+
 /// The classifier's parameters, as fractions of the VM's size.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ClassifierConfig {

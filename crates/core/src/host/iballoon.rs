@@ -212,6 +212,13 @@ impl Balancer for IBalloon {
         "iballoon"
     }
 
+    fn class(&self, vm: VmId) -> Option<&'static str> {
+        IBalloon::class(self, vm).map(Class::as_str)
+    }
+    fn short(&self) -> Option<Kib> {
+        IBalloon::short(self)
+    }
+
     fn balance(&mut self, host: &HostView, claims: &[Claim]) -> Vec<Kib> {
         let vms: Vec<Vm> = claims
             .iter()

@@ -12,6 +12,7 @@
 //! ```
 
 mod balancer;
+mod choice;
 mod classify;
 mod fit;
 mod iballoon;
@@ -22,6 +23,7 @@ mod shares;
 mod testkit;
 
 pub use balancer::{Balancer, CapGrowth, Claim, Independent};
+pub use choice::BalancerKind;
 pub use classify::{observed_free, Class, Classifier, ClassifierConfig};
 pub use iballoon::{IBalloon, IBalloonConfig, IBalloonStep};
 pub use pressure::{Level, LevelThresholds, PressureBalancer, PressureConfig};

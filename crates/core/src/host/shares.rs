@@ -175,6 +175,10 @@ impl Balancer for Shares {
         "shares"
     }
 
+    fn short(&self) -> Option<Kib> {
+        Shares::short(self)
+    }
+
     fn balance(&mut self, host: &HostView, claims: &[Claim]) -> Vec<Kib> {
         let k = self.cfg.k();
         let mut hard = Vec::with_capacity(claims.len());

@@ -95,7 +95,8 @@ mod tests {
             s.balloon = Some(Pages(pages));
             assert!(matches!(check_sample(&s, c), Err(Rejected::BalloonAboveSize { .. })), "{pages}");
         }
-        let cases: Vec<(fn(&mut AgentSample), &str)> = vec![
+        type Spoil = fn(&mut AgentSample);
+        let cases: Vec<(Spoil, &str)> = vec![
             (|s| s.mem.total = mib(4096), "MemTotal 4096.0 MiB is larger than the VM (2048.0 MiB)"),
             (|s| s.mem.available = Kib::MAX, "MemAvailable"),
             (|s| s.mem.free = mib(1901), "MemFree"),

@@ -306,8 +306,10 @@ impl Actor {
                 drop(st);
                 lock(&self.shared.history).push(Point { t: sample.at.as_secs_f64(), size: actual, target, used });
             }
-            // 4. Wait for the next tick, applying the decider's targets meanwhile.
-            if let Some(end) = self.wait(self.interval, Some(qmp)) {
+            // 4. Wait for the next tick, applying the decider's targets meanwhile. Ticks
+            //    fall on multiples of the interval since the controller started, so all
+            //    VMs are sampled together and the decider balances them in one step.
+            if let Some(end) = self.wait(until_next_tick(self.started.elapsed(), self.interval), Some(qmp)) {
                 return end;
             }
         }
@@ -376,6 +378,12 @@ impl Actor {
     }
 }
 
+/// Time left until the next multiple of `interval` (a whole interval if exactly on one).
+fn until_next_tick(elapsed: Duration, interval: Duration) -> Duration {
+    let i = interval.as_nanos().max(1);
+    Duration::from_nanos((i - elapsed.as_nanos() % i) as u64)
+}
+
 /// The guest's memory view from virtio-balloon statistics, when no agent reports. The
 /// balloon device knows no Committed_AS, so `overcommitted` reads as zero.
 fn guest_stats_view(gs: &autoballoon_qmp::GuestStats) -> Option<MemView> {
@@ -389,4 +397,18 @@ fn guest_stats_view(gs: &autoballoon_qmp::GuestStats) -> Option<MemView> {
     };
     // Guest-stats come from the guest driver: the same border as the agent's reports.
     (v.available <= v.total && v.free <= v.total).then_some(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::until_next_tick;
+    use std::time::Duration;
+
+    #[test]
+    fn ticks_fall_on_multiples_of_the_interval() {
+        let ms = Duration::from_millis;
+        assert_eq!(until_next_tick(ms(0), ms(1000)), ms(1000));
+        assert_eq!(until_next_tick(ms(2300), ms(1000)), ms(700));
+        assert_eq!(until_next_tick(ms(2999), ms(1000)), ms(1));
+    }
 }

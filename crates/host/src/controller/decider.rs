@@ -7,10 +7,12 @@ use super::sync::{lock, panic_message};
 use super::{offer, Bell, Msg, Observation, VmShared};
 use crate::config::PolicyConfig;
 use crate::log::{EventKind, Logger, RateLimit};
-use autoballoon_core::host::{host_step, HostLoop, HostSample, HostView, Independent, VmId, World};
-use autoballoon_core::policy::SwapFree;
+use autoballoon_core::host::{host_step, Balancer, HostLoop, HostSample, HostView, VmId, World};
+use autoballoon_core::policy::{MemView, SwapFree};
+use autoballoon_core::procfs::{parse_meminfo, parse_pressure};
 use autoballoon_core::sample::SampleSource;
 use autoballoon_core::Kib;
+use std::path::PathBuf;
 use serde_json::json;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,7 +28,34 @@ struct Vm {
     epoch: u64,
     /// Where the last used sample's view came from, for the action's log line.
     source: SampleSource,
+    /// When the last sample used in a step was taken.
+    used: Option<Instant>,
     refused: RateLimit,
+}
+
+/// Where the host's own memory figures come from, and what the VMs may have together.
+pub(crate) struct HostMemory {
+    /// The host's procfs (`/proc`; tests point it at a fixture tree).
+    pub proc_dir: PathBuf,
+    /// A fixed capacity; `None`: MemAvailable plus what the VMs hold, less `reserve`.
+    pub capacity: Option<Kib>,
+    pub reserve: Kib,
+}
+
+impl HostMemory {
+    /// The host's view at this step: its PSI, and the VMs' capacity. Reading two small
+    /// procfs files never blocks; a host without them has no pressure and no capacity
+    /// unless one is configured.
+    fn view(&self, vms_hold: Kib) -> HostView {
+        let read = |f: &str| std::fs::read_to_string(self.proc_dir.join(f)).ok();
+        let pressure = read("pressure/memory").and_then(|t| parse_pressure(&t).ok());
+        let capacity = self.capacity.or_else(|| {
+            let m = parse_meminfo(&read("meminfo")?).ok()?;
+            let available = MemView::from_meminfo(&m).ok()?.available;
+            Some(available.saturating_add(vms_hold).saturating_sub(self.reserve))
+        });
+        HostView { capacity, pressure }
+    }
 }
 
 /// The QEMU host as core's host loop sees it: samples from the actors' mailboxes,
@@ -36,6 +65,18 @@ struct QemuHost {
     started: Instant,
     /// Samples older than this are not used (the actor is stuck or the VM unreachable).
     max_age: Duration,
+    memory: HostMemory,
+}
+
+impl QemuHost {
+    /// Whether every VM that has a sample has a new one since the last step, and no VM
+    /// is still waiting for its first during the start-up grace.
+    fn all_fresh(&self, starting: bool) -> bool {
+        self.vms.iter().all(|vm| match lock(&vm.shared.mailbox).as_ref() {
+            Some(o) => vm.used.is_none_or(|u| o.taken > u),
+            None => !starting,
+        })
+    }
 }
 
 impl World for QemuHost {
@@ -54,8 +95,11 @@ impl World for QemuHost {
                 s.forget.push(vm.shared.id);
             }
             vm.source = o.source;
+            vm.used = Some(o.taken);
             s.vms.push((vm.shared.id, o.sample));
         }
+        let hold = s.vms.iter().fold(Kib::ZERO, |a, (_, v)| a.saturating_add(v.guest_size));
+        s.host = self.memory.view(hold);
         s
     }
 
@@ -66,7 +110,9 @@ impl World for QemuHost {
 
 pub(crate) struct Decider {
     world: QemuHost,
-    hl: HostLoop<SwapFree, Independent>,
+    hl: HostLoop<SwapFree, Box<dyn Balancer + Send>>,
+    /// The host is short of memory (an episode runs): warned once at its start.
+    short: Option<Kib>,
     interval: Duration,
     log: Logger,
     shutdown: Arc<AtomicBool>,
@@ -74,20 +120,34 @@ pub(crate) struct Decider {
 }
 
 impl Decider {
-    pub fn new(vms: Vec<(Arc<VmShared>, SyncSender<Msg>, PolicyConfig)>, interval: Duration, started: Instant, log: Logger, shutdown: Arc<AtomicBool>, bell: Arc<Bell>) -> Decider {
-        let mut hl = HostLoop::new(Independent);
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(vms: Vec<(Arc<VmShared>, SyncSender<Msg>, PolicyConfig)>, balancer: Box<dyn Balancer + Send>, memory: HostMemory, interval: Duration, started: Instant, log: Logger, shutdown: Arc<AtomicBool>, bell: Arc<Bell>) -> Decider {
+        let mut hl = HostLoop::new(balancer);
         let mut list = Vec::new();
         for (shared, tx, policy) in vms {
             hl.add_vm(shared.id, policy.control_loop(interval));
-            list.push(Vm { shared, tx, epoch: 0, source: SampleSource::None, refused: RateLimit::default() });
+            list.push(Vm { shared, tx, epoch: 0, source: SampleSource::None, used: None, refused: RateLimit::default() });
         }
-        let world = QemuHost { vms: list, started, max_age: interval * 3 };
-        Decider { world, hl, interval, log, shutdown, bell }
+        let world = QemuHost { vms: list, started, max_age: interval * 3, memory };
+        Decider { world, hl, short: None, interval, log, shutdown, bell }
     }
 
     pub fn run(mut self) {
         while !self.shutdown.load(Ordering::SeqCst) {
             self.bell.wait(self.interval);
+            // The actors sample on the same tick: give the others a moment to publish, so
+            // the balancer decides for every VM in one step. At start-up, wait (up to two
+            // intervals) for VMs that have not published at all yet.
+            let starting = self.world.started.elapsed() < self.interval * 2;
+            let window = if starting { self.interval * 2 } else { self.interval / 4 };
+            let until = Instant::now() + window;
+            while !self.world.all_fresh(starting) && !self.shutdown.load(Ordering::SeqCst) {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                self.bell.wait(left);
+            }
             if self.shutdown.load(Ordering::SeqCst) {
                 return;
             }
@@ -107,6 +167,7 @@ impl Decider {
             let lp = self.hl.vm(t.vm).expect("every VM has a loop");
             let mut st = lock(&vm.shared.status);
             st.metrics = lp.metrics().clone();
+            st.class = self.hl.balancer().class(t.vm);
             match &t.tick.outcome {
                 Ok(a) => {
                     let source = vm.source;
@@ -121,11 +182,53 @@ impl Decider {
                 Err(idle) => self.log.debug(name, &format!("size {}: {idle}", st.size)),
             }
         }
+        self.watch_short(&step.sample.host);
         for (id, why) in step.errors {
             let vm = &mut self.world.vms[id.0 as usize];
             lock(&vm.shared.status).errors += 1;
             let name = vm.shared.name.clone();
             self.log.limited(&mut vm.refused, &name, EventKind::ActuatorFailed, &format!("target not applied: {why}"), &[]);
         }
+    }
+
+    /// One warning when the host starts being short of memory for what the balancer wants
+    /// to give, one line when that ends; nothing per tick in between.
+    fn watch_short(&mut self, host: &HostView) {
+        let now = self.hl.balancer().short();
+        match (self.short, now) {
+            (None, Some(k)) => {
+                let cap = host.capacity.map_or("no limit".to_string(), |c| c.to_string());
+                let msg = format!("host short of memory: the VMs need {k} more than the host can give (capacity {cap}, balancer {})", self.hl.balancer().name());
+                self.log.event("-", EventKind::HostShort, &msg, &[("short_kib", json!(k.0))]);
+            }
+            (Some(_), None) => self.log.event("-", EventKind::HostShort, "host no longer short of memory", &[("short_kib", json!(0))]),
+            _ => {}
+        }
+        self.short = now;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_host_view_comes_from_procfs_or_the_configured_capacity() {
+        let dir = std::env::temp_dir().join(format!("ab-host-proc-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("pressure")).unwrap();
+        let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../core/fixtures");
+        std::fs::copy(fixtures.join("host-6.18/meminfo"), dir.join("meminfo")).unwrap();
+        std::fs::copy(fixtures.join("linux-6.12-guest-idle/pressure-memory"), dir.join("pressure/memory")).unwrap();
+        let text = std::fs::read_to_string(dir.join("meminfo")).unwrap();
+        let available = MemView::from_meminfo(&parse_meminfo(&text).unwrap()).unwrap().available;
+        let mem = HostMemory { proc_dir: dir.clone(), capacity: None, reserve: Kib::from_mib_saturating(1024) };
+        let v = mem.view(Kib::from_gib_saturating(4));
+        assert_eq!(v.capacity, Some(available.saturating_add(Kib::from_gib_saturating(4)).saturating_sub(Kib::from_mib_saturating(1024))));
+        assert!(v.pressure.is_some());
+        let fixed = HostMemory { capacity: Some(Kib::from_gib_saturating(8)), ..mem };
+        assert_eq!(fixed.view(Kib::ZERO).capacity, Some(Kib::from_gib_saturating(8)));
+        let none = HostMemory { proc_dir: dir.join("nope"), capacity: None, reserve: Kib::ZERO };
+        assert_eq!(none.view(Kib::ZERO), HostView::default(), "no procfs, no limit");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

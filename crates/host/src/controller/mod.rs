@@ -26,6 +26,7 @@ pub use sync::lock;
 use crate::config::Config;
 use crate::log::Logger;
 use autoballoon_core::host::VmId;
+use autoballoon_core::Kib;
 use autoballoon_core::sample::{Sample, SampleSource};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -171,7 +172,13 @@ impl Controller {
             inboxes.push((shared.clone(), tx.clone(), policy));
             vms.push(VmHandle { name: vm.name.clone(), shared, commands: tx });
         }
-        let d = decider::Decider::new(inboxes, interval, started, logger, shutdown.clone(), bell.clone());
+        let c = &config.controller;
+        let memory = decider::HostMemory {
+            proc_dir: PathBuf::from("/proc"),
+            capacity: (c.capacity_mib > 0).then(|| Kib::from_mib_saturating(c.capacity_mib)),
+            reserve: Kib::from_mib_saturating(c.host_reserve_mib),
+        };
+        let d = decider::Decider::new(inboxes, c.balancer.build(config.shares()), memory, interval, started, logger, shutdown.clone(), bell.clone());
         workers.push(spawn("decider", move || d.run()));
         Controller { vms, shutdown, bell, workers }
     }

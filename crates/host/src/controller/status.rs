@@ -108,6 +108,8 @@ pub struct VmStatus {
     pub used: Option<Kib>,
     /// Where the guest view came from.
     pub source: SampleSource,
+    /// The class the balancer put the VM in (iBalloon: critical, warn, normal), if any.
+    pub class: Option<&'static str>,
     /// OOM kills the agent reported (guest /proc/vmstat).
     pub guest_oom_kills: Option<u64>,
     /// Samples taken since the controller started (all sessions).

@@ -45,7 +45,7 @@ pub fn fake_qemu() -> FakeQemu {
 }
 
 pub fn vm(name: &str, qemu: &FakeQemu, agent: Option<&Path>, policy: Option<PolicyConfig>) -> VmConfig {
-    VmConfig { name: name.into(), qmp: qemu.qmp_path().into(), agent: agent.map(Into::into), balloon_device: autoballoon::config::default_balloon_path(), policy }
+    VmConfig { agent: agent.map(Into::into), policy, ..VmConfig::new(name, qemu.qmp_path()) }
 }
 
 /// Defaults, with a short hold-off after growth so tests need not wait 5 s to see a shrink.
@@ -89,7 +89,12 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(vms: Vec<VmConfig>, interval_ms: u64) -> Daemon {
-        let config = Config { controller: ControllerConfig { interval_ms, log_format: LogFormat::Json, verbose: false }, defaults: PolicyConfig::default(), vms };
+        Daemon::start_with(ControllerConfig { interval_ms, ..ControllerConfig::default() }, vms)
+    }
+
+    /// With these controller settings (the log is always JSON, to a file).
+    pub fn start_with(controller: ControllerConfig, vms: Vec<VmConfig>) -> Daemon {
+        let config = Config { controller: ControllerConfig { log_format: LogFormat::Json, ..controller }, defaults: PolicyConfig::default(), vms };
         config.validate().unwrap();
         let (log, logger) = LogFile::new();
         Daemon { ctl: Some(Controller::start(&config, logger)), log }
