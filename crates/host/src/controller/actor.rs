@@ -228,7 +228,9 @@ impl Actor {
             st.state = if migrating { VmState::Migrating } else { VmState::Running };
         }
         let msg = format!("managing {} (QEMU {}), configured {configured}", self.cfg.qmp.display(), qmp.version());
-        self.log.event(&self.shared.name, EventKind::Connected, &msg, &[("configured_kib", json!(configured.0))]);
+        // Rate-limited too: a QEMU that drops every session right after the handshake
+        // would otherwise log one line per reconnect.
+        self.note(EventKind::Connected, &msg, &[("configured_kib", json!(configured.0))]);
         let mut agent: Option<AgentLink> = None;
         let mut agent_tried: Option<Instant> = None;
         let mut prev_actual: Option<Kib> = None;
