@@ -108,9 +108,9 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
     println!("    guest booted in {:.1} s", boot.as_secs_f64());
 
     let config = Config {
-        controller: ControllerConfig { interval_ms: 1000, log_format: LogFormat::Text, verbose: false },
+        controller: ControllerConfig::default(),
         defaults: PolicyConfig::default(),
-        vms: vec![VmConfig { name: "demo".into(), qmp: vm_a.qmp.clone(), agent: Some(vm_a.agent.clone()), balloon_device: autoballoon::config::default_balloon_path(), policy: None }],
+        vms: vec![VmConfig { agent: Some(vm_a.agent.clone()), ..VmConfig::new("demo", vm_a.qmp.clone()) }],
     };
     let logger = Logger::new(LogFormat::Text, false).to_file(&out.join("controller.log")).map_err(|e| format!("cannot write the controller log: {e}"))?;
     let ctl = Controller::start(&config, logger);

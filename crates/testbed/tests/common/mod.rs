@@ -29,12 +29,12 @@ pub fn boot(test: &str, name: &str, mib: u64) -> Qemu {
 }
 
 pub fn vm_config(name: &str, q: &Qemu) -> VmConfig {
-    VmConfig { name: name.into(), qmp: q.qmp.clone(), agent: Some(q.agent.clone()), balloon_device: autoballoon::config::default_balloon_path(), policy: None }
+    VmConfig { agent: Some(q.agent.clone()), ..VmConfig::new(name, q.qmp.clone()) }
 }
 
 /// A controller managing the given VMs, logging to stderr (shown on failure).
 pub fn controller(vms: Vec<VmConfig>) -> Controller {
-    let config = Config { controller: ControllerConfig { interval_ms: 1000, log_format: LogFormat::Text, verbose: false }, defaults: PolicyConfig::default(), vms };
+    let config = Config { controller: ControllerConfig::default(), defaults: PolicyConfig::default(), vms };
     config.validate().unwrap();
     Controller::start(&config, Logger::new(LogFormat::Text, false))
 }
