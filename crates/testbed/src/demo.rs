@@ -108,7 +108,7 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
     println!("    guest booted in {:.1} s", boot.as_secs_f64());
 
     let config = Config {
-        controller: ControllerConfig { interval_ms: 1000, log_format: LogFormat::Text, verbose: false },
+        controller: ControllerConfig { interval_ms: 1000, log_format: LogFormat::Text, verbose: false, ..Default::default() },
         defaults: PolicyConfig::default(),
         vms: vec![VmConfig { name: "demo".into(), qmp: vm_a.qmp.clone(), agent: Some(vm_a.agent.clone()), balloon_device: autoballoon::config::default_balloon_path(), policy: None }],
     };

@@ -89,7 +89,7 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(vms: Vec<VmConfig>, interval_ms: u64) -> Daemon {
-        let config = Config { controller: ControllerConfig { interval_ms, log_format: LogFormat::Json, verbose: false }, defaults: PolicyConfig::default(), vms };
+        let config = Config { controller: ControllerConfig { interval_ms, log_format: LogFormat::Json, verbose: false, ..Default::default() }, defaults: PolicyConfig::default(), vms };
         config.validate().unwrap();
         let (log, logger) = LogFile::new();
         Daemon { ctl: Some(Controller::start(&config, logger)), log }
