@@ -12,7 +12,10 @@
 #   --only      just these Debian packages, no Rust check (the kernel scripts' needs)
 set -euo pipefail
 
-PKGS=(qemu-system-x86 busybox-static cpio gcc libc6-dev xz-utils zstd file ca-certificates)
+# prometheus (promtool) and python3-prometheus-client: the metrics endpoint's test parses
+# the scraped text with both. systemd (systemd-analyze) and dpkg: the packaging test.
+PKGS=(qemu-system-x86 busybox-static cpio gcc libc6-dev xz-utils zstd file ca-certificates
+      prometheus python3-prometheus-client systemd dpkg)
 want_rust=1
 while [ $# -gt 0 ]; do
     case "$1" in
