@@ -153,7 +153,7 @@ fn sighup_reloads_log_settings_keeps_running_on_a_bad_file_and_names_what_needs_
         std::thread::sleep(Duration::from_millis(50));
     }
     let l = d.log();
-    let last = l.lines().filter(|x| x.contains("\"event\":\"reload\"")).last().unwrap();
+    let last = l.lines().rfind(|x| x.contains("\"event\":\"reload\"")).unwrap();
     assert!(last.contains("nothing to apply") && last.contains("RESTART NEEDED"), "{last}");
 
     let status = d.stop();
