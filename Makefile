@@ -48,8 +48,11 @@ guest-deb: agent
 	packaging/build-guest-deb.sh --agent $(AGENT) --out $(CACHE)/deb
 
 # The systemd units (systemd-analyze verify) and the guest .deb (dpkg-deb --info/--contents).
-packaging-test: agent host
-	packaging/test-packaging.sh --agent $(AGENT) --host target/release/autoballoon
+# The release agent is built by `make image` already; the host binary is the debug one
+# `cargo test` builds, so `make test` gains no release build.
+packaging-test: agent
+	cargo build --locked -p autoballoon
+	packaging/test-packaging.sh --agent $(AGENT) --host target/debug/autoballoon
 
 demo: testbed image
 	$(DEMOBIN) --image "$$(cat $(IMAGE_PATH))" --out run/demo
