@@ -9,7 +9,7 @@ AGENT := target/$(TRIPLE)/release/autoballoon-guest
 DEMOBIN := target/release/autoballoon-demo
 IMAGE_PATH := run/image.path
 
-.PHONY: all deps build agent host testbed image demo test unit-test integration-test bench clean help
+.PHONY: all deps build agent host testbed image demo test unit-test integration-test bench clean help guest-deb packaging-test
 
 all: build
 
@@ -19,6 +19,7 @@ help:
 	@echo "make bench  - the patched kernel against the stock one: spike times, balloon GB/s, ratios"
 	@echo "make image  - build the guest image (cached under $(CACHE))"
 	@echo "make kernel / kernel-test / kernel-deb - the patched guest kernel (see kernel/README.md)"
+	@echo "make guest-deb - the guest agent's Debian package (under $(CACHE)/deb)"
 
 deps:
 	@scripts/install-deps.sh
@@ -42,6 +43,17 @@ image: agent
 	guest/build-image.sh --agent $(AGENT) --print-dir > $(IMAGE_PATH).tmp && mv $(IMAGE_PATH).tmp $(IMAGE_PATH)
 	@echo "guest image: $$(cat $(IMAGE_PATH))"
 
+# The guest agent's Debian package: the static agent and its systemd unit.
+guest-deb: agent
+	packaging/build-guest-deb.sh --agent $(AGENT) --out $(CACHE)/deb
+
+# The systemd units (systemd-analyze verify) and the guest .deb (dpkg-deb --info/--contents).
+# The release agent is built by `make image` already; the host binary is the debug one
+# `cargo test` builds, so `make test` gains no release build.
+packaging-test: agent
+	cargo build --locked -p autoballoon
+	packaging/test-packaging.sh --agent $(AGENT) --host target/debug/autoballoon
+
 demo: testbed image
 	$(DEMOBIN) --image "$$(cat $(IMAGE_PATH))" --out run/demo
 
@@ -55,6 +67,7 @@ integration-test: image
 # are ignored there), then the kernel scenarios, which build both kernels if not cached.
 test: image
 	AUTOBALLOON_IMAGE="$$(cat $(IMAGE_PATH))" cargo test --locked --workspace -- --test-threads=1
+	$(MAKE) packaging-test
 	$(MAKE) kernel-test
 
 # Benchmarks (not tests): printed ratios, measured side by side in one run.

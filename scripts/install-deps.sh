@@ -12,7 +12,11 @@
 #   --only      just these Debian packages, no Rust check (the kernel scripts' needs)
 set -euo pipefail
 
-PKGS=(qemu-system-x86 busybox-static cpio gcc libc6-dev xz-utils zstd file ca-certificates)
+# python3-prometheus-client: the metrics endpoint's test parses the scraped text with it
+# (and with promtool too where Debian's `prometheus` server package happens to be
+# installed). systemd (systemd-analyze) and dpkg: the packaging test.
+PKGS=(qemu-system-x86 busybox-static cpio gcc libc6-dev xz-utils zstd file ca-certificates
+      python3-prometheus-client systemd dpkg)
 want_rust=1
 while [ $# -gt 0 ]; do
     case "$1" in

@@ -37,11 +37,29 @@ pub struct ControllerConfig {
     pub capacity_mib: u64,
     /// Memory kept for the host itself when the capacity comes from MemAvailable, MiB.
     pub host_reserve_mib: u64,
+    /// `HOST:PORT` of the Prometheus endpoint (`GET /metrics`); empty = off.
+    pub metrics_listen: String,
+    /// The unix socket `autoballoon status` reads; empty = off.
+    pub status_socket: PathBuf,
 }
+
+/// The Prometheus endpoint's default address (loopback only).
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9848";
+/// The status socket's default path.
+pub const DEFAULT_STATUS_SOCKET: &str = "/run/autoballoon/status.sock";
 
 impl Default for ControllerConfig {
     fn default() -> Self {
-        ControllerConfig { interval_ms: 1000, log_format: LogFormat::Text, verbose: false, balancer: BalancerKind::Independent, capacity_mib: 0, host_reserve_mib: 1024 }
+        ControllerConfig {
+            interval_ms: 1000,
+            log_format: LogFormat::Text,
+            verbose: false,
+            balancer: BalancerKind::Independent,
+            capacity_mib: 0,
+            host_reserve_mib: 1024,
+            metrics_listen: DEFAULT_METRICS_LISTEN.into(),
+            status_socket: DEFAULT_STATUS_SOCKET.into(),
+        }
     }
 }
 
@@ -141,6 +159,16 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.controller.interval_ms < 100 {
             return Err(ConfigError::Invalid { key: "controller.interval_ms".into(), why: "must be at least 100".into() });
+        }
+        if !self.controller.metrics_listen.is_empty() {
+            // Literal addresses only: a host name would need a resolver at start.
+            if self.controller.metrics_listen.parse::<std::net::SocketAddr>().is_err() {
+                return Err(ConfigError::Invalid { key: "controller.metrics_listen".into(), why: "must be IP:PORT (e.g. \"127.0.0.1:9848\"), or \"\" for off".into() });
+            }
+        }
+        let sock = &self.controller.status_socket;
+        if !sock.as_os_str().is_empty() && (!sock.is_absolute() || sock.file_name().is_none()) {
+            return Err(ConfigError::Invalid { key: "controller.status_socket".into(), why: "must be an absolute path, or \"\" for off".into() });
         }
         self.defaults.validate("defaults.")?;
         let mut names = std::collections::HashSet::new();

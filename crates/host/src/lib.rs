@@ -4,7 +4,10 @@
 pub mod config;
 pub mod controller;
 pub mod log;
+pub mod metrics;
+pub mod ops;
 pub mod signals;
+pub mod status_socket;
 
 use controller::VmStatus;
 

@@ -3,6 +3,7 @@
 
 use crate::config::LogFormat;
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -29,6 +30,10 @@ pub enum EventKind {
     EventsDropped,
     WorkerPanicked,
     HostShort,
+    /// SIGHUP: the configuration was re-read (or could not be).
+    Reload,
+    /// The metrics endpoint or the status socket.
+    Endpoint,
     Debug,
 }
 
@@ -55,6 +60,8 @@ impl EventKind {
             EventKind::EventsDropped => "events_dropped",
             EventKind::WorkerPanicked => "worker_panicked",
             EventKind::HostShort => "host_short",
+            EventKind::Reload => "reload",
+            EventKind::Endpoint => "endpoint",
             EventKind::Debug => "debug",
         }
     }
@@ -100,17 +107,41 @@ impl Default for RateLimit {
     }
 }
 
+/// A logger's settings, shared by all its clones so a reload reaches every thread.
+#[derive(Debug)]
+struct Settings {
+    json: AtomicBool,
+    verbose: AtomicBool,
+}
+
 #[derive(Debug, Clone)]
 pub struct Logger {
-    format: LogFormat,
-    verbose: bool,
+    settings: Arc<Settings>,
     /// Write here instead of stderr (the demo keeps its terminal for the live view).
     file: Option<Arc<Mutex<std::fs::File>>>,
 }
 
 impl Logger {
     pub fn new(format: LogFormat, verbose: bool) -> Logger {
-        Logger { format, verbose, file: None }
+        Logger { settings: Arc::new(Settings { json: AtomicBool::new(format == LogFormat::Json), verbose: AtomicBool::new(verbose) }), file: None }
+    }
+
+    /// Changes the format and verbosity of this logger and every clone of it (SIGHUP).
+    pub fn reconfigure(&self, format: LogFormat, verbose: bool) {
+        self.settings.json.store(format == LogFormat::Json, Ordering::Relaxed);
+        self.settings.verbose.store(verbose, Ordering::Relaxed);
+    }
+
+    pub fn format(&self) -> LogFormat {
+        if self.settings.json.load(Ordering::Relaxed) {
+            LogFormat::Json
+        } else {
+            LogFormat::Text
+        }
+    }
+
+    pub fn verbose(&self) -> bool {
+        self.settings.verbose.load(Ordering::Relaxed)
     }
 
     pub fn to_file(mut self, path: &std::path::Path) -> std::io::Result<Logger> {
@@ -130,7 +161,7 @@ impl Logger {
 
     /// Logs an event of `vm` with structured fields; `msg` is the human sentence.
     pub fn event(&self, vm: &str, kind: EventKind, msg: &str, fields: &[(&str, serde_json::Value)]) {
-        let line = match self.format {
+        let line = match self.format() {
             LogFormat::Text => format!("{} [{vm}] {msg}", timestamp()),
             LogFormat::Json => {
                 let mut o = serde_json::Map::new();
@@ -154,7 +185,7 @@ impl Logger {
 
     /// Per-tick detail, only with `verbose`.
     pub fn debug(&self, vm: &str, msg: &str) {
-        if self.verbose {
+        if self.verbose() {
             self.event(vm, EventKind::Debug, msg, &[]);
         }
     }

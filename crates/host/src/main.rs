@@ -3,7 +3,9 @@
 
 use autoballoon::config::{Config, ControllerConfig, LogFormat, PolicyConfig, VmConfig};
 use autoballoon::controller::Controller;
-use autoballoon::log::Logger;
+use autoballoon::log::{EventKind, Logger};
+use autoballoon::metrics::MetricsServer;
+use autoballoon::status_socket::StatusServer;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -19,8 +21,24 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Manage the balloons of QEMU VMs over QMP until interrupted.
+    /// Manage the balloons of QEMU VMs over QMP until SIGINT/SIGTERM; SIGHUP re-reads --config.
     Host(HostArgs),
+    /// Show the running daemon's VMs (read from its status socket).
+    Status(StatusArgs),
+}
+
+#[derive(clap::Args)]
+struct StatusArgs {
+    /// The daemon's status socket [default: the --config file's controller.status_socket,
+    /// else /run/autoballoon/status.sock].
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    /// Read the socket's path from this host configuration file.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Print the VMs' status snapshots as JSON instead of the table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -40,6 +58,15 @@ struct HostArgs {
     /// Print a status table every this many seconds (0 = never).
     #[arg(long, default_value_t = 0)]
     status_every: u64,
+    /// Validate the configuration, print one line per VM and exit (0 if valid, 2 if not).
+    #[arg(long)]
+    check_config: bool,
+    /// Serve Prometheus metrics on IP:PORT ("" = off); overrides controller.metrics_listen.
+    #[arg(long, value_name = "IP:PORT")]
+    metrics_listen: Option<String>,
+    /// Serve `autoballoon status` on this unix socket ("" = off); overrides controller.status_socket.
+    #[arg(long, value_name = "PATH")]
+    status_socket: Option<PathBuf>,
 }
 
 fn parse_vm_flag(s: &str) -> Result<VmConfig, String> {
@@ -56,7 +83,9 @@ fn parse_vm_flag(s: &str) -> Result<VmConfig, String> {
     Ok(VmConfig { agent, ..VmConfig::new(name, qmp) })
 }
 
-fn host(a: HostArgs) -> Result<(), String> {
+/// The configuration as the command line gives it: the file, or the --vm flags, with the
+/// flags that override file keys applied (not --json / -v: those are kept apart for reloads).
+fn load(a: &HostArgs) -> Result<Config, String> {
     let mut config = match &a.config {
         Some(p) => Config::load(p).map_err(|e| e.to_string())?,
         None => {
@@ -66,16 +95,37 @@ fn host(a: HostArgs) -> Result<(), String> {
             c
         }
     };
-    if a.json {
-        config.controller.log_format = LogFormat::Json;
+    if let Some(m) = &a.metrics_listen {
+        config.controller.metrics_listen = m.clone();
     }
-    config.controller.verbose |= a.verbose;
+    if let Some(s) = &a.status_socket {
+        config.controller.status_socket = s.clone();
+    }
+    config.validate().map_err(|e| e.to_string())?;
+    Ok(config)
+}
+
+fn host(a: HostArgs) -> Result<(), String> {
+    let mut running = load(&a)?;
+    if a.check_config {
+        println!("{}", autoballoon::ops::summary_controller(&running));
+        for line in autoballoon::ops::summary(&running) {
+            println!("{line}");
+        }
+        println!("configuration OK: {} VM(s)", running.vms.len());
+        return Ok(());
+    }
+    let format = if a.json { LogFormat::Json } else { running.controller.log_format };
     autoballoon::signals::install();
-    let logger = Logger::new(config.controller.log_format, config.controller.verbose);
-    let ctl = Controller::start(&config, logger);
+    let logger = Logger::new(format, running.controller.verbose || a.verbose);
+    let ctl = Controller::start(&running, logger.clone());
+    let (metrics, status) = start_endpoints(&running, &ctl, &logger);
     let mut since_status = Duration::ZERO;
     while !autoballoon::signals::stop_requested() {
         std::thread::sleep(Duration::from_millis(200));
+        if autoballoon::signals::take_reload() {
+            reload(&a, &mut running, &ctl, &logger);
+        }
         since_status += Duration::from_millis(200);
         if a.status_every > 0 && since_status >= Duration::from_secs(a.status_every) {
             since_status = Duration::ZERO;
@@ -83,8 +133,115 @@ fn host(a: HostArgs) -> Result<(), String> {
             eprint!("{}", autoballoon::status_table(&rows));
         }
     }
+    drop((metrics, status));
     ctl.shutdown_flag().store(true, Ordering::SeqCst);
     ctl.stop();
+    Ok(())
+}
+
+/// Starts the metrics endpoint and the status socket, as configured. Either failing is
+/// logged and the daemon goes on without it: ballooning matters more than observing it.
+fn start_endpoints(config: &Config, ctl: &Controller, log: &Logger) -> (Option<MetricsServer>, Option<StatusServer>) {
+    let snapshots = autoballoon::metrics::snapshots_of(ctl);
+    let c = &config.controller;
+    let metrics = (!c.metrics_listen.is_empty())
+        .then(|| match MetricsServer::start(&c.metrics_listen, snapshots.clone(), log.clone()) {
+            Ok(m) => {
+                log.event("-", EventKind::Endpoint, &format!("metrics on http://{}/metrics", m.local_addr()), &[("metrics_listen", m.local_addr().to_string().into())]);
+                Some(m)
+            }
+            Err(e) => {
+                log.event("-", EventKind::Endpoint, &format!("ERROR: no metrics endpoint: cannot listen on {}: {e}", c.metrics_listen), &[]);
+                None
+            }
+        })
+        .flatten();
+    let status = (!c.status_socket.as_os_str().is_empty())
+        .then(|| {
+            if let Some(dir) = c.status_socket.parent() {
+                let _ = std::fs::create_dir_all(dir);
+            }
+            match StatusServer::start(&c.status_socket, snapshots, log.clone()) {
+                Ok(s) => {
+                    log.event("-", EventKind::Endpoint, &format!("status socket {}", s.path().display()), &[("status_socket", s.path().display().to_string().into())]);
+                    Some(s)
+                }
+                Err(e) => {
+                    log.event("-", EventKind::Endpoint, &format!("ERROR: no status socket: {e}"), &[]);
+                    None
+                }
+            }
+        })
+        .flatten();
+    (metrics, status)
+}
+
+/// SIGHUP: re-reads the configuration; applies the log settings and changed VM sockets,
+/// and names every other changed key as needing a restart. An invalid file changes nothing.
+fn reload(a: &HostArgs, running: &mut Config, ctl: &Controller, log: &Logger) {
+    let Some(path) = &a.config else {
+        log.event("-", EventKind::Reload, "SIGHUP: no --config file to re-read; nothing changed", &[]);
+        return;
+    };
+    let new = match load(a) {
+        Ok(c) => c,
+        Err(e) => {
+            log.event("-", EventKind::Reload, &format!("reload failed, keeping the running configuration: {e}"), &[("ok", false.into())]);
+            return;
+        }
+    };
+    let plan = autoballoon::ops::plan_reload(running, &new, a.json, a.verbose);
+    let failed = autoballoon::ops::apply_reload(&plan, ctl, log);
+    let mut applied = Vec::new();
+    if plan.log.is_some() {
+        running.controller.log_format = new.controller.log_format;
+        running.controller.verbose = new.controller.verbose;
+        applied.push("log settings".to_string());
+    }
+    for vm in &plan.retarget {
+        if failed.contains(&vm.name) {
+            continue;
+        }
+        if let Some(r) = running.vms.iter_mut().find(|r| r.name == vm.name) {
+            r.qmp = vm.qmp.clone();
+            r.agent = vm.agent.clone();
+        }
+        applied.push(format!("vm {:?} sockets", vm.name));
+    }
+    let mut msg = format!("reloaded {}: ", path.display());
+    msg.push_str(&if applied.is_empty() { "nothing to apply".into() } else { format!("applied {}", applied.join(", ")) });
+    if !failed.is_empty() {
+        msg.push_str(&format!("; could not retarget {} (worker busy; send SIGHUP again)", failed.join(", ")));
+    }
+    if !plan.restart_needed.is_empty() {
+        msg.push_str(&format!("; RESTART NEEDED for: {} (still running with the old values)", plan.restart_needed.join(", ")));
+    }
+    log.event("-", EventKind::Reload, &msg, &[
+        ("ok", true.into()),
+        ("applied", applied.into()),
+        ("restart_needed", plan.restart_needed.clone().into()),
+    ]);
+}
+
+fn status(a: StatusArgs) -> Result<(), String> {
+    let path = match (&a.socket, &a.config) {
+        (Some(p), _) => p.clone(),
+        (None, Some(f)) => {
+            let c = Config::load(f).map_err(|e| e.to_string())?;
+            if c.controller.status_socket.as_os_str().is_empty() {
+                return Err(format!("{}: controller.status_socket is \"\" (off): the daemon serves no status", f.display()));
+            }
+            c.controller.status_socket
+        }
+        (None, None) => PathBuf::from(autoballoon::config::DEFAULT_STATUS_SOCKET),
+    };
+    let doc = autoballoon::status_socket::query(&path)?;
+    let vms = doc["vms"].as_array().cloned().unwrap_or_default();
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&vms).map_err(|e| e.to_string())?);
+    } else {
+        print!("{}", autoballoon::status_socket::table(&vms));
+    }
     Ok(())
 }
 
@@ -92,6 +249,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
         Cmd::Host(a) => host(a),
+        Cmd::Status(a) => status(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

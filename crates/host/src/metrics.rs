@@ -1,0 +1,393 @@
+//! The Prometheus endpoint: `GET /metrics` in the text exposition format 0.0.4, one
+//! series per VM. Every metric is documented in docs/metrics.md.
+//!
+//! The server is one thread with a plain `TcpListener`: one connection at a time, a
+//! bounded request (8 KiB of headers) and a read/write timeout, so a slow or hostile
+//! client costs that thread only. It reads status snapshots (a short lock on each VM's
+//! status, the same the decider takes) and never waits on a control thread.
+
+use crate::controller::{VmState, VmStatus};
+use crate::log::{EventKind, Logger};
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Where the servers get the VMs' status from: a fresh snapshot of every VM per call.
+pub type Snapshots = Arc<dyn Fn() -> Vec<VmStatus> + Send + Sync>;
+
+/// Snapshots of a running controller's VMs (for [`MetricsServer`] and the status socket).
+pub fn snapshots_of(ctl: &crate::controller::Controller) -> Snapshots {
+    let views: Vec<_> = ctl.vms.iter().map(|v| v.status_view()).collect();
+    Arc::new(move || views.iter().map(|v| v.snapshot()).collect())
+}
+
+/// The content type of the text exposition format 0.0.4.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Every [`VmState`], in the order `autoballoon_vm_state` lists them.
+pub const STATES: [VmState; 7] =
+    [VmState::Connecting, VmState::Running, VmState::Migrating, VmState::MigratedAway, VmState::Paused, VmState::Unreachable, VmState::NoBalloon];
+
+// A new VmState must be added to STATES (and docs/metrics.md): this match stops compiling.
+const _: fn(VmState) = |s| match s {
+    VmState::Connecting | VmState::Running | VmState::Migrating | VmState::MigratedAway | VmState::Paused | VmState::Unreachable | VmState::NoBalloon => {}
+};
+
+/// A label value escaped for the text format: `\` → `\\`, `"` → `\"`, newline → `\n`.
+pub fn escape_label(v: &str) -> String {
+    let mut s = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => s.push_str("\\\\"),
+            '"' => s.push_str("\\\""),
+            '\n' => s.push_str("\\n"),
+            c => s.push(c),
+        }
+    }
+    s
+}
+
+struct Family<'a> {
+    out: &'a mut String,
+}
+
+impl Family<'_> {
+    /// One sample: `name{labels} value`; `labels` are (name, unescaped value).
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: u64) {
+        self.out.push_str(name);
+        if !labels.is_empty() {
+            self.out.push('{');
+            for (i, (k, v)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                let _ = write!(self.out, "{k}=\"{}\"", escape_label(v));
+            }
+            self.out.push('}');
+        }
+        let _ = writeln!(self.out, " {value}");
+    }
+}
+
+fn family<'a>(out: &'a mut String, name: &str, kind: &str, help: &str) -> Family<'a> {
+    // HELP text escapes backslash and newline (ours have neither; kept for safety).
+    let help = help.replace('\\', "\\\\").replace('\n', "\\n");
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+    Family { out }
+}
+
+/// The exposition text for these VMs. A value the controller does not know yet (a size
+/// before the first sample, no target set, no guest view, no OOM count reported) has no
+/// sample rather than a made-up 0.
+pub fn render(vms: &[VmStatus]) -> String {
+    let mut out = String::new();
+    let bytes = |k: autoballoon_core::Kib| k.0.saturating_mul(1024);
+    type Get = fn(&VmStatus) -> Option<u64>;
+    let gauges: [(&str, &str, Get); 5] = [
+        ("autoballoon_vm_configured_bytes", "Memory the VM was started with (QEMU -m), in bytes.", |v| (v.configured.0 > 0).then_some(v.configured.0)),
+        ("autoballoon_vm_size_bytes", "The VM's measured logical size (configured minus balloon, QMP query-balloon actual), in bytes.", |v| v.known_size().map(|k| k.0)),
+        ("autoballoon_vm_target_bytes", "The last balloon target autoballoon set, in bytes.", |v| v.target.map(|k| k.0)),
+        ("autoballoon_vm_used_bytes", "Guest memory in use (size minus MemAvailable), in bytes.", |v| v.used.map(|k| k.0)),
+        (
+            "autoballoon_vm_balloon_bytes",
+            "Memory held by the balloon (configured minus size), in bytes.",
+            |v| v.known_size().filter(|_| v.configured.0 > 0).map(|s| v.configured.0.saturating_sub(s.0)),
+        ),
+    ];
+    for (name, help, get) in gauges {
+        let mut f = family(&mut out, name, "gauge", help);
+        for v in vms {
+            if let Some(kib) = get(v) {
+                f.sample(name, &[("vm", &v.name)], bytes(autoballoon_core::Kib(kib)));
+            }
+        }
+    }
+
+    let mut f = family(&mut out, "autoballoon_vm_state", "gauge", "1 for the VM's present state, 0 for the others.");
+    for v in vms {
+        for s in STATES {
+            f.sample("autoballoon_vm_state", &[("vm", &v.name), ("state", &s.to_string())], u64::from(v.state == s));
+        }
+    }
+
+    let mut f = family(&mut out, "autoballoon_vm_class", "gauge", "1 for the class the host-wide balancer put the VM in (iBalloon: critical, warn, normal); absent when the balancer has no classes.");
+    for v in vms {
+        if let Some(c) = v.class {
+            f.sample("autoballoon_vm_class", &[("vm", &v.name), ("class", c)], 1);
+        }
+    }
+
+    let mut f = family(&mut out, "autoballoon_vm_actions_total", "counter", "Balloon targets set, by direction (grow deflates the balloon, shrink inflates it).");
+    for v in vms {
+        f.sample("autoballoon_vm_actions_total", &[("vm", &v.name), ("direction", "grow")], v.metrics.grows);
+        f.sample("autoballoon_vm_actions_total", &[("vm", &v.name), ("direction", "shrink")], v.metrics.shrinks);
+    }
+
+    let mut f = family(&mut out, "autoballoon_vm_agent_info", "gauge", "1 once the VM's guest agent said hello; the label is its hello (version and backend).");
+    for v in vms {
+        if let Some(h) = &v.agent.hello {
+            f.sample("autoballoon_vm_agent_info", &[("vm", &v.name), ("hello", h)], 1);
+        }
+    }
+
+    let counters: [(&str, &str, Get); 12] = [
+        ("autoballoon_vm_samples_total", "Samples taken of the VM since the daemon started.", |v| Some(v.samples)),
+        ("autoballoon_vm_ticks_total", "Decisions the VM's control loop made (including no change).", |v| Some(v.metrics.ticks)),
+        ("autoballoon_vm_held_for_migration_total", "Shrinks withheld because a live migration was running.", |v| Some(v.metrics.held_for_migration)),
+        ("autoballoon_vm_unconfirmed_total", "Ticks on which a large change was held by the outlier filter, awaiting confirmation.", |v| Some(v.metrics.unconfirmed)),
+        ("autoballoon_vm_no_decision_total", "Ticks on which the policy made no decision (no usable view of the guest).", |v| Some(v.metrics.no_decision)),
+        ("autoballoon_vm_actuator_errors_total", "Targets the actuator (QMP balloon) refused or could not deliver.", |v| Some(v.metrics.actuator_errors)),
+        ("autoballoon_vm_errors_total", "Errors on this VM: lost QMP sessions, worker panics, targets not handed to its worker.", |v| Some(v.errors)),
+        ("autoballoon_vm_guest_oom_kills_total", "OOM kills inside the guest (its /proc/vmstat oom_kill), as its agent reports them.", |v| v.guest_oom_kills),
+        ("autoballoon_vm_agent_rejected_total", "Agent samples refused at the border (impossible values).", |v| Some(v.agent.rejected)),
+        ("autoballoon_vm_agent_garbage_total", "Lines from the agent that were not valid messages.", |v| Some(v.agent.garbage)),
+        ("autoballoon_vm_agent_flooded_total", "Agent samples dropped for exceeding the rate limit.", |v| Some(v.agent.flooded)),
+        ("autoballoon_vm_agent_notices_dropped_total", "Migration notices the agent could not be sent (it was not reading).", |v| Some(v.agent.notices_dropped)),
+    ];
+    for (name, help, get) in counters {
+        let mut f = family(&mut out, name, "counter", help);
+        for v in vms {
+            if let Some(n) = get(v) {
+                f.sample(name, &[("vm", &v.name)], n);
+            }
+        }
+    }
+    let mut f = family(&mut out, "autoballoon_vm_qmp_events_dropped_total", "counter", "QMP events from QEMU dropped because the event queue was full.");
+    for v in vms {
+        f.sample("autoballoon_vm_qmp_events_dropped_total", &[("vm", &v.name)], v.qmp_events_dropped);
+    }
+
+    let mut f = family(&mut out, "autoballoon_vms", "gauge", "VMs the daemon manages.");
+    f.sample("autoballoon_vms", &[], vms.len() as u64);
+    let mut f = family(&mut out, "autoballoon_build_info", "gauge", "Always 1; the label is the daemon's version.");
+    f.sample("autoballoon_build_info", &[("version", env!("CARGO_PKG_VERSION"))], 1);
+    out
+}
+
+/// Longest request head read (request line and headers).
+const MAX_REQUEST: usize = 8 * 1024;
+/// How long a client may take to send its request or read the answer.
+const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the accept loop looks at its stop flag.
+const POLL: Duration = Duration::from_millis(100);
+
+/// The running endpoint; stops when dropped or `stop`ped.
+pub struct MetricsServer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl MetricsServer {
+    /// Binds `listen` (`IP:PORT`; port 0 picks a free one) and serves from a thread.
+    pub fn start(listen: &str, snapshots: Snapshots, log: Logger) -> std::io::Result<MetricsServer> {
+        let listener = TcpListener::bind(listen)?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new().name("metrics".into()).spawn(move || {
+            while !flag.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((conn, _)) => {
+                        if let Err(e) = serve(conn, &snapshots) {
+                            log.debug("-", &format!("metrics: a scrape failed: {e}"));
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(POLL),
+                    Err(e) => {
+                        log.event("-", EventKind::Endpoint, &format!("metrics: accept failed: {e}"), &[]);
+                        std::thread::sleep(POLL);
+                    }
+                }
+            }
+        })?;
+        Ok(MetricsServer { addr, stop, thread: Some(thread) })
+    }
+
+    /// The bound address (the port chosen for `:0`).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn stop(mut self) {
+        self.halt();
+    }
+
+    fn halt(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+/// Reads a request head of at most [`MAX_REQUEST`] bytes: `Ok(None)` if it was longer.
+fn read_head(conn: &mut TcpStream) -> std::io::Result<Option<String>> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n").or_else(|| buf.windows(2).position(|w| w == b"\n\n")) {
+            buf.truncate(end);
+            return Ok(Some(String::from_utf8_lossy(&buf).into_owned()));
+        }
+        if buf.len() > MAX_REQUEST {
+            return Ok(None);
+        }
+        let n = conn.read(&mut chunk)?;
+        if n == 0 {
+            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "client closed before the end of its request"));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+fn respond(conn: &mut TcpStream, status: &str, content_type: &str, body: &str, head_only: bool) -> std::io::Result<()> {
+    let mut r = format!("HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+    if !head_only {
+        r.push_str(body);
+    }
+    conn.write_all(r.as_bytes())?;
+    conn.flush()
+}
+
+fn serve(mut conn: TcpStream, snapshots: &Snapshots) -> std::io::Result<()> {
+    conn.set_nonblocking(false)?;
+    conn.set_read_timeout(Some(IO_TIMEOUT))?;
+    conn.set_write_timeout(Some(IO_TIMEOUT))?;
+    let text = "text/plain; charset=utf-8";
+    let Some(head) = read_head(&mut conn)? else {
+        return respond(&mut conn, "431 Request Header Fields Too Large", text, "request too large\n", false);
+    };
+    let mut words = head.lines().next().unwrap_or_default().split_whitespace();
+    let (method, target) = (words.next().unwrap_or_default(), words.next().unwrap_or_default());
+    let path = target.split('?').next().unwrap_or_default();
+    match (method, path) {
+        ("GET" | "HEAD", "/metrics") => respond(&mut conn, "200 OK", CONTENT_TYPE, &render(&snapshots()), method == "HEAD"),
+        ("GET" | "HEAD", _) => respond(&mut conn, "404 Not Found", text, "not found: the metrics are at /metrics\n", method == "HEAD"),
+        _ => respond(&mut conn, "405 Method Not Allowed", text, "only GET /metrics\n", false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use autoballoon_core::Kib;
+
+    fn vm(name: &str) -> VmStatus {
+        VmStatus { name: name.into(), ..Default::default() }
+    }
+
+    fn lines_of<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
+        text.lines().filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} "))).collect()
+    }
+
+    #[test]
+    fn escapes_label_values() {
+        assert_eq!(escape_label(r#"a\b"c"#), r#"a\\b\"c"#);
+        assert_eq!(escape_label("x\ny"), "x\\ny");
+        assert_eq!(escape_label("plain-vm_1"), "plain-vm_1");
+    }
+
+    #[test]
+    fn sizes_are_bytes_and_unknown_values_have_no_sample() {
+        let mut a = vm("a");
+        a.configured = Kib(4 * 1024 * 1024);
+        a.size = Kib(1024 * 1024);
+        a.samples = 3;
+        a.target = Some(Kib(1024 * 1024));
+        a.used = Some(Kib(512 * 1024));
+        a.state = VmState::Running;
+        let b = vm("b"); // never sampled
+        let t = render(&[a, b]);
+        assert_eq!(lines_of(&t, "autoballoon_vm_configured_bytes"), ["autoballoon_vm_configured_bytes{vm=\"a\"} 4294967296"]);
+        assert_eq!(lines_of(&t, "autoballoon_vm_size_bytes"), ["autoballoon_vm_size_bytes{vm=\"a\"} 1073741824"]);
+        assert_eq!(lines_of(&t, "autoballoon_vm_balloon_bytes"), ["autoballoon_vm_balloon_bytes{vm=\"a\"} 3221225472"]);
+        assert_eq!(lines_of(&t, "autoballoon_vm_target_bytes"), ["autoballoon_vm_target_bytes{vm=\"a\"} 1073741824"]);
+        assert_eq!(lines_of(&t, "autoballoon_vm_used_bytes"), ["autoballoon_vm_used_bytes{vm=\"a\"} 536870912"]);
+        assert!(lines_of(&t, "autoballoon_vm_guest_oom_kills_total").is_empty());
+        assert!(t.contains("autoballoon_vm_samples_total{vm=\"b\"} 0\n"));
+        assert!(t.contains("autoballoon_vms 2\n"));
+    }
+
+    #[test]
+    fn state_is_one_hot() {
+        let mut a = vm("a");
+        a.state = VmState::Unreachable;
+        let t = render(&[a]);
+        let s = lines_of(&t, "autoballoon_vm_state");
+        assert_eq!(s.len(), STATES.len());
+        assert_eq!(s.iter().filter(|l| l.ends_with(" 1")).collect::<Vec<_>>(), [&"autoballoon_vm_state{vm=\"a\",state=\"unreachable\"} 1"]);
+    }
+
+    #[test]
+    fn counters_and_directions() {
+        let mut a = vm("a");
+        a.metrics.grows = 5;
+        a.metrics.shrinks = 7;
+        a.metrics.held_for_migration = 2;
+        a.errors = 1;
+        a.guest_oom_kills = Some(0);
+        a.agent.rejected = 3;
+        a.agent.garbage = 4;
+        a.agent.flooded = 6;
+        a.agent.notices_dropped = 8;
+        a.qmp_events_dropped = 9;
+        a.agent.hello = Some("0.1.0 (host)".into());
+        let t = render(&[a]);
+        for want in [
+            "autoballoon_vm_actions_total{vm=\"a\",direction=\"grow\"} 5",
+            "autoballoon_vm_actions_total{vm=\"a\",direction=\"shrink\"} 7",
+            "autoballoon_vm_held_for_migration_total{vm=\"a\"} 2",
+            "autoballoon_vm_errors_total{vm=\"a\"} 1",
+            "autoballoon_vm_guest_oom_kills_total{vm=\"a\"} 0",
+            "autoballoon_vm_agent_rejected_total{vm=\"a\"} 3",
+            "autoballoon_vm_agent_garbage_total{vm=\"a\"} 4",
+            "autoballoon_vm_agent_flooded_total{vm=\"a\"} 6",
+            "autoballoon_vm_agent_notices_dropped_total{vm=\"a\"} 8",
+            "autoballoon_vm_qmp_events_dropped_total{vm=\"a\"} 9",
+            "autoballoon_vm_agent_info{vm=\"a\",hello=\"0.1.0 (host)\"} 1",
+        ] {
+            assert!(t.lines().any(|l| l == want), "missing {want}:\n{t}");
+        }
+    }
+
+    #[test]
+    fn every_family_has_help_and_type_once_and_names_are_valid() {
+        let t = render(&[vm("a\"b\\c\nd"), vm("e")]);
+        let mut typed = std::collections::HashSet::new();
+        let mut helped = std::collections::HashSet::new();
+        for l in t.lines() {
+            if let Some(r) = l.strip_prefix("# TYPE ") {
+                let (name, kind) = r.split_once(' ').unwrap();
+                assert!(["gauge", "counter"].contains(&kind));
+                assert!(typed.insert(name.to_string()), "TYPE twice for {name}");
+                assert!(name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+                assert_eq!(kind == "counter", name.ends_with("_total"), "{name}");
+            } else if let Some(r) = l.strip_prefix("# HELP ") {
+                assert!(helped.insert(r.split_once(' ').unwrap().0.to_string()));
+            } else {
+                let name = l.split(['{', ' ']).next().unwrap();
+                assert!(typed.contains(name), "sample before its TYPE: {l}");
+            }
+        }
+        assert_eq!(typed, helped);
+        assert!(t.contains("{vm=\"a\\\"b\\\\c\\nd\"}"), "{t}");
+        // Every documented metric is rendered, and every rendered one is documented.
+        let doc = include_str!("../../../docs/metrics.md");
+        for name in &typed {
+            assert!(doc.contains(&format!("`{name}`")), "{name} is not in docs/metrics.md");
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! Operations around the daemon: `--check-config`'s summary, and what a SIGHUP reload can
+//! apply to a running controller and what needs a restart (docs/configuration.md,
+//! "Reloading").
+
+use crate::config::{Config, LogFormat, VmConfig};
+use crate::controller::{Controller, VmCommand};
+
+/// One line per VM: what the daemon would manage and with which settings.
+pub fn summary(config: &Config) -> Vec<String> {
+    config
+        .vms
+        .iter()
+        .map(|vm| {
+            let p = config.policy_for(vm);
+            let agent = vm.agent.as_ref().map(|a| a.display().to_string()).unwrap_or_else(|| "none (guest-stats)".into());
+            let from = if vm.policy.is_some() { "[vm.policy]" } else { "[defaults]" };
+            format!(
+                "{}: qmp={} agent={} policy={} buffer={} MiB min={} MiB ({from})",
+                vm.name,
+                vm.qmp.display(),
+                agent,
+                format!("{:?}", p.policy).to_lowercase(),
+                p.buffer_mib,
+                p.min_mib
+            )
+        })
+        .collect()
+}
+
+/// The controller-wide lines of `--check-config`.
+pub fn summary_controller(config: &Config) -> String {
+    let c = &config.controller;
+    let off = |s: &str| if s.is_empty() { "off".to_string() } else { s.to_string() };
+    format!(
+        "controller: interval_ms={} log_format={} metrics_listen={} status_socket={}",
+        c.interval_ms,
+        match c.log_format {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        },
+        off(&c.metrics_listen),
+        off(&c.status_socket.display().to_string())
+    )
+}
+
+/// What a reload found: changes it applied, and keys whose change needs a restart.
+#[derive(Debug, Default, PartialEq)]
+pub struct ReloadPlan {
+    /// Log format and verbosity, as the running logger should now have them.
+    pub log: Option<(LogFormat, bool)>,
+    /// VMs whose QMP or agent socket changed: retargeted live (`VmCommand::Retarget`).
+    pub retarget: Vec<VmConfig>,
+    /// Changed keys that take effect only after a restart, one phrase each.
+    pub restart_needed: Vec<String>,
+}
+
+/// Compares the running configuration with a freshly loaded, valid one. `cli_json` and
+/// `cli_verbose` are the command line's `--json` and `-v`, which win over the file.
+pub fn plan_reload(old: &Config, new: &Config, cli_json: bool, cli_verbose: bool) -> ReloadPlan {
+    let mut plan = ReloadPlan::default();
+    let effective = |c: &Config| (if cli_json { LogFormat::Json } else { c.controller.log_format }, c.controller.verbose || cli_verbose);
+    if effective(old) != effective(new) {
+        plan.log = Some(effective(new));
+    }
+    let (o, n) = (&old.controller, &new.controller);
+    if o.interval_ms != n.interval_ms {
+        plan.restart_needed.push("controller.interval_ms".into());
+    }
+    if o.metrics_listen != n.metrics_listen {
+        plan.restart_needed.push("controller.metrics_listen".into());
+    }
+    if o.status_socket != n.status_socket {
+        plan.restart_needed.push("controller.status_socket".into());
+    }
+    if old.defaults != new.defaults {
+        plan.restart_needed.push("[defaults]".into());
+    }
+    for vm in &new.vms {
+        match old.vms.iter().find(|o| o.name == vm.name) {
+            None => plan.restart_needed.push(format!("vm {:?} added", vm.name)),
+            Some(o) => {
+                if o.qmp != vm.qmp || o.agent != vm.agent {
+                    plan.retarget.push(vm.clone());
+                }
+                if o.balloon_device != vm.balloon_device {
+                    plan.restart_needed.push(format!("vm {:?} balloon_device", vm.name));
+                }
+                if o.policy != vm.policy {
+                    plan.restart_needed.push(format!("vm {:?} policy", vm.name));
+                }
+            }
+        }
+    }
+    for o in &old.vms {
+        if !new.vms.iter().any(|v| v.name == o.name) {
+            plan.restart_needed.push(format!("vm {:?} removed", o.name));
+        }
+    }
+    plan
+}
+
+/// Applies what a reload can apply to a running controller; returns the VMs it could not
+/// retarget (their worker's queue was full), which are then left as they were.
+pub fn apply_reload(plan: &ReloadPlan, ctl: &Controller, log: &crate::log::Logger) -> Vec<String> {
+    if let Some((format, verbose)) = plan.log {
+        log.reconfigure(format, verbose);
+    }
+    let mut failed = Vec::new();
+    for vm in &plan.retarget {
+        let sent = ctl.vm(&vm.name).is_some_and(|h| h.command(VmCommand::Retarget { qmp: vm.qmp.clone(), agent: vm.agent.clone() }));
+        if !sent {
+            failed.push(vm.name.clone());
+        }
+    }
+    failed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(extra: &str) -> Config {
+        Config::parse(&format!("{extra}\n[[vm]]\nname='a'\nqmp='/a.qmp'\n[[vm]]\nname='b'\nqmp='/b.qmp'\n")).unwrap()
+    }
+
+    #[test]
+    fn nothing_changed_is_an_empty_plan() {
+        assert_eq!(plan_reload(&cfg(""), &cfg(""), false, false), ReloadPlan::default());
+    }
+
+    #[test]
+    fn log_settings_apply_unless_the_command_line_set_them() {
+        let new = cfg("[controller]\nlog_format='json'\nverbose=true");
+        assert_eq!(plan_reload(&cfg(""), &new, false, false).log, Some((LogFormat::Json, true)));
+        assert_eq!(plan_reload(&cfg(""), &new, true, true).log, None, "--json -v already in force");
+        assert!(plan_reload(&cfg(""), &new, false, false).restart_needed.is_empty());
+    }
+
+    #[test]
+    fn sockets_retarget_and_the_rest_needs_a_restart() {
+        let old = cfg("");
+        let new = Config::parse(
+            "[controller]\ninterval_ms=500\nmetrics_listen=''\n[defaults]\nbuffer_mib=32\n\
+             [[vm]]\nname='a'\nqmp='/a2.qmp'\nagent='/a.agent'\n[[vm]]\nname='c'\nqmp='/c.qmp'\n",
+        )
+        .unwrap();
+        let p = plan_reload(&old, &new, false, false);
+        assert_eq!(p.retarget.iter().map(|v| v.name.as_str()).collect::<Vec<_>>(), ["a"]);
+        assert_eq!(
+            p.restart_needed,
+            ["controller.interval_ms", "controller.metrics_listen", "[defaults]", "vm \"c\" added", "vm \"b\" removed"]
+        );
+    }
+
+    #[test]
+    fn summary_has_one_line_per_vm() {
+        let c = cfg("");
+        let s = summary(&c);
+        assert_eq!(s.len(), 2);
+        assert!(s[0].starts_with("a: qmp=/a.qmp agent=none (guest-stats) policy="), "{}", s[0]);
+        assert!(summary_controller(&c).contains("metrics_listen=127.0.0.1:9848 status_socket=/run/autoballoon/status.sock"));
+    }
+}

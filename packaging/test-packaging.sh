@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Checks the packaging: both systemd units pass `systemd-analyze verify` (against a staged
+# root holding the binaries, so ExecStart paths resolve), and the guest agent's .deb builds
+# and holds the binary and the unit. Run by `make packaging-test` (part of `make test`).
+#
+# Usage: packaging/test-packaging.sh --agent AGENT_BINARY --host HOST_BINARY
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+agent="" host=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --agent) agent="$2"; shift ;;
+        --host) host="$2"; shift ;;
+        *) echo "test-packaging: unknown argument: $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+[ -x "$agent" ] && [ -x "$host" ] || { echo "test-packaging: need --agent and --host binaries" >&2; exit 2; }
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+fail() { echo "test-packaging: FAIL: $*" >&2; exit 1; }
+
+# --- systemd units -----------------------------------------------------------------------
+if command -v systemd-analyze >/dev/null; then
+    r="$work/root"
+    install -d "$r/usr/bin" "$r/bin" "$r/lib/systemd/system" "$r/etc/autoballoon"
+    install -m 0755 "$host" "$r/usr/bin/autoballoon"
+    install -m 0755 "$agent" "$r/usr/bin/autoballoon-guest"
+    cp /bin/kill "$r/bin/kill"
+    # The machine's own units (targets, sockets) that the default dependencies name.
+    cp -a /lib/systemd/system/. "$r/lib/systemd/system/"
+    install -m 0644 "$here"/systemd/*.service "$r/lib/systemd/system/"
+    if ! systemd-analyze verify --root="$r" "$r/lib/systemd/system/autoballoon.service" "$r/lib/systemd/system/autoballoon-guest.service" 2> "$work/verify.log"; then
+        cat "$work/verify.log" >&2
+        fail "systemd-analyze verify"
+    fi
+    [ ! -s "$work/verify.log" ] || { cat "$work/verify.log" >&2; fail "systemd-analyze verify printed warnings"; }
+    echo "test-packaging: systemd-analyze verify: both units OK ($(systemd-analyze --version | head -1))"
+else
+    echo "test-packaging: SKIP systemd-analyze verify: systemd-analyze not installed (Debian package systemd)"
+fi
+
+# --- the guest agent's .deb --------------------------------------------------------------
+deb="$("$here/build-guest-deb.sh" --agent "$agent" --out "$work/deb" | tail -1)"
+[ -f "$deb" ] || fail "no .deb built"
+case "$(basename "$deb")" in autoballoon-guest_*_amd64.deb) ;; *) fail "unexpected name $deb" ;; esac
+info="$(dpkg-deb --info "$deb")"
+contents="$(dpkg-deb --contents "$deb")"
+grep -q '^ Package: autoballoon-guest$' <<< "$info" || fail "no Package field: $info"
+grep -q '^ Architecture: amd64$' <<< "$info" || fail "no Architecture field"
+grep -Eq '^-rwxr-xr-x root/root +[0-9]+ .* \./usr/bin/autoballoon-guest$' <<< "$contents" || fail "no executable /usr/bin/autoballoon-guest: $contents"
+grep -Eq ' \./lib/systemd/system/autoballoon-guest\.service$' <<< "$contents" || fail "no unit: $contents"
+dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/bin/autoballoon-guest | cmp -s - "$agent" || fail "the packaged binary differs from $agent"
+dpkg-deb --fsys-tarfile "$deb" | tar -xO ./lib/systemd/system/autoballoon-guest.service | grep -q '^OOMScoreAdjust=-1000$' || fail "unit lacks OOMScoreAdjust"
+echo "test-packaging: $(basename "$deb"): binary and unit present"
+echo "test-packaging: 2 passed, 0 failed"
