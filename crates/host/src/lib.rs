@@ -6,6 +6,7 @@ pub mod controller;
 pub mod log;
 pub mod metrics;
 pub mod ops;
+pub mod server_thread;
 pub mod signals;
 pub mod status_socket;
 

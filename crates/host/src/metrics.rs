@@ -7,13 +7,12 @@
 //! status, the same the decider takes) and never waits on a control thread.
 
 use crate::controller::{VmState, VmStatus};
-use crate::log::{EventKind, Logger};
+use crate::log::Logger;
+use crate::server_thread::ServerThread;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// Where the servers get the VMs' status from: a fresh snapshot of every VM per call.
@@ -173,14 +172,10 @@ pub fn render(vms: &[VmStatus]) -> String {
 const MAX_REQUEST: usize = 8 * 1024;
 /// How long a client may take to send its request or read the answer.
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
-/// How often the accept loop looks at its stop flag.
-const POLL: Duration = Duration::from_millis(100);
-
 /// The running endpoint; stops when dropped or `stop`ped.
 pub struct MetricsServer {
     addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    thread: ServerThread,
 }
 
 impl MetricsServer {
@@ -189,25 +184,8 @@ impl MetricsServer {
         let listener = TcpListener::bind(listen)?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::Builder::new().name("metrics".into()).spawn(move || {
-            while !flag.load(Ordering::SeqCst) {
-                match listener.accept() {
-                    Ok((conn, _)) => {
-                        if let Err(e) = serve(conn, &snapshots) {
-                            log.debug("-", &format!("metrics: a scrape failed: {e}"));
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(POLL),
-                    Err(e) => {
-                        log.event("-", EventKind::Endpoint, &format!("metrics: accept failed: {e}"), &[]);
-                        std::thread::sleep(POLL);
-                    }
-                }
-            }
-        })?;
-        Ok(MetricsServer { addr, stop, thread: Some(thread) })
+        let thread = ServerThread::spawn("metrics", "metrics", log, move || listener.accept().map(|(c, _)| c), move |c| serve(c, &snapshots))?;
+        Ok(MetricsServer { addr, thread })
     }
 
     /// The bound address (the port chosen for `:0`).
@@ -216,22 +194,10 @@ impl MetricsServer {
     }
 
     pub fn stop(mut self) {
-        self.halt();
-    }
-
-    fn halt(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.thread.halt();
     }
 }
 
-impl Drop for MetricsServer {
-    fn drop(&mut self) {
-        self.halt();
-    }
-}
 
 /// Reads a request head of at most [`MAX_REQUEST`] bytes: `Ok(None)` if it was longer.
 fn read_head(conn: &mut TcpStream) -> std::io::Result<Option<String>> {

@@ -6,28 +6,24 @@
 //! stale socket a dead daemon left behind, refuses to start if another daemon answers on
 //! it, and is removed when the server stops.
 
-use crate::log::{EventKind, Logger};
+use crate::log::Logger;
+use crate::server_thread::ServerThread;
 use crate::metrics::Snapshots;
 use serde_json::{json, Value};
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
-const POLL: Duration = Duration::from_millis(100);
 /// Largest answer a client reads (a thousand VMs are well under it).
 const MAX_ANSWER: u64 = 64 << 20;
 
 /// The running server; removes its socket when dropped or `stop`ped.
 pub struct StatusServer {
     path: PathBuf,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    thread: ServerThread,
 }
 
 impl StatusServer {
@@ -47,28 +43,9 @@ impl StatusServer {
         // Before the first accept: nobody but the owner can connect.
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|e| format!("chmod 0600 {}: {e}", path.display()))?;
         listener.set_nonblocking(true).map_err(|e| e.to_string())?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("status".into())
-            .spawn(move || {
-                while !flag.load(Ordering::SeqCst) {
-                    match listener.accept() {
-                        Ok((conn, _)) => {
-                            if let Err(e) = serve(conn, &snapshots) {
-                                log.debug("-", &format!("status socket: a client failed: {e}"));
-                            }
-                        }
-                        Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::sleep(POLL),
-                        Err(e) => {
-                            log.event("-", EventKind::Endpoint, &format!("status socket: accept failed: {e}"), &[]);
-                            std::thread::sleep(POLL);
-                        }
-                    }
-                }
-            })
+        let thread = ServerThread::spawn("status", "status socket", log, move || listener.accept().map(|(c, _)| c), move |c| serve(c, &snapshots))
             .map_err(|e| e.to_string())?;
-        Ok(StatusServer { path: path.into(), stop, thread: Some(thread) })
+        Ok(StatusServer { path: path.into(), thread })
     }
 
     pub fn path(&self) -> &Path {
@@ -80,9 +57,7 @@ impl StatusServer {
     }
 
     fn halt(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        if self.thread.halt() {
             let _ = std::fs::remove_file(&self.path);
         }
     }
