@@ -440,8 +440,9 @@ fn report(out: &Path, configured: Kib, rows: &[MigrationRow], s: &Summary, phase
     for r in rows {
         println!("  {}: {}", r.row, r.row.how());
     }
-    println!("  Free page reporting hands freed memory back in 2 s steps (about 250 MiB each here), so the");
-    println!("  longer the idle time (--idle-s), the closer it gets: give it the time to drain and it sends about as little.");
+    println!("  speedup = the other row's seconds / this row's (above 1: faster); MiB sent vs FPR = this row's bytes / FPR's.");
+    println!("  Free page reporting hands freed memory back in 2 s steps (about 250 MiB each here): the idle time");
+    println!("  (--idle-s) decides how much of it has drained when the migration starts.");
     if !s.fpr_dest_ok {
         println!("  Note: the free page reporting guest did not answer on its destination after the migration.");
     }
