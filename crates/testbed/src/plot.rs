@@ -115,48 +115,18 @@ pub fn layout(title: &str, series: &[Series], spans: &[Span]) -> Layout {
     // must not cover the leader of a label above it, and its own leader must not cross a
     // label below it. Spans come in time order and labels start just right of their
     // leader, so a later label that would collide mostly just goes one row lower.
-    struct Placed {
-        x0: f64,
-        x1: f64,
-        row: usize,
-        leader_x: f64,
-    }
-    let mut placed: Vec<Placed> = Vec::new();
-    for sp in spans {
-        let leader_x = x(sp.from.max(0.0)).clamp(L, W - R - 1.0);
-        let w = text_w(sp.label, CHAR_W);
-        // Where the text may start: just right of the leader, else ending just left of it,
-        // else (a label wider than either side) ending at the right edge.
-        let mut candidates: Vec<f64> = [leader_x + LEADER_PAD, leader_x - LEADER_PAD - w]
-            .into_iter()
-            .filter(|&x0| x0 >= L && x0 + w <= W - R)
-            .collect();
-        if candidates.is_empty() {
-            candidates.push((W - R - w).max(L));
-        }
-        let fits = |row: usize, x0: f64| {
-            let x1 = x0 + w;
-            placed.iter().all(|p| {
-                let same_row_clear = p.row != row || x1 + GAP <= p.x0 || p.x1 + GAP <= x0;
-                // A leader runs from the middle of its label's row down to the plot.
-                let their_leader_clear = p.row > row || leader_x_clear(p.leader_x, x0, x1);
-                let my_leader_clear = p.row < row || leader_x_clear(leader_x, p.x0, p.x1);
-                same_row_clear && their_leader_clear && my_leader_clear
-            })
-        };
-        // Else a new row above all others (its leader must miss every label below), else a
-        // new row below all others (only text left of its leader can meet a leader there).
-        let found = (0..=placed.len()).find_map(|r| candidates.iter().find(|&&x0| fits(r, x0)).map(|&x0| (r, x0)));
-        let (row, x0) = match found {
-            Some(f) => f,
-            None if placed.iter().all(|p| leader_x_clear(leader_x, p.x0, p.x1)) => {
-                placed.iter_mut().for_each(|p| p.row += 1);
-                (0, candidates[0])
-            }
-            None => (placed.iter().map(|p| p.row + 1).max().unwrap_or(0), candidates[0]),
-        };
-        placed.push(Placed { x0, x1: x0 + w, row, leader_x });
-    }
+    let items: Vec<(f64, f64)> = spans.iter().map(|sp| (x(sp.from.max(0.0)).clamp(L, W - R - 1.0), text_w(sp.label, CHAR_W))).collect();
+    // In time order first; if a label found no clear place, right to left (which suits
+    // spans crowding the right edge, whose labels end at their leader), and keep the
+    // layout with fewer collisions, then fewer rows.
+    let forward = place(&items, 0..items.len());
+    let placed = if forward.1 == 0 {
+        forward.0
+    } else {
+        let backward = place(&items, (0..items.len()).rev());
+        let rows = |p: &[Placed]| p.iter().map(|p| p.row).max().unwrap_or(0);
+        if (backward.1, rows(&backward.0)) < (forward.1, rows(&forward.0)) { backward.0 } else { forward.0 }
+    };
     let rows = placed.iter().map(|p| p.row + 1).max().unwrap_or(0);
     let top = BAND_TOP + rows as f64 * ROW_H + 6.0;
     let height = top + PLOT_H + B;
@@ -188,6 +158,60 @@ pub fn layout(title: &str, series: &[Series], spans: &[Span]) -> Layout {
     let xw = text_w("seconds", CHAR_W);
     let x_title = TextBox { x: W - R - xw, y: row_y, w: xw, h: 14.0 };
     Layout { height, top, t_max, title, labels, legend, x_title }
+}
+
+/// A span label's place: text from `x0` to `x1` in `row` (0 = the top of the band).
+struct Placed {
+    x0: f64,
+    x1: f64,
+    row: usize,
+    leader_x: f64,
+}
+
+/// Places labels (leader x, text width), in span order, visiting them in `order`; returns
+/// them and how many found no place clear of the others.
+fn place(items: &[(f64, f64)], order: impl Iterator<Item = usize>) -> (Vec<Placed>, usize) {
+    let mut placed: Vec<(usize, Placed)> = Vec::new();
+    let mut collisions = 0;
+    for i in order {
+        let (leader_x, w) = items[i];
+        // Where the text may start: just right of the leader, else ending just left of it,
+        // else (a label wider than either side) ending at the right edge.
+        let mut candidates: Vec<f64> = [leader_x + LEADER_PAD, leader_x - LEADER_PAD - w]
+            .into_iter()
+            .filter(|&x0| x0 >= L && x0 + w <= W - R)
+            .collect();
+        if candidates.is_empty() {
+            candidates.push((W - R - w).max(L));
+        }
+        let fits = |row: usize, x0: f64| {
+            let x1 = x0 + w;
+            placed.iter().all(|(_, p)| {
+                let same_row_clear = p.row != row || x1 + GAP <= p.x0 || p.x1 + GAP <= x0;
+                // A leader runs from the middle of its label's row down to the plot.
+                let their_leader_clear = p.row > row || leader_x_clear(p.leader_x, x0, x1);
+                let my_leader_clear = p.row < row || leader_x_clear(leader_x, p.x0, p.x1);
+                same_row_clear && their_leader_clear && my_leader_clear
+            })
+        };
+        // Else a new row above all others (its leader must miss every label below), else a
+        // new row below all others, colliding.
+        let found = (0..=placed.len()).find_map(|r| candidates.iter().find(|&&x0| fits(r, x0)).map(|&x0| (r, x0)));
+        let (row, x0) = match found {
+            Some(f) => f,
+            None if placed.iter().all(|(_, p)| leader_x_clear(leader_x, p.x0, p.x1)) => {
+                placed.iter_mut().for_each(|(_, p)| p.row += 1);
+                (0, candidates[0])
+            }
+            None => {
+                collisions += 1;
+                (placed.iter().map(|(_, p)| p.row + 1).max().unwrap_or(0), candidates[0])
+            }
+        };
+        placed.push((i, Placed { x0, x1: x0 + w, row, leader_x }));
+    }
+    placed.sort_by_key(|(i, _)| *i);
+    (placed.into_iter().map(|(_, p)| p).collect(), collisions)
 }
 
 /// Whether a leader line at `lx` keeps clear of the text from `x0` to `x1`.
@@ -288,6 +312,14 @@ mod tests {
         let lay = layout("autoballoon demo: guest size, target and used memory", &series(195.0), &spans);
         assert_disjoint(&lay);
         assert!(lay.labels.iter().any(|l| l.bx.y != lay.labels[0].bx.y), "some labels were staggered");
+        // A demo run whose last span sat at the right edge, under the label before it.
+        let edge = [
+            Span { from: 6.0, to: 21.0, label: "spike: 3 threads x 400 MiB" },
+            Span { from: 40.0, to: 55.0, label: "migration without autoballoon" },
+            Span { from: 64.0, to: 65.0, label: "migration with autoballoon" },
+            Span { from: 82.5, to: 84.0, label: "migration with free page reporting" },
+        ];
+        assert_disjoint(&layout("autoballoon demo: guest size, target, used memory and host RSS", &series(84.0), &edge));
         // Identical spans, spans at both edges and past the end of the data.
         let same: Vec<Span> = (0..5).map(|i| Span { from: 10.0, to: 11.0, label: ["a", "bb", "a long label", "x", "yy"][i] }).collect();
         assert_disjoint(&layout("t", &series(20.0), &same));
