@@ -1,10 +1,12 @@
 //! `autoballoon-demo`: the main job on an embedded default guest. Boots a 2 GiB guest
 //! under TCG with the controller, shows it shrink, spike and shrink back with no OOM kill,
-//! then live-migrates it twice from the same state, without and with autoballoon, and
-//! prints a table and writes a plot.
+//! then compares three live migrations from the same state (memory dirtied by `fill` and
+//! freed, then the same idle time): without autoballoon (A → B), with it (B → C), and
+//! with QEMU's free page reporting alone on a second guest (F → G). Prints a table and
+//! writes a plot.
 
 use crate::plot::{self, Series, Span};
-use crate::{migrate, wait_for, GuestImage, Migrated, Qemu, VmSpec};
+use crate::{migrate, wait_for, GuestAgent, GuestImage, Migrated, Qemu, VmSpec};
 use autoballoon::config::{Config, ControllerConfig, LogFormat, PolicyConfig, VmConfig};
 use autoballoon::controller::{Controller, VmCommand, VmHandle};
 use autoballoon::log::Logger;
@@ -35,6 +37,9 @@ pub struct DemoArgs {
     /// (default: 75 % of the guest).
     #[arg(long)]
     pub fill_mib: Option<u64>,
+    /// Seconds between the free and each migration (the same for every row).
+    #[arg(long, default_value_t = 10)]
+    pub idle_s: u64,
     /// Migration bandwidth cap, MiB/s (QEMU 7.2's default is 128).
     #[arg(long, default_value_t = 128)]
     pub bandwidth_mib: u64,
@@ -43,11 +48,115 @@ pub struct DemoArgs {
     pub out: PathBuf,
 }
 
-/// Phases shown in the live view and shaded in the plot.
+/// The three migrations the demo compares, all from the same guest state: `fill` dirtied
+/// memory and freed it, then the same idle time passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Row {
+    /// The controller paused, the balloon empty, no free page reporting (guest A → B).
+    Without,
+    /// The same guest, the controller shrinking it during the idle time (B → C).
+    With,
+    /// A second guest booted with `free-page-reporting=on`: no agent, no balloon target (F → G).
+    Fpr,
+}
+
+impl Row {
+    fn route(self) -> &'static str {
+        match self {
+            Row::Without => "A -> B",
+            Row::With => "B -> C",
+            Row::Fpr => "F -> G",
+        }
+    }
+
+    /// What the row means, for the table's footnote.
+    fn how(self) -> &'static str {
+        match self {
+            Row::Without => "the guest at full size, the controller paused, no free page reporting",
+            Row::With => "the same guest (on B), the controller shrinking it during the idle time",
+            Row::Fpr => "a second guest booted with free-page-reporting=on; no agent, no balloon target",
+        }
+    }
+
+    fn key(self) -> &'static str {
+        match self {
+            Row::Without => "without",
+            Row::With => "with",
+            Row::Fpr => "fpr",
+        }
+    }
+}
+
+impl std::fmt::Display for Row {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(match self {
+            Row::Without => "without autoballoon",
+            Row::With => "with autoballoon",
+            Row::Fpr => "free page reporting",
+        })
+    }
+}
+
+/// The demo's phases: shown in the live view, the spike and the migrations shaded in the plot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Phase {
+    #[default]
+    Boot,
+    Shrink,
+    Spike { threads: u32, mib: u64 },
+    ShrinkBack,
+    /// The controller paused and the guest given all its memory back, before the first fill.
+    FullSize,
+    /// `fill` dirties memory and frees it (on the row's source guest).
+    Fill(Row),
+    /// The idle time between the free and the migration.
+    Idle(Row),
+    Migration(Row),
+    /// Booting the free page reporting guest.
+    BootFpr,
+    Check,
+}
+
+impl Phase {
+    /// Shaded in the plot.
+    fn shaded(self) -> bool {
+        matches!(self, Phase::Spike { .. } | Phase::Migration(_))
+    }
+
+    /// Phases on the free page reporting guest, which the controller does not manage: the
+    /// live view shows only its QEMU's RSS then.
+    fn on_fpr_guest(self) -> bool {
+        matches!(self, Phase::BootFpr | Phase::Fill(Row::Fpr) | Phase::Idle(Row::Fpr) | Phase::Migration(Row::Fpr))
+    }
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            Phase::Boot => write!(f, "boot"),
+            Phase::Shrink => write!(f, "autoballoon shrinks the idle guest"),
+            Phase::Spike { threads, mib } => write!(f, "spike: {threads} threads x {mib} MiB"),
+            Phase::ShrinkBack => write!(f, "autoballoon shrinks it back"),
+            Phase::FullSize => write!(f, "autoballoon paused, guest back at full size"),
+            Phase::Fill(r) => write!(f, "dirty and free memory ({r})"),
+            Phase::Idle(r) => write!(f, "idle ({r})"),
+            Phase::Migration(Row::Fpr) => write!(f, "migration with free page reporting"),
+            Phase::Migration(r) => write!(f, "migration {r}"),
+            Phase::BootFpr => write!(f, "boot a second guest with free page reporting"),
+            Phase::Check => write!(f, "check"),
+        }
+    }
+}
+
+/// What the live view shows and the plot gets: phases, and the source QEMU's RSS.
 #[derive(Default)]
 struct Phases {
-    current: String,
-    spans: Vec<(f64, f64, String)>,
+    current: Phase,
+    spans: Vec<(f64, f64, Phase)>,
+    /// The QEMU process whose RSS the live view samples (the current source of the row).
+    source_pid: Option<u32>,
+    /// (seconds since the demo started, MiB) samples of that RSS.
+    rss: Vec<(f64, f64)>,
 }
 
 struct Live {
@@ -57,16 +166,36 @@ struct Live {
 }
 
 impl Live {
-    fn phase(&self, name: &str) {
+    fn phase(&self, phase: Phase) {
         let t = self.t0.elapsed().as_secs_f64();
         let mut p = self.phases.lock().unwrap();
         if let Some(last) = p.spans.last_mut() {
             last.1 = t;
         }
-        p.spans.push((t, t, name.to_string()));
-        p.current = name.to_string();
-        println!("==> {name}");
+        p.spans.push((t, t, phase));
+        p.current = phase;
+        println!("==> {phase}");
     }
+
+    fn source(&self, q: &Qemu) {
+        self.phases.lock().unwrap().source_pid = Some(q.pid());
+    }
+}
+
+/// A process' resident memory in KiB.
+fn rss_of(pid: u32) -> Option<Kib> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok().map(Kib)
+}
+
+/// Runs `fill`, which dirties `mib` MiB and frees them on exit.
+fn fill(q: &Qemu, mib: u64) -> Result<(), String> {
+    let out = step("fill", q.console.run(&format!("fill {mib}"), Duration::from_secs(180)))?;
+    if out.status != 0 || !out.text.contains("FILL mib=") {
+        return Err(format!("fill {mib} failed (exit {}): {}", out.status, out.text.trim()));
+    }
+    Ok(())
 }
 
 fn step<T, E: std::fmt::Display>(what: &str, r: Result<T, E>) -> Result<T, String> {
@@ -82,8 +211,11 @@ fn wait_settled(vm: &VmHandle, timeout: Duration) -> Result<Kib, String> {
 }
 
 struct MigrationRow {
-    label: &'static str,
+    row: Row,
+    /// The guest's logical size when the migration started.
     size_before: Kib,
+    /// The source QEMU's resident memory then (what the host pays for the guest).
+    rss_before: Option<Kib>,
     info: Migrated,
 }
 
@@ -98,12 +230,19 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
     let configured = Kib::from_mib_saturating(a.memory_mib);
     let fill_mib = a.fill_mib.unwrap_or(a.memory_mib * 3 / 4);
     let bandwidth = a.bandwidth_mib << 20;
+    let idle_time = Duration::from_secs(a.idle_s);
     println!("autoballoon demo: a {} MiB guest under TCG; logs, plot and summary in {}", a.memory_mib, out.display());
+    println!(
+        "Three live migrations from the same state ({fill_mib} MiB dirtied and freed, then {} s idle, then migrated at {} MiB/s): \
+         {}, {}, and {} on a second guest.",
+        a.idle_s, a.bandwidth_mib, Row::Without, Row::With, Row::Fpr
+    );
 
     let live = Live { phases: Arc::default(), t0: Instant::now(), stop: Arc::default() };
-    live.phase("boot");
+    live.phase(Phase::Boot);
     let spec = |name: &str| VmSpec::new(name, configured);
     let mut vm_a = step("starting QEMU", Qemu::start(&image, spec("demo-a"), &out))?;
+    live.source(&vm_a);
     let boot = step("booting the guest", vm_a.wait_booted(Duration::from_secs(120)))?;
     println!("    guest booted in {:.1} s", boot.as_secs_f64());
 
@@ -113,16 +252,18 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
         vms: vec![VmConfig { agent: Some(vm_a.agent.clone()), ..VmConfig::new("demo", vm_a.qmp.clone()) }],
     };
     let logger = Logger::new(LogFormat::Text, false).to_file(&out.join("controller.log")).map_err(|e| format!("cannot write the controller log: {e}"))?;
+    // The controller's history is timed from its start; the phases from the demo's.
+    let ctl_t0 = live.t0.elapsed().as_secs_f64();
     let ctl = Controller::start(&config, logger);
     let vm = ctl.vm("demo").expect("the demo VM is configured");
     let view = spawn_live_view(vm.status_view(), live.phases.clone(), live.t0, live.stop.clone());
 
     let result = (|| -> Result<(Vec<MigrationRow>, Summary), String> {
-        live.phase("autoballoon shrinks the idle guest");
+        live.phase(Phase::Shrink);
         wait_size(vm, Duration::from_secs(60), "the idle guest to shrink to 25 %", |s| s <= Kib(configured.0 / 4))?;
         let idle = wait_settled(vm, Duration::from_secs(60))?;
 
-        live.phase(&format!("spike: {} threads x {} MiB", a.spike_threads, a.spike_mib));
+        live.phase(Phase::Spike { threads: a.spike_threads, mib: a.spike_mib });
         let cmd = format!("spike {} {} {} 0 1", a.spike_threads, a.spike_mib, a.spike_hold_s);
         let peak = Arc::new(Mutex::new(Kib(0)));
         let (pk, st, stop_peak) = (peak.clone(), vm.status_view(), Arc::new(AtomicBool::new(false)));
@@ -142,47 +283,83 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
         let spike = spike?;
         let spike_ok = spike.status == 0 && spike.text.contains("failed=0");
 
-        live.phase("autoballoon shrinks it back");
+        live.phase(Phase::ShrinkBack);
         let after = wait_settled(vm, Duration::from_secs(90))?;
 
-        live.phase("hold at full size, dirty memory");
+        // Row 1, without autoballoon: the controller paused, the guest at full size.
+        live.phase(Phase::FullSize);
         vm.command(VmCommand::Pause);
         wait_for(Duration::from_secs(10), Duration::from_millis(50), || vm.snapshot().state == autoballoon::controller::VmState::Paused)
             .ok_or("the controller did not pause")?;
         let ctl_a = step("QMP", Qmp::connect_with_retry(&vm_a.qmp_ctl, Instant::now() + Duration::from_secs(10)))?;
         step("balloon", ctl_a.set_balloon_guest_size(configured.to_bytes_saturating().0))?;
         wait_size(vm, Duration::from_secs(60), "the guest to be back at full size", |s| s >= configured)?;
-        step("fill", vm_a.console.run(&format!("fill {fill_mib}"), Duration::from_secs(120)))?;
-
-        live.phase("migration without autoballoon");
+        // Destinations start before the fill, so the idle time is idle.
         let (vm_b, port) = step("starting the destination", Qemu::start_incoming(&image, spec("demo-b"), &out))?;
-        let before = vm.snapshot().size;
-        let without = step("migration", migrate(&ctl_a, port, bandwidth, Duration::from_secs(300)))?;
+        live.phase(Phase::Fill(Row::Without));
+        fill(&vm_a, fill_mib)?;
+        live.phase(Phase::Idle(Row::Without));
+        std::thread::sleep(idle_time);
+        live.phase(Phase::Migration(Row::Without));
+        let (before, rss) = (vm.snapshot().size, rss_of(vm_a.pid()));
+        let info = step("migration", migrate(&ctl_a, port, bandwidth, Duration::from_secs(300)))?;
+        let without = MigrationRow { row: Row::Without, size_before: before, rss_before: rss, info };
         drop(ctl_a);
         vm_a.kill();
+        live.source(&vm_b);
         vm.command(VmCommand::Retarget { qmp: vm_b.qmp.clone(), agent: Some(vm_b.agent.clone()) });
-        let rows_without = MigrationRow { label: "without autoballoon", size_before: before, info: without };
 
-        live.phase("autoballoon shrinks the same guest");
-        vm.command(VmCommand::Resume);
-        wait_size(vm, Duration::from_secs(90), "the guest to shrink", |s| s <= Kib(configured.0 / 4))?;
-        wait_settled(vm, Duration::from_secs(60))?;
-
-        live.phase("migration with autoballoon");
+        // Row 2, with autoballoon: the same guest, filled again while the controller is
+        // still paused; the controller resumes at the free.
         let (vm_c, port) = step("starting the destination", Qemu::start_incoming(&image, spec("demo-c"), &out))?;
         let ctl_b = step("QMP", Qmp::connect_with_retry(&vm_b.qmp_ctl, Instant::now() + Duration::from_secs(10)))?;
-        let before = vm.snapshot().size;
-        let with = step("migration", migrate(&ctl_b, port, bandwidth, Duration::from_secs(300)))?;
+        live.phase(Phase::Fill(Row::With));
+        fill(&vm_b, fill_mib)?;
+        vm.command(VmCommand::Resume);
+        live.phase(Phase::Idle(Row::With));
+        std::thread::sleep(idle_time);
+        live.phase(Phase::Migration(Row::With));
+        let (before, rss) = (vm.snapshot().size, rss_of(vm_b.pid()));
+        let info = step("migration", migrate(&ctl_b, port, bandwidth, Duration::from_secs(300)))?;
+        let with = MigrationRow { row: Row::With, size_before: before, rss_before: rss, info };
         drop(ctl_b);
         drop(vm_b);
+        live.source(&vm_c);
         vm.command(VmCommand::Retarget { qmp: vm_c.qmp.clone(), agent: Some(vm_c.agent.clone()) });
-        let rows_with = MigrationRow { label: "with autoballoon", size_before: before, info: with };
 
-        live.phase("check");
+        // Row 3, free page reporting alone: its own guest (the device property is fixed at
+        // QEMU's start), which the controller never sees, and no agent in it.
+        live.phase(Phase::BootFpr);
+        let fpr_spec = |name: &str| VmSpec { free_page_reporting: true, agent: GuestAgent::None, ..spec(name) };
+        let vm_f = step("starting the free page reporting guest", Qemu::start(&image, fpr_spec("demo-f"), &out))?;
+        live.source(&vm_f);
+        step("booting the free page reporting guest", vm_f.wait_booted(Duration::from_secs(120)))?;
+        let ctl_f = step("QMP", Qmp::connect_with_retry(&vm_f.qmp_ctl, Instant::now() + Duration::from_secs(10)))?;
+        let fpr_on = step("qom-get", ctl_f.qom_get("/machine/peripheral/balloon0", "free-page-reporting"))?;
+        if fpr_on != serde_json::Value::Bool(true) {
+            return Err(format!("QEMU reports free-page-reporting = {fpr_on} on the free page reporting guest"));
+        }
+        let (vm_g, port) = step("starting the destination", Qemu::start_incoming(&image, fpr_spec("demo-g"), &out))?;
+        live.phase(Phase::Fill(Row::Fpr));
+        fill(&vm_f, fill_mib)?;
+        live.phase(Phase::Idle(Row::Fpr));
+        std::thread::sleep(idle_time);
+        live.phase(Phase::Migration(Row::Fpr));
+        let rss = rss_of(vm_f.pid());
+        let info = step("migration", migrate(&ctl_f, port, bandwidth, Duration::from_secs(300)))?;
+        let fpr = MigrationRow { row: Row::Fpr, size_before: configured, rss_before: rss, info };
+        drop(ctl_f);
+        drop(vm_f);
+        live.source(&vm_c);
+        let fpr_dest_ok = vm_g.console.run("true", Duration::from_secs(30)).is_ok_and(|o| o.status == 0);
+        drop(vm_g);
+
+        live.phase(Phase::Check);
         // The kernel log travels with the guest: dmesg on the final QEMU covers the whole run.
         let dmesg = step("dmesg", vm_c.console.run("dmesg", Duration::from_secs(30)))?;
         let oom_kills = crate::count_oom_kills(&dmesg.text);
-        Ok((vec![rows_without, rows_with], Summary { idle, peak: { let p = *peak.lock().unwrap(); p }, after, spike_ok, oom_kills, boot }))
+        let peak = *peak.lock().unwrap();
+        Ok((vec![without, with, fpr], Summary { idle, peak, after, spike_ok, oom_kills, boot, fpr_dest_ok, fill_mib, idle_s: a.idle_s }))
     })();
 
     live.stop.store(true, Ordering::SeqCst);
@@ -190,8 +367,9 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
     let phases = std::mem::take(&mut *live.phases.lock().unwrap());
     let history = vm.history();
     ctl.stop();
+    let total = live.t0.elapsed();
     let (rows, summary) = result?;
-    report(&out, configured, &rows, &summary, &phases, &history, a.bandwidth_mib)
+    report(&out, configured, &rows, &summary, &phases, ctl_t0, &history, a.bandwidth_mib, total)
 }
 
 struct Summary {
@@ -201,18 +379,33 @@ struct Summary {
     spike_ok: bool,
     oom_kills: usize,
     boot: Duration,
+    /// The free page reporting guest answered on its destination after the migration.
+    fpr_dest_ok: bool,
+    fill_mib: u64,
+    idle_s: u64,
 }
 
 fn spawn_live_view(status: autoballoon::controller::StatusView, phases: Arc<Mutex<Phases>>, t0: Instant, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        println!("    {:>5}  {:>9} {:>9} {:>9} {:>9}  phase", "t(s)", "size MiB", "target", "used", "balloon");
+        println!("    {:>5}  {:>9} {:>9} {:>9} {:>9} {:>9}  phase", "t(s)", "size MiB", "target", "used", "balloon", "QEMU RSS");
         while !stop.load(Ordering::SeqCst) {
             let s = status.snapshot();
-            let phase = phases.lock().unwrap().current.clone();
+            let (phase, pid) = {
+                let p = phases.lock().unwrap();
+                (p.current, p.source_pid)
+            };
+            let t = t0.elapsed().as_secs_f64();
+            let rss = pid.and_then(rss_of);
+            if let Some(r) = rss {
+                phases.lock().unwrap().rss.push((t, r.mib_f64()));
+            }
             let f = |k: Option<Kib>| k.map(|k| format!("{:.0}", k.mib_f64())).unwrap_or_else(|| "-".into());
+            // The free page reporting guest is not the controller's: show only its RSS.
+            let ours = !phase.on_fpr_guest();
+            let known = |k: Kib| if ours { Some(k) } else { None };
             println!(
-                "    {:>5.0}  {:>9.0} {:>9} {:>9} {:>9.0}  {phase}",
-                t0.elapsed().as_secs_f64(), s.size.mib_f64(), f(s.target), f(s.used), s.configured.saturating_sub(s.size).mib_f64()
+                "    {t:>5.0}  {:>9} {:>9} {:>9} {:>9} {:>9}  {phase}",
+                f(known(s.size)), f(s.target.filter(|_| ours)), f(s.used.filter(|_| ours)), f(known(s.configured.saturating_sub(s.size))), f(rss)
             );
             let _ = std::io::stdout().flush();
             let deadline = Instant::now() + Duration::from_secs(1);
@@ -223,42 +416,69 @@ fn spawn_live_view(status: autoballoon::controller::StatusView, phases: Arc<Mute
     })
 }
 
-fn report(out: &Path, configured: Kib, rows: &[MigrationRow], s: &Summary, phases: &Phases, history: &[autoballoon::controller::Point], bw: u64) -> Result<(), String> {
+#[allow(clippy::too_many_arguments)]
+fn report(out: &Path, configured: Kib, rows: &[MigrationRow], s: &Summary, phases: &Phases, ctl_t0: f64, history: &[autoballoon::controller::Point], bw: u64, total: Duration) -> Result<(), String> {
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    let get = |r: Row| rows.iter().find(|m| m.row == r).expect("every row ran");
+    let (without, fpr) = (get(Row::Without), get(Row::Fpr));
+    // Speedups: the other row's seconds over this row's (above 1: this row is faster).
+    let speedup = |of: &MigrationRow, vs: &MigrationRow| vs.info.seconds() / of.info.seconds().max(0.001);
+    let sent_ratio = |of: &MigrationRow, vs: &MigrationRow| of.info.bytes_sent() as f64 / vs.info.bytes_sent().max(1) as f64;
     println!();
     println!("Guest {:.0} MiB: booted in {:.1} s; idle size {:.0} MiB; spike peak {:.0} MiB; after the spike {:.0} MiB; spike completed: {}; OOM kills: {}",
         configured.mib_f64(), s.boot.as_secs_f64(), s.idle.mib_f64(), s.peak.mib_f64(), s.after.mib_f64(), s.spike_ok, s.oom_kills);
     println!();
-    println!("Live migration to a second QEMU on 127.0.0.1 ({bw} MiB/s cap), same guest state:");
-    println!("  {:<22} {:>14} {:>9} {:>12} {:>13}", "", "guest size MiB", "seconds", "MiB sent", "downtime ms");
+    println!("Live migration to a new QEMU on 127.0.0.1, every row from the same state: {} MiB dirtied by `fill` and freed,", s.fill_mib);
+    println!("then {} s idle, then migrated with a {bw} MiB/s cap.", s.idle_s);
+    println!("  {:<31} {:>9} {:>9} {:>8} {:>9} {:>10} {:>8} {:>9}", "", "guest", "QEMU RSS", "", "", "speedup", "speedup", "MiB sent");
+    println!("  {:<31} {:>9} {:>9} {:>8} {:>9} {:>10} {:>8} {:>9}", "", "MiB", "MiB", "seconds", "MiB sent", "vs without", "vs FPR", "vs FPR");
     for r in rows {
-        println!("  {:<22} {:>14.0} {:>9.2} {:>12.1} {:>13}", r.label, r.size_before.mib_f64(), r.info.seconds(),
-            mib(r.info.bytes_sent()), r.info.info.downtime_ms.map(|d| d.to_string()).unwrap_or_else(|| "-".into()));
+        println!("  {:<31} {:>9.0} {:>9} {:>8.2} {:>9.1} {:>9.2}x {:>7.2}x {:>8.2}x",
+            format!("{} ({})", r.row, r.row.route()), r.size_before.mib_f64(), r.rss_before.map_or("-".into(), |k| format!("{:.0}", k.mib_f64())),
+            r.info.seconds(), mib(r.info.bytes_sent()), speedup(r, without), speedup(r, fpr), sent_ratio(r, fpr));
     }
-    let (w, a) = (&rows[0].info, &rows[1].info);
-    let speedup = w.seconds() / a.seconds().max(0.001);
-    let saved = 100.0 * (1.0 - a.bytes_sent() as f64 / w.bytes_sent().max(1) as f64);
-    println!("  speedup {speedup:.1}x, {saved:.0} % fewer bytes sent");
+    for r in rows {
+        println!("  {}: {}", r.row, r.row.how());
+    }
+    println!("  speedup = the other row's seconds / this row's (above 1: faster); MiB sent vs FPR = this row's bytes / FPR's.");
+    println!("  Free page reporting hands freed memory back in 2 s steps (about 250 MiB each here): the idle time");
+    println!("  (--idle-s) decides how much of it has drained when the migration starts.");
+    if !s.fpr_dest_ok {
+        println!("  Note: the free page reporting guest did not answer on its destination after the migration.");
+    }
+    let with = get(Row::With);
+    let speedup_with = speedup(with, without);
+    let saved = 100.0 * (1.0 - sent_ratio(with, without));
+    println!("  with autoballoon: {speedup_with:.1}x faster than without, {saved:.0} % fewer bytes sent; {:.2}x the bytes free page reporting sent", sent_ratio(with, fpr));
+    println!("  (the demo took {:.0} s)", total.as_secs_f64());
 
+    let shift = |t: f64| t - ctl_t0;
     let series = [
         Series { name: "guest size", color: "#1f77b4", points: history.iter().map(|p| (p.t, p.size.mib_f64())).collect() },
         Series { name: "target", color: "#ff7f0e", points: history.iter().map(|p| (p.t, p.target.map_or(f64::NAN, |t| t.mib_f64()))).collect() },
         Series { name: "used", color: "#2ca02c", points: history.iter().map(|p| (p.t, p.used.map_or(f64::NAN, |u| u.mib_f64()))).collect() },
+        Series {
+            name: "source QEMU RSS (A, B, C, FPR guest)",
+            color: "#9467bd",
+            points: phases.rss.iter().map(|&(t, v)| (shift(t), v)).filter(|p| p.0 >= 0.0).collect(),
+        },
     ];
-    // Phases are timed from the demo's start, the history from the controller's: near enough
-    // (the controller starts right after boot), so shift spans by the boot phase.
-    let shift = phases.spans.iter().find(|sp| sp.2 != "boot").map(|sp| sp.0).unwrap_or(0.0);
-    let spans: Vec<Span> = phases.spans.iter().filter(|sp| sp.2.starts_with("spike") || sp.2.starts_with("migration"))
-        .map(|sp| Span { from: sp.0 - shift, to: sp.1 - shift, label: &sp.2 }).collect();
-    let svg = plot::svg("autoballoon demo: guest size, target and used memory", &series, &spans, configured.mib_f64());
+    let labels: Vec<(f64, f64, String)> = phases.spans.iter().filter(|sp| sp.2.shaded()).map(|sp| (shift(sp.0), shift(sp.1), sp.2.to_string())).collect();
+    let spans: Vec<Span> = labels.iter().map(|(from, to, label)| Span { from: *from, to: *to, label }).collect();
+    // QEMU's RSS can exceed the guest's memory by QEMU's own.
+    let y_max = series[3].points.iter().map(|p| p.1).fold(configured.mib_f64(), f64::max);
+    let svg = plot::svg("autoballoon demo: guest size, target, used memory and host RSS", &series, &spans, y_max);
     let plot_path = out.join("demo.svg");
     std::fs::write(&plot_path, svg).map_err(|e| format!("cannot write {}: {e}", plot_path.display()))?;
     let summary = serde_json::json!({
         "configured_mib": configured.mib_f64(), "boot_s": s.boot.as_secs_f64(), "idle_mib": s.idle.mib_f64(), "spike_peak_mib": s.peak.mib_f64(),
         "after_spike_mib": s.after.mib_f64(), "spike_completed": s.spike_ok, "oom_kills": s.oom_kills, "bandwidth_mib_s": bw,
-        "migrations": rows.iter().map(|r| serde_json::json!({"label": r.label, "guest_size_mib": r.size_before.mib_f64(),
-            "seconds": r.info.seconds(), "qemu_total_time_ms": r.info.info.total_time_ms, "ram_transferred_bytes": r.info.bytes_sent(), "downtime_ms": r.info.info.downtime_ms})).collect::<Vec<_>>(),
-        "speedup": speedup, "bytes_saved_percent": saved,
+        "fill_mib": s.fill_mib, "idle_before_migration_s": s.idle_s, "fpr_destination_answered": s.fpr_dest_ok, "demo_s": total.as_secs_f64(),
+        "migrations": rows.iter().map(|r| serde_json::json!({"row": r.row.key(), "label": r.row.to_string(), "route": r.row.route(), "how": r.row.how(),
+            "guest_size_mib": r.size_before.mib_f64(), "source_rss_mib": r.rss_before.map(|k| k.mib_f64()),
+            "seconds": r.info.seconds(), "qemu_total_time_ms": r.info.info.total_time_ms, "ram_transferred_bytes": r.info.bytes_sent(), "downtime_ms": r.info.info.downtime_ms,
+            "speedup_vs_without": speedup(r, without), "speedup_vs_fpr": speedup(r, fpr), "bytes_vs_fpr": sent_ratio(r, fpr)})).collect::<Vec<_>>(),
+        "speedup": speedup_with, "bytes_saved_percent": saved,
     });
     std::fs::write(out.join("summary.json"), format!("{summary:#}\n")).map_err(|e| e.to_string())?;
     println!();

@@ -54,11 +54,14 @@ pub struct VmSpec {
     pub append: String,
     /// Wait for an incoming migration on this TCP port of 127.0.0.1 instead of booting.
     pub incoming_port: Option<u16>,
+    /// virtio-balloon free-page-reporting: the guest reports free 2 MiB blocks and QEMU
+    /// discards them. A migration's destination needs the same setting as its source.
+    pub free_page_reporting: bool,
 }
 
 impl VmSpec {
     pub fn new(name: &str, memory: Kib) -> VmSpec {
-        VmSpec { name: name.into(), memory, cpus: 1, deflate_on_oom: true, agent: GuestAgent::Host, append: String::new(), incoming_port: None }
+        VmSpec { name: name.into(), memory, cpus: 1, deflate_on_oom: true, agent: GuestAgent::Host, append: String::new(), incoming_port: None, free_page_reporting: false }
     }
 }
 
@@ -130,7 +133,11 @@ impl Qemu {
             append.push(' ');
             append.push_str(&spec.append);
         }
-        let balloon = format!("virtio-balloon-pci,id=balloon0{}", if spec.deflate_on_oom { ",deflate-on-oom=on" } else { "" });
+        let balloon = format!(
+            "virtio-balloon-pci,id=balloon0{}{}",
+            if spec.deflate_on_oom { ",deflate-on-oom=on" } else { "" },
+            if spec.free_page_reporting { ",free-page-reporting=on" } else { "" }
+        );
         let mut cmd = Command::new("qemu-system-x86_64");
         // AUTOBALLOON_TCG_THREAD=single|multi picks QEMU's TCG threading (default: QEMU's).
         let accel = match std::env::var("AUTOBALLOON_TCG_THREAD") {
