@@ -14,7 +14,7 @@ IMAGE_PATH := run/image.path
 all: build
 
 help:
-	@echo "make demo   - boot a guest, spike it, migrate it with and without autoballoon"
+	@echo "make demo   - boot a guest, spike it, migrate it without autoballoon, with it, and with free page reporting"
 	@echo "make test   - the whole suite (unit, property and QEMU integration tests, make kernel-test)"
 	@echo "make bench  - the patched kernel against the stock one: spike times, balloon GB/s, ratios"
 	@echo "make image  - build the guest image (cached under $(CACHE))"

@@ -5,7 +5,7 @@ use clap::Parser;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "autoballoon-demo", version, about = "Boot a guest, shrink it, spike it, migrate it with and without autoballoon")]
+#[command(name = "autoballoon-demo", version, about = "Boot a guest, shrink it, spike it, and migrate it without autoballoon, with it, and with free page reporting")]
 struct Cli {
     #[command(flatten)]
     args: autoballoon_testbed::demo::DemoArgs,
