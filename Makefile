@@ -9,7 +9,7 @@ AGENT := target/$(TRIPLE)/release/autoballoon-guest
 DEMOBIN := target/release/autoballoon-demo
 IMAGE_PATH := run/image.path
 
-.PHONY: all deps build agent host testbed image demo test unit-test integration-test bench clean help guest-deb packaging-test
+.PHONY: all qemu10 deps build agent host testbed image demo test unit-test integration-test bench clean help guest-deb packaging-test
 
 all: build
 
@@ -20,9 +20,15 @@ help:
 	@echo "make image  - build the guest image (cached under $(CACHE))"
 	@echo "make kernel / kernel-test / kernel-deb - the patched guest kernel (see kernel/README.md)"
 	@echo "make guest-deb - the guest agent's Debian package (under $(CACHE)/deb)"
+	@echo "make qemu10 - QEMU 10 from bookworm-backports beside the system QEMU (under $(CACHE)/qemu)"
 
 deps:
 	@scripts/install-deps.sh
+
+# QEMU 10 (bookworm-backports) unpacked under $(CACHE)/qemu, side by side with the system's
+# QEMU 7.2; prints the wrapper to use as AUTOBALLOON_QEMU. See docs/qemu-versions.md.
+qemu10:
+	@scripts/install-qemu10.sh
 
 # The agent is one static binary (no shared libraries) for the guest's initramfs.
 agent: deps
