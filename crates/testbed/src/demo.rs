@@ -41,6 +41,10 @@ pub struct DemoArgs {
     /// Where logs, the plot and the summary go.
     #[arg(long, default_value = "run/demo")]
     pub out: PathBuf,
+    /// The QEMU binary (or the QEMU 10 wrapper `make qemu10` prints); default:
+    /// $AUTOBALLOON_QEMU, else qemu-system-x86_64 from PATH.
+    #[arg(long, value_name = "PATH")]
+    pub qemu: Option<PathBuf>,
 }
 
 /// Phases shown in the live view and shaded in the plot.
@@ -102,8 +106,11 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
 
     let live = Live { phases: Arc::default(), t0: Instant::now(), stop: Arc::default() };
     live.phase("boot");
-    let spec = |name: &str| VmSpec::new(name, configured);
+    let qemu = a.qemu.clone().unwrap_or_else(crate::qemu_binary);
+    let spec = |name: &str| VmSpec { qemu: qemu.clone(), ..VmSpec::new(name, configured) };
     let mut vm_a = step("starting QEMU", Qemu::start(&image, spec("demo-a"), &out))?;
+    let qemu_version = step("QMP", Qmp::connect_with_retry(&vm_a.qmp_ctl, Instant::now() + Duration::from_secs(10)))?.version().to_string();
+    println!("    QEMU {qemu_version} ({})", qemu.display());
     let boot = step("booting the guest", vm_a.wait_booted(Duration::from_secs(120)))?;
     println!("    guest booted in {:.1} s", boot.as_secs_f64());
 
@@ -191,7 +198,7 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
     let history = vm.history();
     ctl.stop();
     let (rows, summary) = result?;
-    report(&out, configured, &rows, &summary, &phases, &history, a.bandwidth_mib)
+    report(&out, &qemu_version, configured, &rows, &summary, &phases, &history, a.bandwidth_mib)
 }
 
 struct Summary {
@@ -223,13 +230,13 @@ fn spawn_live_view(status: autoballoon::controller::StatusView, phases: Arc<Mute
     })
 }
 
-fn report(out: &Path, configured: Kib, rows: &[MigrationRow], s: &Summary, phases: &Phases, history: &[autoballoon::controller::Point], bw: u64) -> Result<(), String> {
+fn report(out: &Path, qemu_version: &str, configured: Kib, rows: &[MigrationRow], s: &Summary, phases: &Phases, history: &[autoballoon::controller::Point], bw: u64) -> Result<(), String> {
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     println!();
     println!("Guest {:.0} MiB: booted in {:.1} s; idle size {:.0} MiB; spike peak {:.0} MiB; after the spike {:.0} MiB; spike completed: {}; OOM kills: {}",
         configured.mib_f64(), s.boot.as_secs_f64(), s.idle.mib_f64(), s.peak.mib_f64(), s.after.mib_f64(), s.spike_ok, s.oom_kills);
     println!();
-    println!("Live migration to a second QEMU on 127.0.0.1 ({bw} MiB/s cap), same guest state:");
+    println!("Live migration to a second QEMU {qemu_version} on 127.0.0.1 ({bw} MiB/s cap), same guest state:");
     println!("  {:<22} {:>14} {:>9} {:>12} {:>13}", "", "guest size MiB", "seconds", "MiB sent", "downtime ms");
     for r in rows {
         println!("  {:<22} {:>14.0} {:>9.2} {:>12.1} {:>13}", r.label, r.size_before.mib_f64(), r.info.seconds(),
@@ -254,6 +261,7 @@ fn report(out: &Path, configured: Kib, rows: &[MigrationRow], s: &Summary, phase
     let plot_path = out.join("demo.svg");
     std::fs::write(&plot_path, svg).map_err(|e| format!("cannot write {}: {e}", plot_path.display()))?;
     let summary = serde_json::json!({
+        "qemu": qemu_version,
         "configured_mib": configured.mib_f64(), "boot_s": s.boot.as_secs_f64(), "idle_mib": s.idle.mib_f64(), "spike_peak_mib": s.peak.mib_f64(),
         "after_spike_mib": s.after.mib_f64(), "spike_completed": s.spike_ok, "oom_kills": s.oom_kills, "bandwidth_mib_s": bw,
         "migrations": rows.iter().map(|r| serde_json::json!({"label": r.label, "guest_size_mib": r.size_before.mib_f64(),
