@@ -189,7 +189,7 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
         // The kernel log travels with the guest: dmesg on the final QEMU covers the whole run.
         let dmesg = step("dmesg", vm_c.console.run("dmesg", Duration::from_secs(30)))?;
         let oom_kills = crate::count_oom_kills(&dmesg.text);
-        Ok((vec![rows_without, rows_with], Summary { idle, peak: { let p = *peak.lock().unwrap(); p }, after, spike_ok, oom_kills, boot }))
+        Ok((vec![rows_without, rows_with], Summary { idle, peak: { let p = *peak.lock().unwrap(); p }, after, spike_ok, oom_kills, boot, qemu: qemu_version.clone() }))
     })();
 
     live.stop.store(true, Ordering::SeqCst);
@@ -198,7 +198,7 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
     let history = vm.history();
     ctl.stop();
     let (rows, summary) = result?;
-    report(&out, &qemu_version, configured, &rows, &summary, &phases, &history, a.bandwidth_mib)
+    report(&out, configured, &rows, &summary, &phases, &history, a.bandwidth_mib)
 }
 
 struct Summary {
@@ -208,6 +208,8 @@ struct Summary {
     spike_ok: bool,
     oom_kills: usize,
     boot: Duration,
+    /// The QEMU version, from its QMP greeting.
+    qemu: String,
 }
 
 fn spawn_live_view(status: autoballoon::controller::StatusView, phases: Arc<Mutex<Phases>>, t0: Instant, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
@@ -230,13 +232,13 @@ fn spawn_live_view(status: autoballoon::controller::StatusView, phases: Arc<Mute
     })
 }
 
-fn report(out: &Path, qemu_version: &str, configured: Kib, rows: &[MigrationRow], s: &Summary, phases: &Phases, history: &[autoballoon::controller::Point], bw: u64) -> Result<(), String> {
+fn report(out: &Path, configured: Kib, rows: &[MigrationRow], s: &Summary, phases: &Phases, history: &[autoballoon::controller::Point], bw: u64) -> Result<(), String> {
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     println!();
     println!("Guest {:.0} MiB: booted in {:.1} s; idle size {:.0} MiB; spike peak {:.0} MiB; after the spike {:.0} MiB; spike completed: {}; OOM kills: {}",
         configured.mib_f64(), s.boot.as_secs_f64(), s.idle.mib_f64(), s.peak.mib_f64(), s.after.mib_f64(), s.spike_ok, s.oom_kills);
     println!();
-    println!("Live migration to a second QEMU {qemu_version} on 127.0.0.1 ({bw} MiB/s cap), same guest state:");
+    println!("Live migration to a second QEMU {} on 127.0.0.1 ({bw} MiB/s cap), same guest state:", s.qemu);
     println!("  {:<22} {:>14} {:>9} {:>12} {:>13}", "", "guest size MiB", "seconds", "MiB sent", "downtime ms");
     for r in rows {
         println!("  {:<22} {:>14.0} {:>9.2} {:>12.1} {:>13}", r.label, r.size_before.mib_f64(), r.info.seconds(),
@@ -261,7 +263,7 @@ fn report(out: &Path, qemu_version: &str, configured: Kib, rows: &[MigrationRow]
     let plot_path = out.join("demo.svg");
     std::fs::write(&plot_path, svg).map_err(|e| format!("cannot write {}: {e}", plot_path.display()))?;
     let summary = serde_json::json!({
-        "qemu": qemu_version,
+        "qemu": s.qemu,
         "configured_mib": configured.mib_f64(), "boot_s": s.boot.as_secs_f64(), "idle_mib": s.idle.mib_f64(), "spike_peak_mib": s.peak.mib_f64(),
         "after_spike_mib": s.after.mib_f64(), "spike_completed": s.spike_ok, "oom_kills": s.oom_kills, "bandwidth_mib_s": bw,
         "migrations": rows.iter().map(|r| serde_json::json!({"label": r.label, "guest_size_mib": r.size_before.mib_f64(),
