@@ -55,7 +55,11 @@ if [ "$refresh" -eq 0 ] && [ -L "$BASE/qemu10" ] && check_wrapper "$BASE/qemu10"
     readlink -f "$BASE/qemu10/bin/qemu-system-x86_64"
     exit 0
 fi
-say "step 1/6: no usable cached QEMU 10 under $BASE (or --refresh)"
+if [ "$refresh" -eq 1 ]; then
+    say "step 1/6: --refresh: asking the mirror for the newest build"
+else
+    say "step 1/6: no usable cached QEMU 10 under $BASE"
+fi
 
 for tool in apt-get apt-cache dpkg dpkg-deb ldd; do
     command -v "$tool" >/dev/null || die "$tool not found (this script needs a Debian system)"
