@@ -9,7 +9,7 @@ AGENT := target/$(TRIPLE)/release/autoballoon-guest
 DEMOBIN := target/release/autoballoon-demo
 IMAGE_PATH := run/image.path
 
-.PHONY: all deps build agent host testbed image demo test unit-test integration-test bench clean help guest-deb packaging-test
+.PHONY: all qemu10 test-qemu10 deps build agent host testbed image demo test unit-test integration-test bench clean help guest-deb packaging-test
 
 all: build
 
@@ -20,9 +20,20 @@ help:
 	@echo "make image  - build the guest image (cached under $(CACHE))"
 	@echo "make kernel / kernel-test / kernel-deb - the patched guest kernel (see kernel/README.md)"
 	@echo "make guest-deb - the guest agent's Debian package (under $(CACHE)/deb)"
+	@echo "make qemu10 - QEMU 10 from bookworm-backports beside the system QEMU (under $(CACHE)/qemu)"
+	@echo "make test-qemu10 - the QEMU integration tests with every VM under QEMU 10"
 
 deps:
 	@scripts/install-deps.sh
+
+# QEMU 10 (bookworm-backports) unpacked under $(CACHE)/qemu, side by side with the system's
+# QEMU 7.2; prints the wrapper to use as AUTOBALLOON_QEMU. See docs/qemu-versions.md.
+# `make test` installs it too (about 17 s and 28 MB of downloads the first time, nothing after) so that
+# crates/testbed/tests/qemu10.rs runs; QEMU10=0 skips the install (that test then skips).
+QEMU10 ?= 1
+QEMU10_INSTALL := $(if $(filter 1,$(QEMU10)),scripts/install-qemu10.sh >/dev/null,true)
+qemu10:
+	@scripts/install-qemu10.sh
 
 # The agent is one static binary (no shared libraries) for the guest's initramfs.
 agent: deps
@@ -61,14 +72,22 @@ unit-test: deps
 	cargo test --locked --workspace --lib --bins
 
 integration-test: image
+	@$(QEMU10_INSTALL)
 	AUTOBALLOON_IMAGE="$$(cat $(IMAGE_PATH))" cargo test --locked --workspace --tests --doc -- --test-threads=1
 
 # Everything: the cargo suite (unit, property, doc and QEMU tests; the kernel scenarios
 # are ignored there), then the kernel scenarios, which build both kernels if not cached.
 test: image
+	@$(QEMU10_INSTALL)
 	AUTOBALLOON_IMAGE="$$(cat $(IMAGE_PATH))" cargo test --locked --workspace -- --test-threads=1
 	$(MAKE) packaging-test
 	$(MAKE) kernel-test
+
+# The QEMU integration tests (crates/*/tests) with every VM under QEMU 10 instead of the
+# system's QEMU 7.2 (AUTOBALLOON_QEMU); `make test` runs them under 7.2, plus tests/qemu10.rs.
+test-qemu10: image
+	AUTOBALLOON_QEMU="$$(scripts/install-qemu10.sh)" AUTOBALLOON_IMAGE="$$(cat $(IMAGE_PATH))" \
+	  cargo test --locked --workspace --tests -- --test-threads=1
 
 # Benchmarks (not tests): printed ratios, measured side by side in one run.
 bench: agent

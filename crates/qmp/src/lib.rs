@@ -19,7 +19,8 @@
 //!   the balloon, hence [`Qmp::set_balloon_guest_size`].
 //! * Reconnecting: [`Qmp::connect_with_retry`] and the pure [`Backoff`].
 //!
-//! QEMU facts this crate relies on (checked against QEMU 7.2):
+//! QEMU facts this crate relies on (checked against QEMU 7.2 and 10.0; the
+//! differences are listed in `docs/qemu-versions.md`):
 //! `BALLOON_CHANGE` is rate-limited to one per second, so poll
 //! [`Qmp::query_balloon`] to time inflation; `MIGRATION` events are only sent
 //! after [`Qmp::enable_migration_events`]; guest statistics are read with

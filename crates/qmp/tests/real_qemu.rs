@@ -73,15 +73,53 @@ fn wait_for_socket(qemu: &mut QemuGuard, sock: &Path, timeout: Duration) {
     }
 }
 
+/// The system's QEMU (7.2 on Debian 12), or `$AUTOBALLOON_QEMU` as for the test bed
+/// (`autoballoon_testbed::qemu_binary`, which this crate cannot depend on).
 #[test]
 fn real_qemu_prelaunch_session() {
-    if find_on_path(QEMU).is_none() {
-        eprintln!("skipping real_qemu_prelaunch_session: {QEMU} is not on PATH");
-        return;
-    }
+    let qemu = match std::env::var_os("AUTOBALLOON_QEMU").filter(|p| !p.is_empty()) {
+        Some(p) => PathBuf::from(p),
+        None => match find_on_path(QEMU) {
+            Some(p) => p,
+            None => {
+                eprintln!("skipping real_qemu_prelaunch_session: {QEMU} is not on PATH");
+                return;
+            }
+        },
+    };
+    prelaunch_session(&qemu);
+}
+
+/// The same session on QEMU 10 where `scripts/install-qemu10.sh` installed it (or
+/// `$AUTOBALLOON_QEMU10`); skipped otherwise.
+#[test]
+fn real_qemu10_prelaunch_session() {
+    let qemu = match std::env::var_os("AUTOBALLOON_QEMU10").filter(|p| !p.is_empty()) {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let cache = std::env::var_os("AUTOBALLOON_CACHE")
+                .map(PathBuf::from)
+                .or_else(|| {
+                    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/autoballoon"))
+                });
+            match cache.map(|c| c.join("qemu/qemu10/bin/qemu-system-x86_64")) {
+                Some(p) if p.exists() => p,
+                _ => {
+                    eprintln!("skipping real_qemu10_prelaunch_session: QEMU 10 is not installed (make qemu10)");
+                    return;
+                }
+            }
+        }
+    };
+    let v = prelaunch_session(&qemu);
+    assert_eq!(v.0, 10, "{} is not QEMU 10", qemu.display());
+}
+
+/// Returns the version triple QEMU greeted with.
+fn prelaunch_session(qemu_bin: &Path) -> (u32, u32, u32) {
     let dir = TempDir::new();
     let sock = dir.path().join("qmp.sock");
-    let child = Command::new(QEMU)
+    let child = Command::new(qemu_bin)
         .args([
             "-accel",
             "tcg",
@@ -168,4 +206,5 @@ fn real_qemu_prelaunch_session() {
         qmp.next_event(Duration::from_secs(10)),
         Err(QmpError::Disconnected)
     ));
+    qmp.version().triple()
 }

@@ -13,7 +13,8 @@
 //!
 //! Prints medians and ratios; writes them to `run/bench/kernel.json`. Needs the images
 //! `make bench` builds (`AUTOBALLOON_PATCHED_IMAGE`, `AUTOBALLOON_STOCK_IMAGE`);
-//! `AUTOBALLOON_BENCH_REPS` sets the repetitions (3).
+//! `AUTOBALLOON_BENCH_REPS` sets the repetitions (3). The guests run under `$AUTOBALLOON_QEMU`
+//! (default: the system's QEMU); the version is printed and recorded as `"qemu"`.
 
 use autoballoon_testbed::guest::{balloon_to, oom_kills, run_spike, SpikeRun};
 use autoballoon_testbed::{GuestAgent, GuestImage, Qemu, VmSpec};
@@ -31,6 +32,8 @@ const MIB_PER_THREAD: u64 = 384;
 struct Bench {
     run_dir: PathBuf,
     boots: usize,
+    /// The QEMU version the guests ran under ($AUTOBALLOON_QEMU, else the system's).
+    qemu: String,
 }
 
 impl Bench {
@@ -40,6 +43,7 @@ impl Bench {
         let q = Qemu::start(image, spec, &self.run_dir).map_err(|e| e.to_string())?;
         q.wait_booted(Duration::from_secs(120)).map_err(|e| e.to_string())?;
         let qmp = Qmp::connect_with_retry(&q.qmp_ctl, Instant::now() + Duration::from_secs(10)).map_err(|e| e.to_string())?;
+        self.qemu = qmp.version().to_string();
         Ok((q, qmp))
     }
 }
@@ -96,7 +100,7 @@ fn run() -> Result<(), String> {
     // `cargo bench` runs in the package folder; the outputs go to the workspace's run/.
     let run_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../run/bench");
     std::fs::create_dir_all(&run_dir).map_err(|e| format!("cannot create {}: {e}", run_dir.display()))?;
-    let mut b = Bench { run_dir: run_dir.clone(), boots: 0 };
+    let mut b = Bench { run_dir: run_dir.clone(), boots: 0, qemu: String::new() };
     let run_dir = run_dir.canonicalize().unwrap_or(run_dir);
     let mut s = Samples::default();
     for rep in 1..=reps {
@@ -119,7 +123,7 @@ fn run() -> Result<(), String> {
 
     let (nob, hook, doo) = (median(&s.spike_nob), median(&s.spike_hook), median(&s.spike_doo));
     let (i2, d2, i4, d4) = (rate(median(&s.inflate_2m)), rate(median(&s.deflate_2m)), rate(median(&s.inflate_4k)), rate(median(&s.deflate_4k)));
-    println!("autoballoon kernel benchmark: 2 GiB guest, TCG, medians of {reps} round(s)");
+    println!("autoballoon kernel benchmark: 2 GiB guest, TCG, QEMU {}, medians of {reps} round(s)", b.qemu);
     println!("spike, {THREADS} threads x {MIB_PER_THREAD} MiB (s):");
     println!("  no balloon                     {nob:8.2}");
     println!("  balloon 1.75 GiB, hook         {hook:8.2}   {:.2}x no balloon (target <= 1.5x)", hook / nob);
@@ -129,6 +133,7 @@ fn run() -> Result<(), String> {
     println!("  inflate  2 MiB {i2:7.3}   4 KiB {i4:7.3}   {:.2}x", i2 / i4);
     println!("  deflate  2 MiB {d2:7.3}   4 KiB {d4:7.3}   {:.2}x (target >= 4x; 2 MiB: pages back before QEMU is told)", d2 / d4);
     let json = serde_json::json!({
+        "qemu": b.qemu,
         "reps": reps,
         "spike_no_balloon_s": nob, "spike_hook_s": hook, "spike_stock_doo_s": doo,
         "hook_over_no_balloon": hook / nob, "stock_doo_over_no_balloon": doo / nob,

@@ -46,6 +46,10 @@ pub struct DemoArgs {
     /// Where logs, the plot and the summary go.
     #[arg(long, default_value = "run/demo")]
     pub out: PathBuf,
+    /// The QEMU binary (or the QEMU 10 wrapper `make qemu10` prints); default:
+    /// $AUTOBALLOON_QEMU, else qemu-system-x86_64 from PATH.
+    #[arg(long, value_name = "PATH")]
+    pub qemu: Option<PathBuf>,
 }
 
 /// The three migrations the demo compares, all from the same guest state: `fill` dirtied
@@ -240,9 +244,12 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
 
     let live = Live { phases: Arc::default(), t0: Instant::now(), stop: Arc::default() };
     live.phase(Phase::Boot);
-    let spec = |name: &str| VmSpec::new(name, configured);
+    let qemu = a.qemu.clone().unwrap_or_else(crate::qemu_binary);
+    let spec = |name: &str| VmSpec { qemu: qemu.clone(), ..VmSpec::new(name, configured) };
     let mut vm_a = step("starting QEMU", Qemu::start(&image, spec("demo-a"), &out))?;
     live.source(&vm_a);
+    let qemu_version = step("QMP", Qmp::connect_with_retry(&vm_a.qmp_ctl, Instant::now() + Duration::from_secs(10)))?.version().to_string();
+    println!("    QEMU {qemu_version} ({})", qemu.display());
     let boot = step("booting the guest", vm_a.wait_booted(Duration::from_secs(120)))?;
     println!("    guest booted in {:.1} s", boot.as_secs_f64());
 
@@ -359,7 +366,7 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
         let dmesg = step("dmesg", vm_c.console.run("dmesg", Duration::from_secs(30)))?;
         let oom_kills = crate::count_oom_kills(&dmesg.text);
         let peak = *peak.lock().unwrap();
-        Ok((vec![without, with, fpr], Summary { idle, peak, after, spike_ok, oom_kills, boot, fpr_dest_ok, fill_mib, idle_s: a.idle_s }))
+        Ok((vec![without, with, fpr], Summary { idle, peak, after, spike_ok, oom_kills, boot, fpr_dest_ok, fill_mib, idle_s: a.idle_s, qemu: qemu_version.clone() }))
     })();
 
     live.stop.store(true, Ordering::SeqCst);
@@ -383,6 +390,8 @@ struct Summary {
     fpr_dest_ok: bool,
     fill_mib: u64,
     idle_s: u64,
+    /// The QEMU version, from its QMP greeting.
+    qemu: String,
 }
 
 fn spawn_live_view(status: autoballoon::controller::StatusView, phases: Arc<Mutex<Phases>>, t0: Instant, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
@@ -428,7 +437,7 @@ fn report(out: &Path, configured: Kib, rows: &[MigrationRow], s: &Summary, phase
     println!("Guest {:.0} MiB: booted in {:.1} s; idle size {:.0} MiB; spike peak {:.0} MiB; after the spike {:.0} MiB; spike completed: {}; OOM kills: {}",
         configured.mib_f64(), s.boot.as_secs_f64(), s.idle.mib_f64(), s.peak.mib_f64(), s.after.mib_f64(), s.spike_ok, s.oom_kills);
     println!();
-    println!("Live migration to a new QEMU on 127.0.0.1, every row from the same state: {} MiB dirtied by `fill` and freed,", s.fill_mib);
+    println!("Live migration to a new QEMU {} on 127.0.0.1, every row from the same state: {} MiB dirtied by `fill` and freed,", s.qemu, s.fill_mib);
     println!("then {} s idle, then migrated with a {bw} MiB/s cap.", s.idle_s);
     println!("  {:<31} {:>9} {:>9} {:>8} {:>9} {:>10} {:>8} {:>9}", "", "guest", "QEMU RSS", "", "", "speedup", "speedup", "MiB sent");
     println!("  {:<31} {:>9} {:>9} {:>8} {:>9} {:>10} {:>8} {:>9}", "", "MiB", "MiB", "seconds", "MiB sent", "vs without", "vs FPR", "vs FPR");
@@ -471,6 +480,7 @@ fn report(out: &Path, configured: Kib, rows: &[MigrationRow], s: &Summary, phase
     let plot_path = out.join("demo.svg");
     std::fs::write(&plot_path, svg).map_err(|e| format!("cannot write {}: {e}", plot_path.display()))?;
     let summary = serde_json::json!({
+        "qemu": s.qemu,
         "configured_mib": configured.mib_f64(), "boot_s": s.boot.as_secs_f64(), "idle_mib": s.idle.mib_f64(), "spike_peak_mib": s.peak.mib_f64(),
         "after_spike_mib": s.after.mib_f64(), "spike_completed": s.spike_ok, "oom_kills": s.oom_kills, "bandwidth_mib_s": bw,
         "fill_mib": s.fill_mib, "idle_before_migration_s": s.idle_s, "fpr_destination_answered": s.fpr_dest_ok, "demo_s": total.as_secs_f64(),

@@ -13,7 +13,7 @@ mod qemu;
 
 pub use console::{count_oom_kills, Console, ConsoleError};
 pub use migrate::{free_port, migrate, Migrated};
-pub use qemu::{GuestAgent, GuestImage, Qemu, QemuError, VmSpec};
+pub use qemu::{qemu_binary, GuestAgent, GuestImage, Qemu, QemuError, VmSpec, QEMU_ENV};
 
 use std::path::Path;
 use std::time::{Duration, Instant};

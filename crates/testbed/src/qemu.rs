@@ -40,9 +40,25 @@ pub enum GuestAgent {
     Kernel,
 }
 
+/// The environment variable naming the QEMU binary the test bed runs.
+pub const QEMU_ENV: &str = "AUTOBALLOON_QEMU";
+
+/// The QEMU the test bed runs unless a [`VmSpec`] names another: `$AUTOBALLOON_QEMU` if set
+/// and not empty (e.g. the wrapper `scripts/install-qemu10.sh` prints), else
+/// `qemu-system-x86_64` from `PATH` (Debian 12's QEMU 7.2). The one place this is read.
+pub fn qemu_binary() -> PathBuf {
+    match std::env::var_os(QEMU_ENV) {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => PathBuf::from("qemu-system-x86_64"),
+    }
+}
+
 /// How to start one VM.
 #[derive(Debug, Clone)]
 pub struct VmSpec {
+    /// The QEMU binary (or wrapper) to run; default [`qemu_binary`]. Both QEMU 7.2 and 10.0
+    /// accept every flag the test bed passes.
+    pub qemu: PathBuf,
     pub name: String,
     pub memory: Kib,
     pub cpus: u32,
@@ -61,7 +77,7 @@ pub struct VmSpec {
 
 impl VmSpec {
     pub fn new(name: &str, memory: Kib) -> VmSpec {
-        VmSpec { name: name.into(), memory, cpus: 1, deflate_on_oom: true, agent: GuestAgent::Host, append: String::new(), incoming_port: None, free_page_reporting: false }
+        VmSpec { qemu: qemu_binary(), name: name.into(), memory, cpus: 1, deflate_on_oom: true, agent: GuestAgent::Host, append: String::new(), incoming_port: None, free_page_reporting: false }
     }
 }
 
@@ -87,9 +103,12 @@ pub enum QemuError {
     /// AUTOBALLOON_IMAGE is not set: run the tests with `make test`, or set it to the directory `guest/build-image.sh` prints
     #[error("AUTOBALLOON_IMAGE is not set: run the tests with `make test`, or set it to the directory `guest/build-image.sh --print-dir` prints")]
     NoImageEnv,
-    /// cannot start qemu-system-x86_64: {0} (is the qemu-system-x86 package installed?)
-    #[error("cannot start qemu-system-x86_64: {0} (is the qemu-system-x86 package installed?)")]
-    Spawn(std::io::Error),
+    /// cannot start {0}: {1} (is the qemu-system-x86 package installed, or AUTOBALLOON_QEMU right?)
+    #[error("cannot start {0}: {1} (is the qemu-system-x86 package installed, or AUTOBALLOON_QEMU right?)")]
+    Spawn(PathBuf, std::io::Error),
+    /// cannot create {0}: {1}
+    #[error("cannot create {0}: {1}")]
+    Io(PathBuf, std::io::Error),
     /// QEMU did not create {0} in time; see {1}
     #[error("QEMU did not create {0} in time; see {1}")]
     NoSocket(PathBuf, PathBuf),
@@ -117,7 +136,7 @@ impl Qemu {
     /// Starts QEMU under TCG and connects to its console. `run_dir` holds the sockets and logs.
     /// Does not wait for the guest to boot; see [`Qemu::wait_booted`].
     pub fn start(image: &GuestImage, spec: VmSpec, run_dir: &Path) -> Result<Qemu, QemuError> {
-        std::fs::create_dir_all(run_dir).map_err(QemuError::Spawn)?;
+        std::fs::create_dir_all(run_dir).map_err(|e| QemuError::Io(run_dir.to_path_buf(), e))?;
         let p = |suffix: &str| run_dir.join(format!("{}.{suffix}", spec.name));
         let (qmp, qmp_ctl, agent, serial, log) = (p("qmp"), p("qmp-ctl"), p("agent"), p("serial"), p("qemu.log"));
         for s in [&qmp, &qmp_ctl, &agent, &serial] {
@@ -138,7 +157,8 @@ impl Qemu {
             if spec.deflate_on_oom { ",deflate-on-oom=on" } else { "" },
             if spec.free_page_reporting { ",free-page-reporting=on" } else { "" }
         );
-        let mut cmd = Command::new("qemu-system-x86_64");
+        // The flags below work unchanged on QEMU 7.2 and 10.0 (docs/qemu-versions.md).
+        let mut cmd = Command::new(&spec.qemu);
         // AUTOBALLOON_TCG_THREAD=single|multi picks QEMU's TCG threading (default: QEMU's).
         let accel = match std::env::var("AUTOBALLOON_TCG_THREAD") {
             Ok(t) => format!("tcg,thread={t}"),
@@ -161,8 +181,9 @@ impl Qemu {
         if let Some(port) = spec.incoming_port {
             cmd.args(["-incoming", &format!("tcp:127.0.0.1:{port}")]);
         }
-        let logf = std::fs::File::create(&log).map_err(QemuError::Spawn)?;
-        let child = cmd.stdin(Stdio::null()).stdout(logf.try_clone().map_err(QemuError::Spawn)?).stderr(logf).spawn().map_err(QemuError::Spawn)?;
+        let logf = std::fs::File::create(&log).map_err(|e| QemuError::Io(log.clone(), e))?;
+        let logf2 = logf.try_clone().map_err(|e| QemuError::Io(log.clone(), e))?;
+        let child = cmd.stdin(Stdio::null()).stdout(logf2).stderr(logf).spawn().map_err(|e| QemuError::Spawn(spec.qemu.clone(), e))?;
         let mut guard = KillOnDrop(Some(child));
         for s in [&serial, &qmp, &qmp_ctl] {
             if !wait_for_path(s, Duration::from_secs(60)) {
@@ -184,7 +205,7 @@ impl Qemu {
     pub fn start_incoming(image: &GuestImage, spec: VmSpec, run_dir: &Path) -> Result<(Qemu, u16), QemuError> {
         let mut tries = 0;
         loop {
-            let port = super::free_port().map_err(QemuError::Spawn)?;
+            let port = super::free_port().map_err(|e| QemuError::Io("a TCP port on 127.0.0.1".into(), e))?;
             match Qemu::start(image, VmSpec { incoming_port: Some(port), ..spec.clone() }, run_dir) {
                 Ok(q) => return Ok((q, port)),
                 Err(e) if tries < 3 && e.log().is_some_and(|log| std::fs::read_to_string(log).unwrap_or_default().contains("Address already in use")) => tries += 1,

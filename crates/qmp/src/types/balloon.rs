@@ -69,6 +69,19 @@ pub struct GuestStats {
     pub hugetlb_allocations: Option<u64>,
     /// `stat-htlb-pgfail`: failed hugetlb page allocations.
     pub hugetlb_failures: Option<u64>,
+    /// `stat-oom-kills` (QEMU 9.1+, guest kernel 6.12+; absent from QEMU
+    /// 7.2): OOM kills in the guest since boot.
+    pub oom_kills: Option<u64>,
+    /// `stat-alloc-stalls` (QEMU 9.1+, guest kernel 6.12+): allocation stalls.
+    pub alloc_stalls: Option<u64>,
+    /// `stat-async-scans` (QEMU 9.1+, guest kernel 6.12+): pages scanned by kswapd.
+    pub async_scans: Option<u64>,
+    /// `stat-direct-scans` (QEMU 9.1+, guest kernel 6.12+): pages scanned by direct reclaim.
+    pub direct_scans: Option<u64>,
+    /// `stat-async-reclaims` (QEMU 9.1+, guest kernel 6.12+): pages reclaimed by kswapd.
+    pub async_reclaims: Option<u64>,
+    /// `stat-direct-reclaims` (QEMU 9.1+, guest kernel 6.12+): pages reclaimed directly.
+    pub direct_reclaims: Option<u64>,
     /// `last-update`: host time (Unix epoch seconds) of the last sample;
     /// `None` if the guest never sent one (QEMU reports 0).
     pub last_update_epoch_secs: Option<u64>,
@@ -98,6 +111,12 @@ pub fn parse_guest_stats(value: &Value) -> Result<GuestStats, QmpError> {
         disk_caches_bytes: stat("stat-disk-caches"),
         hugetlb_allocations: stat("stat-htlb-pgalloc"),
         hugetlb_failures: stat("stat-htlb-pgfail"),
+        oom_kills: stat("stat-oom-kills"),
+        alloc_stalls: stat("stat-alloc-stalls"),
+        async_scans: stat("stat-async-scans"),
+        direct_scans: stat("stat-direct-scans"),
+        async_reclaims: stat("stat-async-reclaims"),
+        direct_reclaims: stat("stat-direct-reclaims"),
         last_update_epoch_secs: value
             .get("last-update")
             .and_then(Value::as_u64)
@@ -169,6 +188,7 @@ mod tests {
                 hugetlb_allocations: Some(0),
                 hugetlb_failures: Some(0),
                 last_update_epoch_secs: Some(1795274835),
+                ..GuestStats::default()
             }
         );
         // No guest driver yet (QEMU -S): every stat is u64::MAX, last-update 0.

@@ -13,7 +13,8 @@ use crate::error::QmpError;
 /// `TABLE` for tests, so the two directions cannot drift apart.
 macro_rules! migration_statuses {
     ($($(#[$doc:meta])* $variant:ident => $qapi:literal,)+) => {
-        /// QEMU's `MigrationStatus` (QAPI enum, QEMU 7.2).
+        /// QEMU's `MigrationStatus` (QAPI enum: QEMU 7.2's 14 values plus
+        /// `postcopy-recover-setup`, added in QEMU 9.1 and present in 10.0).
         #[derive(Debug, Clone, PartialEq, Eq, Hash)]
         pub enum MigrationStatus {
             $($(#[$doc])* $variant,)+
@@ -61,6 +62,8 @@ migration_statuses! {
     PostcopyActive => "postcopy-active",
     /// `postcopy-paused`
     PostcopyPaused => "postcopy-paused",
+    /// `postcopy-recover-setup` (QEMU 9.1 and later)
+    PostcopyRecoverSetup => "postcopy-recover-setup",
     /// `postcopy-recover`
     PostcopyRecover => "postcopy-recover",
     /// `completed`
@@ -252,7 +255,8 @@ mod tests {
         assert!(parse_migration_info(&json!([])).is_err());
     }
 
-    /// The QEMU 7.2 QAPI `MigrationStatus` values, written out independently
+    /// The QEMU 10.0 QAPI `MigrationStatus` values (7.2's and
+    /// `postcopy-recover-setup`), written out independently
     /// of the table so an edit to the table cannot go unnoticed.
     #[test]
     fn migration_status_round_trip() {
@@ -264,6 +268,7 @@ mod tests {
             "active",
             "postcopy-active",
             "postcopy-paused",
+            "postcopy-recover-setup",
             "postcopy-recover",
             "completed",
             "failed",
@@ -284,7 +289,11 @@ mod tests {
     #[test]
     fn migration_status_table_round_trips() {
         let table = MigrationStatus::TABLE;
-        assert_eq!(table.len(), 14, "QEMU 7.2 has 14 migration statuses");
+        assert_eq!(
+            table.len(),
+            15,
+            "QEMU 10.0 has 15 migration statuses (7.2's 14 and postcopy-recover-setup)"
+        );
         for (i, (status, qapi)) in table.iter().enumerate() {
             assert_eq!(MigrationStatus::parse(qapi), *status, "{qapi}");
             assert_eq!(status.as_str(), *qapi);
