@@ -511,10 +511,22 @@ fn spike_during_migrations(test: &str, image: &GuestImage, variant: &str) {
             problems.push(format!("after migration {i}: the shell does not answer: {e}"));
             break;
         }
+        // An oops reaches even the `quiet` console: stop at once rather than wait on a
+        // shell that may never answer again.
+        let oopsed = |q: &Qemu| !kernel_errors(&q.console.transcript()).is_empty();
+        let mut shell = Ok(());
         let verified = wait_for(Duration::from_secs(300), Duration::from_secs(1), || {
-            log = spike_log(&q).unwrap_or_default();
-            log.verified.iter().any(|(c, _)| *c >= cycle) || !log.bad.is_empty()
+            match spike_log(&q) {
+                Ok(l) => log = l,
+                Err(e) => shell = Err(e),
+            }
+            shell.is_err() || oopsed(&q) || log.verified.iter().any(|(c, _)| *c >= cycle) || !log.bad.is_empty()
         });
+        if shell.is_err() || oopsed(&q) {
+            let text = q.console.transcript();
+            problems.push(format!("after migration {i}: the guest crashed (shell: {shell:?}); console:\n{}", kernel_errors(&text).join("\n")));
+            break;
+        }
         let errors = dmesg_errors(&q).unwrap_or_else(|e| vec![format!("dmesg: {e}")]);
         let taint = tainted(&q).map_err(|e| e.to_string());
         let running = q.console.run("pidof spike", Duration::from_secs(60)).map(|o| o.status == 0).unwrap_or(false);
