@@ -392,6 +392,11 @@ fn patched_spike_cycles_with_migrations() {
     assert_eq!((failed_spikes, failed_migrations, kills), (0, 0, 0), "failed spikes, failed migrations, OOM kills");
 }
 
+/// Whether the migrate-during-spike scenario tells the agent about migrations.
+fn hooked_notice(variant: &str) -> bool {
+    variant == "patched" && env_or("AUTOBALLOON_SPIKE_NOTICE", 0u8) == 1
+}
+
 /// A number from the environment, or `default`.
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -447,17 +452,23 @@ impl SpikeLog {
 /// serves them. Stock: QMP holds the balloon at 256 MiB, deflate-on-oom gives pages back
 /// during the spike and the driver inflates again after it (the same churn, without the
 /// series). Knobs: `AUTOBALLOON_SPIKE_MIGRATIONS` (20), `AUTOBALLOON_SPIKE_HOLD_S` (30),
-/// `AUTOBALLOON_MIGRATE_MIBPS` (64, the migration's bandwidth cap).
+/// `AUTOBALLOON_MIGRATE_MIBPS` (64, the migration's bandwidth cap), `AUTOBALLOON_SPIKE_NOTICE`
+/// (0; 1 = the test tells the agent about each migration, as the host controller does, so
+/// the balloon does not inflate during it while the hook still serves).
 fn spike_during_migrations(test: &str, image: &GuestImage, variant: &str) {
     let migrations: usize = env_or("AUTOBALLOON_SPIKE_MIGRATIONS", 20);
     let hold_s: u64 = env_or("AUTOBALLOON_SPIKE_HOLD_S", 30);
     let mibps: u64 = env_or("AUTOBALLOON_MIGRATE_MIBPS", 64);
     let (threads, mib_per_thread) = (4u64, 300u64);
     let pages_per_cycle = threads * mib_per_thread * 256;
+    // AUTOBALLOON_SPIKE_NOTICE=1: tell the agent about each migration as the host
+    // controller does, so it stops shrinking the guest (the hook still serves).
+    let notice = hooked_notice(variant);
     let hooked = variant == "patched";
     let vm = |name: &str| {
         if hooked {
-            VmSpec { append: "autoballoon.agent_extra=--hold-off-s,0".into(), ..spec(name, GuestAgent::Kernel, true) }
+            let port = if notice { format!("--port,/dev/virtio-ports/{PORT_NAME},") } else { String::new() };
+            VmSpec { append: format!("autoballoon.agent_extra={port}--hold-off-s,0"), ..spec(name, GuestAgent::Kernel, true) }
         } else {
             spec(name, GuestAgent::None, true)
         }
@@ -495,6 +506,9 @@ fn spike_during_migrations(test: &str, image: &GuestImage, variant: &str) {
         }
         let cycle = log.holds;
         let (dst, port) = Qemu::start_incoming(image, vm(&format!("m{i}")), &common::vm_dir(test, &format!("m{i}"))).unwrap_or_else(|e| panic!("{e}"));
+        if notice {
+            assert!(agent_link(&q).send(&HostMessage::MigrationStarted).expect("send the migration notice"), "the agent took the notice");
+        }
         match migrate(&ctl(&q), port, mibps << 20, Duration::from_secs(900)) {
             Ok(m) => {
                 seconds.push(m.seconds());
@@ -510,6 +524,10 @@ fn spike_during_migrations(test: &str, image: &GuestImage, variant: &str) {
         if let Err(e) = q.console.run("echo alive", Duration::from_secs(60)) {
             problems.push(format!("after migration {i}: the shell does not answer: {e}"));
             break;
+        }
+        if notice {
+            let ended = HostMessage::MigrationEnded { outcome: MigrationOutcome::Completed };
+            assert!(agent_link(&q).send(&ended).expect("send the end of the migration"), "the agent took the notice");
         }
         // An oops reaches even the `quiet` console: stop at once rather than wait on a
         // shell that may never answer again.
@@ -566,7 +584,7 @@ fn spike_during_migrations(test: &str, image: &GuestImage, variant: &str) {
         "migrations_wanted": migrations, "migrations_clean": done, "spike_migrate_oom_kills": kills,
         "pages_verified": verified_pages, "hook_pages_served_during": hook_served,
         "migration_mean_s": mean(&seconds), "migration_mean_mib_sent": mean(&sent.iter().map(|b| (*b >> 20) as f64).collect::<Vec<_>>()),
-        "hold_s": hold_s, "bandwidth_mibps": mibps, "problem": problems.first(),
+        "hold_s": hold_s, "bandwidth_mibps": mibps, "agent_told": notice, "problem": problems.first(),
     }));
     assert!(problems.is_empty(), "{variant}: {done} of {migrations} migrations clean, then:\n{}\n(console log {})", problems.join("\n"), q.console.log_path().display());
     assert_eq!(kills, 0, "OOM kills");
