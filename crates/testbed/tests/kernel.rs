@@ -452,12 +452,16 @@ impl SpikeLog {
 /// serves them. Stock: QMP holds the balloon at 256 MiB, deflate-on-oom gives pages back
 /// during the spike and the driver inflates again after it (the same churn, without the
 /// series). Knobs: `AUTOBALLOON_SPIKE_MIGRATIONS` (20), `AUTOBALLOON_SPIKE_HOLD_S` (30),
-/// `AUTOBALLOON_MIGRATE_MIBPS` (64, the migration's bandwidth cap), `AUTOBALLOON_SPIKE_NOTICE`
+/// `AUTOBALLOON_SPIKE_SLEEP_S` (10, between spikes), `AUTOBALLOON_MIGRATE_MIBPS` (64, the
+/// migration's bandwidth cap), `AUTOBALLOON_SPIKE_NOTICE`
 /// (0; 1 = the test tells the agent about each migration, as the host controller does, so
 /// the balloon does not inflate during it while the hook still serves).
 fn spike_during_migrations(test: &str, image: &GuestImage, variant: &str) {
     let migrations: usize = env_or("AUTOBALLOON_SPIKE_MIGRATIONS", 20);
     let hold_s: u64 = env_or("AUTOBALLOON_SPIKE_HOLD_S", 30);
+    // Between spikes: long enough for the agent to shrink the guest again, so that the
+    // next spike is served by the hook (with 2 s it sometimes was not).
+    let sleep_s: u64 = env_or("AUTOBALLOON_SPIKE_SLEEP_S", 10);
     let mibps: u64 = env_or("AUTOBALLOON_MIGRATE_MIBPS", 64);
     let (threads, mib_per_thread) = (4u64, 300u64);
     let pages_per_cycle = threads * mib_per_thread * 256;
@@ -487,7 +491,7 @@ fn spike_during_migrations(test: &str, image: &GuestImage, variant: &str) {
     }
     let served = |q: &Qemu| if hooked { hook_stats(q).ok().as_deref().and_then(hook_pages_served) } else { None };
     let mut served_before = served(&q).unwrap_or(0);
-    q.console.spawn(&format!("spike {threads} {mib_per_thread} {hold_s} 2 1000000 verify > /tmp/spike.log 2>&1")).expect("start spike");
+    q.console.spawn(&format!("spike {threads} {mib_per_thread} {hold_s} {sleep_s} 1000000 verify > /tmp/spike.log 2>&1")).expect("start spike");
     let spike_log = |q: &Qemu| q.console.run("cat /tmp/spike.log", Duration::from_secs(60)).map(|o| SpikeLog::parse(&o.text));
 
     let (mut done, mut verified_pages, mut hook_served, mut seconds, mut sent) = (0usize, 0u64, 0u64, Vec::new(), Vec::new());
@@ -584,7 +588,7 @@ fn spike_during_migrations(test: &str, image: &GuestImage, variant: &str) {
         "migrations_wanted": migrations, "migrations_clean": done, "spike_migrate_oom_kills": kills,
         "pages_verified": verified_pages, "hook_pages_served_during": hook_served,
         "migration_mean_s": mean(&seconds), "migration_mean_mib_sent": mean(&sent.iter().map(|b| (*b >> 20) as f64).collect::<Vec<_>>()),
-        "hold_s": hold_s, "bandwidth_mibps": mibps, "agent_told": notice, "problem": problems.first(),
+        "hold_s": hold_s, "sleep_s": sleep_s, "bandwidth_mibps": mibps, "agent_told": notice, "problem": problems.first(),
     }));
     assert!(problems.is_empty(), "{variant}: {done} of {migrations} migrations clean, then:\n{}\n(console log {})", problems.join("\n"), q.console.log_path().display());
     assert_eq!(kills, 0, "OOM kills");
