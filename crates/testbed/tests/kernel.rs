@@ -452,7 +452,8 @@ impl SpikeLog {
 /// serves them. Stock: QMP holds the balloon at 256 MiB, deflate-on-oom gives pages back
 /// during the spike and the driver inflates again after it (the same churn, without the
 /// series). Knobs: `AUTOBALLOON_SPIKE_MIGRATIONS` (20), `AUTOBALLOON_SPIKE_HOLD_S` (30),
-/// `AUTOBALLOON_SPIKE_SLEEP_S` (10, between spikes), `AUTOBALLOON_MIGRATE_MIBPS` (64, the
+/// `AUTOBALLOON_SPIKE_SLEEP_S` (10, between spikes), `AUTOBALLOON_SPIKE_BALLOON_MIB` (256;
+/// 0 = no balloon activity, the control), `AUTOBALLOON_MIGRATE_MIBPS` (64, the
 /// migration's bandwidth cap), `AUTOBALLOON_SPIKE_NOTICE`
 /// (0; 1 = the test tells the agent about each migration, as the host controller does, so
 /// the balloon does not inflate during it while the hook still serves).
@@ -461,7 +462,10 @@ fn spike_during_migrations(test: &str, image: &GuestImage, variant: &str) {
     let hold_s: u64 = env_or("AUTOBALLOON_SPIKE_HOLD_S", 30);
     // Between spikes: long enough for the agent to shrink the guest again, so that the
     // next spike is served by the hook (with 2 s it sometimes was not).
-    let sleep_s: u64 = env_or("AUTOBALLOON_SPIKE_SLEEP_S", 10);
+    let sleep_s: f64 = env_or("AUTOBALLOON_SPIKE_SLEEP_S", 10.0);
+    // The size the guest is ballooned to between spikes; 0: no balloon at all (the
+    // control: the same writers and migrations without balloon activity).
+    let balloon_mib: u64 = env_or("AUTOBALLOON_SPIKE_BALLOON_MIB", 256);
     let mibps: u64 = env_or("AUTOBALLOON_MIGRATE_MIBPS", 64);
     let (threads, mib_per_thread) = (4u64, 300u64);
     let pages_per_cycle = threads * mib_per_thread * 256;
@@ -482,22 +486,24 @@ fn spike_during_migrations(test: &str, image: &GuestImage, variant: &str) {
             spec(name, GuestAgent::None, true)
         }
     };
-    let target_loop = hooked && !agent;
+    let target_loop = hooked && !agent && balloon_mib > 0;
     let mut q = boot(test, image, vm("m0"));
     let shrunk = |q: &Qemu| -> bool {
         let qmp = ctl(q);
         qemu_balloon(&qmp, GUEST).map(|p| p.to_kib_saturating() > Kib(GUEST.0 / 2)).unwrap_or(false)
     };
     if target_loop {
-        let target = SHRUNK.to_pages_floor().0;
+        let target = Kib::from_mib_saturating(balloon_mib).to_pages_floor().0;
         q.console.spawn(&format!("while :; do echo {target} > /proc/sys/vm/balloon/target_pages; sleep 1; done")).expect("start the target loop");
     }
-    if hooked {
+    if balloon_mib == 0 {
+        // The control: no balloon activity.
+    } else if hooked {
         // The agent (or the target loop) shrinks the idle guest.
         let small = wait_for(Duration::from_secs(120), Duration::from_millis(500), || shrunk(&q));
         assert!(small.is_some(), "the agent did not shrink the idle guest below 1 GiB in 2 min");
     } else {
-        shrink(&ctl(&q));
+        balloon_to(&ctl(&q), Kib::from_mib_saturating(balloon_mib), Duration::from_secs(120)).expect("QMP").expect("the balloon reaches its size in 2 min");
     }
     let served = |q: &Qemu| if hooked { hook_stats(q).ok().as_deref().and_then(hook_pages_served) } else { None };
     let mut served_before = served(&q).unwrap_or(0);
@@ -572,7 +578,7 @@ fn spike_during_migrations(test: &str, image: &GuestImage, variant: &str) {
         if verified.is_none() || !log.bad.is_empty() || !running {
             problems.push(format!("after migration {i}: cycle {cycle} not verified in 5 min, bad pages, or spike gone (running {running}): {log:?}"));
         }
-        if hooked {
+        if hooked && balloon_mib > 0 {
             let n = now_served.unwrap_or(0);
             if n <= served_before {
                 problems.push(format!("after migration {i}: the hook served nothing since the last migration ({served_before} -> {now_served:?} pages)"));
@@ -598,7 +604,7 @@ fn spike_during_migrations(test: &str, image: &GuestImage, variant: &str) {
         "migrations_wanted": migrations, "migrations_clean": done, "spike_migrate_oom_kills": kills,
         "pages_verified": verified_pages, "hook_pages_served_during": hook_served,
         "migration_mean_s": mean(&seconds), "migration_mean_mib_sent": mean(&sent.iter().map(|b| (*b >> 20) as f64).collect::<Vec<_>>()),
-        "hold_s": hold_s, "sleep_s": sleep_s, "bandwidth_mibps": mibps, "agent": agent, "agent_told": notice, "problem": problems.first(),
+        "hold_s": hold_s, "sleep_s": sleep_s, "balloon_mib": balloon_mib, "bandwidth_mibps": mibps, "agent": agent, "agent_told": notice, "problem": problems.first(),
     }));
     assert!(problems.is_empty(), "{variant}: {done} of {migrations} migrations clean, then:\n{}\n(console log {})", problems.join("\n"), q.console.log_path().display());
     assert_eq!(kills, 0, "OOM kills");
