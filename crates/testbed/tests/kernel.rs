@@ -599,12 +599,14 @@ fn spike_during_migrations(test: &str, image: &GuestImage, variant: &str) {
         done = i;
     }
     let kills = if problems.is_empty() { oom_kills(&q) } else { 0 };
+    // Which QEMU ran (the first qemu-system-x86_64 in PATH): 7.2 loses writes at a busy switchover.
+    let qemu = std::process::Command::new("qemu-system-x86_64").arg("--version").output().ok().and_then(|o| String::from_utf8(o.stdout).ok()).and_then(|t| t.lines().next().map(str::to_string));
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
     record(variant, "spike_during_migrations", json!({
         "migrations_wanted": migrations, "migrations_clean": done, "spike_migrate_oom_kills": kills,
         "pages_verified": verified_pages, "hook_pages_served_during": hook_served,
         "migration_mean_s": mean(&seconds), "migration_mean_mib_sent": mean(&sent.iter().map(|b| (*b >> 20) as f64).collect::<Vec<_>>()),
-        "hold_s": hold_s, "sleep_s": sleep_s, "balloon_mib": balloon_mib, "bandwidth_mibps": mibps, "agent": agent, "agent_told": notice, "problem": problems.first(),
+        "hold_s": hold_s, "sleep_s": sleep_s, "balloon_mib": balloon_mib, "bandwidth_mibps": mibps, "agent": agent, "agent_told": notice, "qemu": qemu, "problem": problems.first(),
     }));
     assert!(problems.is_empty(), "{variant}: {done} of {migrations} migrations clean, then:\n{}\n(console log {})", problems.join("\n"), q.console.log_path().display());
     assert_eq!(kills, 0, "OOM kills");
