@@ -335,8 +335,9 @@ fn patched_spike_cycles_with_migrations() {
             eprintln!("cycle {i}: spike failed: {s:?}");
         }
         // Hold the balloon still while the VM migrates, as the host controller does: QEMU 7.2
-        // under TCG corrupts guests (stock kernels too) when the balloon churns during a
-        // migration (tests/migration_stress.rs). The agent is told, stops shrinking, and the
+        // under TCG loses guest writes when a migration ends while the guest is busy (stock
+        // kernels and no balloon too; kernel/README.md, Open), and a moving balloon keeps it
+        // busy. The agent is told, stops shrinking, and the
         // balloon finishes its last move; the destination tells it the migration ended.
         let balloon = || guest_balloon(&q).unwrap_or(Pages(0)).to_kib_saturating();
         wait_settled(Duration::from_secs(60), balloon).expect("the agent shrinks the guest back");
