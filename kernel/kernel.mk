@@ -8,6 +8,8 @@
 #   make kernel-test     both kernels in the project's guest image, with the
 #                        agent: KUnit at boot, floor, spike, 20 spike+migration
 #                        cycles; one JSON summary line per variant
+#   make kernel-test-migrate  live migrations while the hook serves a verified
+#                        spike (patched and stock; 20 each, AUTOBALLOON_SPIKE_MIGRATIONS)
 #   make kernel-test-debug  the same on the debug build of the series (lockdep,
 #                        DEBUG_VM, DEBUG_LIST): any kernel warning fails a test
 #   make kernel-check    checkpatch --strict on every patch, and every prefix
@@ -19,7 +21,7 @@
 
 KERNEL_DIR ?= kernel
 
-.PHONY: kernel kernel-stock kernel-kunit kernel-test kernel-test-debug kernel-check kernel-deb kernel-deb-test
+.PHONY: kernel kernel-stock kernel-kunit kernel-test kernel-test-migrate kernel-test-debug kernel-check kernel-deb kernel-deb-test
 
 kernel:
 	$(KERNEL_DIR)/build.sh patched
@@ -33,6 +35,9 @@ kernel-kunit:
 # AGENT (the static guest agent) and its target come from the top-level Makefile.
 kernel-test: agent
 	$(KERNEL_DIR)/scripts/kernel-test.sh $(AGENT)
+
+kernel-test-migrate: agent
+	KERNEL_TEST_MIGRATE=1 $(KERNEL_DIR)/scripts/kernel-test.sh $(AGENT)
 
 kernel-test-debug: agent
 	PATCHED_VARIANT=debug $(KERNEL_DIR)/scripts/kernel-test.sh $(AGENT)

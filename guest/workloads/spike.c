@@ -1,7 +1,7 @@
 /*
  * spike: periodic memory spikes for autoballoon tests.
  *
- *   spike THREADS MIB_PER_THREAD HOLD_SECONDS SLEEP_SECONDS CYCLES
+ *   spike THREADS MIB_PER_THREAD HOLD_SECONDS SLEEP_SECONDS CYCLES [verify]
  *
  * Each cycle: every thread mmaps MIB_PER_THREAD MiB and writes a non-zero word into every
  * page; once all threads are done the memory is held HOLD_SECONDS, then every thread
@@ -20,6 +20,17 @@
  * counted and reported, never fatal. Exit status 0 if nothing failed, 1 otherwise,
  * 2 on bad arguments.
  *
+ * With "verify", every 8-byte word of every page is written (a value that differs per
+ * word, page, thread and cycle) and, after the hold, every thread reads all of its pages
+ * back before it unmaps them. One more line per cycle, once every thread has verified:
+ *
+ *   SPIKE verified cycle=N pages=P bad=B
+ *
+ * (P = pages checked, B = pages with at least one wrong word), plus, for the first bad
+ * page of each thread, "SPIKE bad cycle=N thread=T page=I word=J got=X want=Y". The done
+ * line then ends with "bad=B" (bad pages over all cycles), and bad pages fail the run
+ * (exit status 1).
+ *
  * Build: gcc -O2 -static -pthread -o spike spike.c
  */
 #define _GNU_SOURCE
@@ -37,6 +48,9 @@ static long nthreads, mib;
 static double hold_s, sleep_s;
 static long cycles;
 static size_t page_size;
+static int verify;
+static long *thread_bad; /* per thread, per current cycle: pages that read back wrong */
+static long *thread_pages; /* per thread, per current cycle: pages verified */
 
 static pthread_barrier_t bar_start, bar_touched, bar_release, bar_freed;
 static int *thread_ok; /* per thread, per current cycle */
@@ -76,13 +90,44 @@ static void *worker(void *arg)
             /* A distinct non-zero word per page: never a zero page, never mergeable. */
             uint64_t tag = 0xA5A5000000000000ULL ^ ((uint64_t)(id + 1) << 40) ^ ((uint64_t)(c + 1) << 24);
             char *b = p;
-            for (size_t off = 0; off < len; off += page_size)
-                *(volatile uint64_t *)(b + off) = tag | (off / page_size) | 1;
+            if (!verify) {
+                for (size_t off = 0; off < len; off += page_size)
+                    *(volatile uint64_t *)(b + off) = tag | (off / page_size) | 1;
+            } else {
+                for (size_t off = 0; off < len; off += page_size) {
+                    uint64_t base = tag | ((uint64_t)(off / page_size) << 12) | 1;
+                    uint64_t *w = (uint64_t *)(b + off);
+                    for (size_t j = 0; j < page_size / 8; j++)
+                        w[j] = base ^ ((uint64_t)j << 1);
+                }
+            }
         } else {
             thread_ok[id] = 0;
         }
         pthread_barrier_wait(&bar_touched);
         pthread_barrier_wait(&bar_release); /* main thread holds in between */
+        thread_bad[id] = 0;
+        thread_pages[id] = 0;
+        if (p != NULL && verify) {
+            uint64_t tag = 0xA5A5000000000000ULL ^ ((uint64_t)(id + 1) << 40) ^ ((uint64_t)(c + 1) << 24);
+            const char *b = p;
+            for (size_t off = 0; off < len; off += page_size) {
+                uint64_t base = tag | ((uint64_t)(off / page_size) << 12) | 1;
+                const volatile uint64_t *w = (const volatile uint64_t *)(b + off);
+                for (size_t j = 0; j < page_size / 8; j++) {
+                    uint64_t got = w[j], want = base ^ ((uint64_t)j << 1);
+                    if (got != want) {
+                        if (!thread_bad[id])
+                            printf("SPIKE bad cycle=%ld thread=%ld page=%zu word=%zu got=%#llx want=%#llx\n",
+                                   c + 1, id, off / page_size, j, (unsigned long long)got,
+                                   (unsigned long long)want);
+                        thread_bad[id]++;
+                        break;
+                    }
+                }
+                thread_pages[id]++;
+            }
+        }
         if (p != NULL)
             munmap(p, len);
         pthread_barrier_wait(&bar_freed);
@@ -114,20 +159,24 @@ static int parse_double(const char *s, double *out)
 
 int main(int argc, char **argv)
 {
-    if (argc != 6 || parse_long(argv[1], &nthreads, 1) || parse_long(argv[2], &mib, 0) ||
+    if ((argc != 6 && !(argc == 7 && strcmp(argv[6], "verify") == 0)) ||
+        parse_long(argv[1], &nthreads, 1) || parse_long(argv[2], &mib, 0) ||
         parse_double(argv[3], &hold_s) || parse_double(argv[4], &sleep_s) ||
         parse_long(argv[5], &cycles, 1) || nthreads > 1024) {
         fprintf(stderr,
-                "usage: %s THREADS MIB_PER_THREAD HOLD_SECONDS SLEEP_SECONDS CYCLES\n"
+                "usage: %s THREADS MIB_PER_THREAD HOLD_SECONDS SLEEP_SECONDS CYCLES [verify]\n"
                 "  e.g. %s 2 100 1 0 1   (2 threads x 100 MiB, hold 1 s, 1 cycle)\n",
                 argv[0], argv[0]);
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
     page_size = (size_t)sysconf(_SC_PAGESIZE);
+    verify = argc == 7;
     thread_ok = calloc((size_t)nthreads, sizeof *thread_ok);
+    thread_bad = calloc((size_t)nthreads, sizeof *thread_bad);
+    thread_pages = calloc((size_t)nthreads, sizeof *thread_pages);
     pthread_t *tids = calloc((size_t)nthreads, sizeof *tids);
-    if (!thread_ok || !tids) {
+    if (!thread_ok || !thread_bad || !thread_pages || !tids) {
         fprintf(stderr, "spike: out of memory for thread table\n");
         return 1;
     }
@@ -148,7 +197,7 @@ int main(int argc, char **argv)
         }
     }
 
-    long failed = 0;
+    long failed = 0, bad = 0;
     for (long c = 0; c < cycles; c++) {
         double t0 = now();
         pthread_barrier_wait(&bar_start);
@@ -163,11 +212,23 @@ int main(int argc, char **argv)
         sleep_secs(hold_s);
         pthread_barrier_wait(&bar_release);
         pthread_barrier_wait(&bar_freed);
+        if (verify) {
+            long pages = 0, b = 0;
+            for (long i = 0; i < nthreads; i++) {
+                pages += thread_pages[i];
+                b += thread_bad[i];
+            }
+            bad += b;
+            printf("SPIKE verified cycle=%ld pages=%ld bad=%ld\n", c + 1, pages, b);
+        }
         if (c + 1 < cycles)
             sleep_secs(sleep_s);
     }
     for (long i = 0; i < nthreads; i++)
         pthread_join(tids[i], NULL);
-    printf("SPIKE done cycles=%ld failed=%ld\n", cycles, failed);
-    return failed ? 1 : 0;
+    if (verify)
+        printf("SPIKE done cycles=%ld failed=%ld bad=%ld\n", cycles, failed, bad);
+    else
+        printf("SPIKE done cycles=%ld failed=%ld\n", cycles, failed);
+    return failed || bad ? 1 : 0;
 }

@@ -55,6 +55,23 @@ pub fn kernel_errors(text: &str) -> Vec<&str> {
     text.lines().filter(|l| MARKS.iter().any(|m| l.contains(m))).collect()
 }
 
+/// What the guest kernel logged that a healthy guest never logs, read from its own log
+/// (`dmesg`) rather than the console: the console runs with `quiet`, which drops
+/// warnings, and a destination's console starts at the switchover while the guest's log
+/// travels with it. Beyond [`kernel_errors`]: general protection faults, RCU stalls, hung
+/// tasks and stack overflows.
+pub fn dmesg_errors(q: &Qemu) -> Result<Vec<String>, ConsoleError> {
+    const MORE: [&str; 5] = ["general protection fault", "detected stall", "stall on CPU", "blocked for more than", "stack guard page"];
+    let out = q.console.run("dmesg", Duration::from_secs(60))?;
+    Ok(out.text.lines().filter(|l| !kernel_errors(l).is_empty() || MORE.iter().any(|m| l.contains(m))).map(str::to_string).collect())
+}
+
+/// The kernel's taint flags (`/proc/sys/kernel/tainted`): 0 for a kernel that never
+/// warned, oopsed or hit a bad page.
+pub fn tainted(q: &Qemu) -> Result<u64, ConsoleError> {
+    read_number(q, "/proc/sys/kernel/tainted")
+}
+
 /// A number read from a guest file (e.g. `/proc/sys/vm/balloon/current_pages`).
 pub fn read_number(q: &Qemu, path: &str) -> Result<u64, ConsoleError> {
     let out = q.console.run(&format!("cat {path}"), Duration::from_secs(60))?;
