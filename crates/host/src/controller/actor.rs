@@ -528,6 +528,7 @@ impl Actor {
         let notice = if now_active && !*migrating {
             *migrating = true;
             self.note(EventKind::MigrationStarted, "migration started: no shrinking until it ends", &[]);
+            self.freeze_shrink(qmp);
             if ours {
                 self.migration_report(|r| r.status = status.to_string());
             } else {
@@ -562,6 +563,20 @@ impl Actor {
             return true;
         }
         false
+    }
+
+    /// A shrink asked before the migration started would go on in the guest during it
+    /// (the driver inflates towards the last target): the balloon is stopped where it is.
+    fn freeze_shrink(&mut self, qmp: &Qmp) {
+        let target = lock(&self.shared.status).target;
+        let Ok(actual) = qmp.query_balloon().map(|b| Bytes(b).to_kib_floor()) else { return };
+        let Some(t) = target.filter(|t| t.saturating_add(PREPARE_SLACK) < actual) else { return };
+        if qmp.set_balloon_guest_size(actual.to_bytes_saturating().0).is_ok() {
+            lock(&self.shared.status).target = Some(actual);
+            // The loop's last target is no longer QEMU's: it measures from the guest again.
+            self.epoch += 1;
+            self.note(EventKind::MigrationStarted, &format!("the balloon was still shrinking towards {t}: stopped at {actual} for the migration"), &[("size_kib", json!(actual.0))]);
+        }
     }
 
     /// Records a migration's end in the status (QEMU's seconds, bytes and downtime) with
