@@ -144,6 +144,21 @@ impl VmHandle {
     pub fn command(&self, c: VmCommand) -> bool {
         self.commands.try_send(Msg::Command(c)).is_ok()
     }
+    /// A handle that sends this VM commands from another thread (the status socket).
+    pub fn commander(&self) -> VmCommander {
+        VmCommander(self.commands.clone())
+    }
+}
+
+/// Sends one VM commands; cheap to clone, usable from any thread.
+#[derive(Clone)]
+pub struct VmCommander(SyncSender<Msg>);
+
+impl VmCommander {
+    /// As [`VmHandle::command`].
+    pub fn command(&self, c: VmCommand) -> bool {
+        self.0.try_send(Msg::Command(c)).is_ok()
+    }
 }
 
 struct Worker {

@@ -158,6 +158,10 @@ pub struct MigrationReport {
 }
 
 impl MigrationReport {
+    /// Being prepared, or running (QEMU's status is not a final one).
+    pub fn running(&self) -> bool {
+        !matches!(self.status.as_str(), "completed" | "failed" | "cancelled" | "none") && !self.status.starts_with("failed") && !self.status.starts_with("refused")
+    }
     pub fn sent_mib(&self) -> Option<f64> {
         self.sent_bytes.map(|b| b as f64 / (1024.0 * 1024.0))
     }
