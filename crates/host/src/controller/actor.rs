@@ -568,6 +568,10 @@ impl Actor {
     /// A shrink asked before the migration started would go on in the guest during it
     /// (the driver inflates towards the last target): the balloon is stopped where it is.
     fn freeze_shrink(&mut self, qmp: &Qmp) {
+        // Paused: the balloon is not ours to touch (and our last target is stale).
+        if self.paused {
+            return;
+        }
         let target = lock(&self.shared.status).target;
         let Ok(actual) = qmp.query_balloon().map(|b| Bytes(b).to_kib_floor()) else { return };
         let Some(t) = target.filter(|t| t.saturating_add(PREPARE_SLACK) < actual) else { return };
