@@ -30,7 +30,9 @@ pub struct PolicyConfig {
     pub max_shrink_mib_per_tick: u64,
     /// Changes smaller than this are ignored, MiB.
     pub dead_band_mib: u64,
-    /// Seconds without shrinking after the guest grew.
+    /// Seconds without shrinking after the guest grew. 0 (the default): memory freed after
+    /// a spike is given back at once, so a migration another tool starts seconds later
+    /// does not send it (docs/migration.md).
     pub hold_off_s: u64,
     /// Targets are rounded up to a multiple of this many MiB.
     pub align_mib: u64,
@@ -55,7 +57,7 @@ impl Default for PolicyConfig {
             min_mib: 128,
             max_shrink_mib_per_tick: 1024,
             dead_band_mib: 16,
-            hold_off_s: 5,
+            hold_off_s: 0,
             align_mib: 1,
             agent_stale_s: 3,
             adaptive_interval: false,

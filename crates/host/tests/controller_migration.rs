@@ -195,3 +195,19 @@ fn a_shrink_still_in_flight_when_another_tool_starts_a_migration_is_stopped_wher
     g.q().finish_migration(MigrationOutcome::Failed);
     wait_for(T, "shrinking resumes after the failure", || g.fakes.last_request().is_some_and(|r| r.abs_diff(expected_target(100)) <= mib(8)));
 }
+
+#[test]
+fn a_migration_with_nothing_to_shrink_starts_at_once() {
+    use autoballoon::config::PolicyConfig;
+    use autoballoon::controller::VmCommand;
+    let g = Guest::start(Fakes::start(), 1000);
+    // The migration buffer is the buffer: the VM is already where the preparation wants it.
+    let d = Daemon::start(vec![g.fakes.vm("a", Some(PolicyConfig { migration_buffer_mib: 64, ..quick_policy() }))], 1000);
+    wait_for(T, "target 1064 MiB", || g.fakes.last_request() == Some(expected_target(1000)));
+    let asked = Instant::now();
+    assert!(d.ctl().vm("a").unwrap().command(VmCommand::Migrate { uri: "tcp:127.0.0.1:9".into(), max_bandwidth: None }));
+    wait_for(T, "the migration started", || g.q().migration_status() == "active");
+    assert!(asked.elapsed() < Duration::from_millis(1500), "started after {:?}", asked.elapsed());
+    assert!(d.log.text().contains("nothing to shrink"), "{}", d.log.text());
+    assert_eq!(g.fakes.last_request(), Some(expected_target(1000)));
+}

@@ -37,7 +37,8 @@ const PREPARE_SLACK: Kib = Kib(2 * 1024);
 /// The balloon has stopped (deflate-on-oom pushes back, the guest cannot give more) once
 /// `actual` has not moved for this long.
 const PREPARE_STALL: Duration = Duration::from_millis(1500);
-/// With no target set this long after the request, the decider found nothing to shrink.
+/// With neither a target nor a decision this long after the request, the decider is not
+/// deciding (e.g. no fresh sample): migrate as the guest is.
 const PREPARE_NOTHING: Duration = Duration::from_millis(2500);
 
 /// A `Migrate` request in progress: prepared, then started, until the migration ends.
@@ -50,6 +51,8 @@ struct Prep {
     /// The last `actual` read and when it last changed.
     actual: Option<(Kib, Instant)>,
     logged: Instant,
+    /// The decider decided on a preparing sample and changed nothing.
+    held: bool,
     /// `migrate` was sent.
     started: bool,
 }
@@ -63,7 +66,8 @@ fn prep_ready(p: &Prep, actual: Kib, paused: bool, now: Instant) -> Option<&'sta
     match p.target {
         Some(t) if actual <= t.saturating_add(PREPARE_SLACK) => Some("the balloon reached the target"),
         Some(_) if p.actual.is_some_and(|(_, since)| now.saturating_duration_since(since) >= PREPARE_STALL) => Some("the balloon stopped short of the target"),
-        None if waited >= PREPARE_NOTHING => Some("nothing to shrink"),
+        None if p.held => Some("nothing to shrink"),
+        None if waited >= PREPARE_NOTHING => Some("no decision came: migrating as the guest is"),
         _ if waited >= PREPARE_WAIT => Some("timed out waiting for the balloon"),
         _ => None,
     }
@@ -202,7 +206,14 @@ impl Actor {
                         }
                         if let Some(p) = self.prep.as_mut().filter(|p| !p.started) {
                             p.target = Some(size);
+                            // The balloon has not had time to move towards it yet.
+                            p.actual = None;
                         }
+                    }
+                }
+                Ok(Msg::Held) => {
+                    if let Some(p) = self.prep.as_mut().filter(|p| !p.started) {
+                        p.held = true;
                     }
                 }
                 Ok(Msg::Command(VmCommand::Migrate { uri, max_bandwidth })) => {
@@ -414,7 +425,7 @@ impl Actor {
             started_by: StartedBy::Autoballoon, uri: Some(uri.clone()), status: "preparing".into(), prepare_s: None,
             size_asked: size, size_at_start: None, seconds: None, sent_bytes: None, downtime_ms: None,
         });
-        self.prep = Some(Prep { uri, max_bandwidth, asked: now, target: None, actual: None, logged: now, started: false });
+        self.prep = Some(Prep { uri, max_bandwidth, asked: now, target: None, actual: None, logged: now, held: false, started: false });
         true
     }
 

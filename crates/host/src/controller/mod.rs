@@ -60,6 +60,8 @@ pub const PREPARE_WAIT: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone)]
 pub(crate) enum Msg {
     Set(autoballoon_core::Kib),
+    /// The decider decided on a sample that prepares a migration and changed nothing.
+    Held,
     Command(VmCommand),
 }
 
