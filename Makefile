@@ -9,7 +9,7 @@ AGENT := target/$(TRIPLE)/release/autoballoon-guest
 DEMOBIN := target/release/autoballoon-demo
 IMAGE_PATH := run/image.path
 
-.PHONY: all qemu10 test-qemu10 deps build agent host testbed image demo test unit-test integration-test bench clean help guest-deb packaging-test
+.PHONY: all qemu10 test-qemu10 deps build agent host testbed image demo migbench test unit-test integration-test bench clean help guest-deb packaging-test
 
 all: build
 
@@ -17,6 +17,7 @@ help:
 	@echo "make demo   - boot a guest, spike it, migrate it without autoballoon, with it, and with free page reporting"
 	@echo "make test   - the whole suite (unit, property and QEMU integration tests, make kernel-test)"
 	@echo "make bench  - the patched kernel against the stock one: spike times, balloon GB/s, ratios"
+	@echo "make migbench - migrations idle and after a spike against free page reporting (MIGBENCH_ARGS='--runs 2')"
 	@echo "make image  - build the guest image (cached under $(CACHE))"
 	@echo "make kernel / kernel-test / kernel-deb - the patched guest kernel (see kernel/README.md)"
 	@echo "make guest-deb - the guest agent's Debian package (under $(CACHE)/deb)"
@@ -67,6 +68,11 @@ packaging-test: agent
 
 demo: testbed image
 	$(DEMOBIN) --image "$$(cat $(IMAGE_PATH))" --out run/demo
+
+# Migrations idle and after a spike: autoballoon (plain QMP and `autoballoon migrate`), with
+# and without free page reporting, against FPR alone (docs/migration.md). ~5 min a run.
+migbench: testbed image
+	target/release/autoballoon-migbench --image "$$(cat $(IMAGE_PATH))" --out run/migbench $(MIGBENCH_ARGS)
 
 unit-test: deps
 	cargo test --locked --workspace --lib --bins

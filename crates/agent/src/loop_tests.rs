@@ -86,7 +86,7 @@ fn converges_to_used_plus_buffer_in_steps() {
 
 #[test]
 fn respects_the_minimum_and_the_dead_band_and_holds_off_after_growth() {
-    let mut g = Guest::new("loop-rails", PolicyConfig::default());
+    let mut g = Guest::new("loop-rails", PolicyConfig { hold_off_s: 5, ..Default::default() });
     g.use_mib(10);
     while g.tick().outcome.is_ok() {}
     assert_eq!(g.size_mib(), 128, "10 + 64 MiB is below the 128 MiB minimum");

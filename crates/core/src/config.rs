@@ -20,6 +20,8 @@ pub struct PolicyConfig {
     pub policy: PolicyKind,
     /// Memory kept free in the guest on top of the estimate, MiB.
     pub buffer_mib: u64,
+    /// The buffer while a migration is prepared (`autoballoon migrate`), MiB.
+    pub migration_buffer_mib: u64,
     /// Page cache the guest may keep on top of the estimate, MiB.
     pub cache_buffer_mib: u64,
     /// Never shrink a guest below this size, MiB.
@@ -28,7 +30,9 @@ pub struct PolicyConfig {
     pub max_shrink_mib_per_tick: u64,
     /// Changes smaller than this are ignored, MiB.
     pub dead_band_mib: u64,
-    /// Seconds without shrinking after the guest grew.
+    /// Seconds without shrinking after the guest grew. 0 (the default): memory freed after
+    /// a spike is given back at once, so a migration another tool starts seconds later
+    /// does not send it (docs/migration.md).
     pub hold_off_s: u64,
     /// Targets are rounded up to a multiple of this many MiB.
     pub align_mib: u64,
@@ -48,11 +52,12 @@ impl Default for PolicyConfig {
         PolicyConfig {
             policy: PolicyKind::Swapfree,
             buffer_mib: 64,
+            migration_buffer_mib: 0,
             cache_buffer_mib: 0,
             min_mib: 128,
             max_shrink_mib_per_tick: 1024,
             dead_band_mib: 16,
-            hold_off_s: 5,
+            hold_off_s: 0,
             align_mib: 1,
             agent_stale_s: 3,
             adaptive_interval: false,
@@ -94,7 +99,11 @@ impl PolicyConfig {
     /// The policy this configuration names.
     pub fn policy(&self) -> SwapFree {
         match self.policy {
-            PolicyKind::Swapfree => SwapFree { buffer: Kib::from_mib_saturating(self.buffer_mib), cache_buffer: Kib::from_mib_saturating(self.cache_buffer_mib) },
+            PolicyKind::Swapfree => SwapFree {
+                buffer: Kib::from_mib_saturating(self.buffer_mib),
+                cache_buffer: Kib::from_mib_saturating(self.cache_buffer_mib),
+                migration_buffer: Kib::from_mib_saturating(self.migration_buffer_mib),
+            },
         }
     }
 
@@ -122,7 +131,7 @@ impl PolicyConfig {
             return bad("agent_stale_s", "must be at least 1");
         }
         // Beyond a PiB the MiB-to-KiB conversions would saturate: a typo, not a wish.
-        for (key, v) in [("buffer_mib", self.buffer_mib), ("cache_buffer_mib", self.cache_buffer_mib), ("min_mib", self.min_mib),
+        for (key, v) in [("buffer_mib", self.buffer_mib), ("migration_buffer_mib", self.migration_buffer_mib), ("cache_buffer_mib", self.cache_buffer_mib), ("min_mib", self.min_mib),
                          ("max_shrink_mib_per_tick", self.max_shrink_mib_per_tick), ("dead_band_mib", self.dead_band_mib),
                          ("align_mib", self.align_mib), ("outlier_threshold_mib", self.outlier_threshold_mib)] {
             if v > 1 << 30 {

@@ -3,7 +3,7 @@
 //! 1. [`GuardRails::room`]: before any balancer looks, the room a VM has this tick — the
 //!    lowest and highest size the rails allow, measured from the size last asked for: the
 //!    bounds, the step limits, the hold-off after growth, and no shrinking while a migration
-//!    runs.
+//!    runs. A sample that prepares a migration skips the shrink step and the hold-off.
 //! 2. [`GuardRails::check`]: after the balancer chose, the final check — the target is put
 //!    back inside the room whatever the balancer returned, aligned, and dropped if it is no
 //!    change or inside the dead band.
@@ -159,13 +159,17 @@ impl GuardRails {
             }
         }
         let (mut floor, mut floor_by) = (self.min, Bound::Limit);
-        if self.max_shrink_per_tick > Kib::ZERO {
+        // Preparing a migration: every tick of the step limit and the hold-off is memory
+        // the migration would send, so both are skipped (the floor and a running
+        // migration still hold).
+        let prep = s.preparing_migration;
+        if self.max_shrink_per_tick > Kib::ZERO && !prep {
             let step = commanded.saturating_sub(self.max_shrink_per_tick);
             if step > floor {
                 (floor, floor_by) = (step, Bound::Step);
             }
         }
-        let holding_off = state.last_grow_at.is_some_and(|g| s.at < g.saturating_add(self.hold_off));
+        let holding_off = !prep && state.last_grow_at.is_some_and(|g| s.at < g.saturating_add(self.hold_off));
         let no_shrink = if s.migrating { Some(Bound::Migration) } else { holding_off.then_some(Bound::HoldOff) };
         if let Some(by) = no_shrink {
             if commanded > floor {

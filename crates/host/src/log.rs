@@ -21,6 +21,8 @@ pub enum EventKind {
     ActuatorFailed,
     MigrationStarted,
     MigrationEnded,
+    /// `autoballoon migrate`: the request, the preparation's progress, the outcome.
+    MigrationRequest,
     MigratedAway,
     AgentConnected,
     AgentLost,
@@ -51,6 +53,7 @@ impl EventKind {
             EventKind::ActuatorFailed => "actuator_failed",
             EventKind::MigrationStarted => "migration_started",
             EventKind::MigrationEnded => "migration_ended",
+            EventKind::MigrationRequest => "migration_request",
             EventKind::MigratedAway => "migrated_away",
             EventKind::AgentConnected => "agent_connected",
             EventKind::AgentLost => "agent_lost",

@@ -25,6 +25,31 @@ enum Cmd {
     Host(HostArgs),
     /// Show the running daemon's VMs (read from its status socket).
     Status(StatusArgs),
+    /// Ask the running daemon to migrate a VM: shrink it at once to what it uses (the
+    /// policy's migration_buffer_mib), migrate it over QMP, and report seconds, MiB sent
+    /// and downtime. Exit 0 if the migration completed, 1 if it failed, 2 on errors.
+    Migrate(MigrateArgs),
+}
+
+#[derive(clap::Args)]
+struct MigrateArgs {
+    /// The VM's name in the daemon's configuration.
+    vm: String,
+    /// QEMU's migration URI, e.g. tcp:10.0.0.2:4444 (the destination QEMU runs with -incoming).
+    #[arg(long = "to", value_name = "URI")]
+    to: String,
+    /// Migration bandwidth cap, MiB/s [default: QEMU's setting].
+    #[arg(long, value_name = "N")]
+    bandwidth_mib: Option<u64>,
+    /// The daemon's status socket [default: as for `status`].
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    /// Read the socket's path from this host configuration file.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Give up waiting for the end after this many seconds (the migration goes on).
+    #[arg(long, default_value_t = 3600)]
+    timeout_s: u64,
 }
 
 #[derive(clap::Args)]
@@ -161,7 +186,7 @@ fn start_endpoints(config: &Config, ctl: &Controller, log: &Logger) -> (Option<M
             if let Some(dir) = c.status_socket.parent() {
                 let _ = std::fs::create_dir_all(dir);
             }
-            match StatusServer::start(&c.status_socket, snapshots, log.clone()) {
+            match StatusServer::start_with(&c.status_socket, snapshots, Some(autoballoon::status_socket::commands_of(ctl)), log.clone()) {
                 Ok(s) => {
                     log.event("-", EventKind::Endpoint, &format!("status socket {}", s.path().display()), &[("status_socket", s.path().display().to_string().into())]);
                     Some(s)
@@ -223,8 +248,9 @@ fn reload(a: &HostArgs, running: &mut Config, ctl: &Controller, log: &Logger) {
     ]);
 }
 
-fn status(a: StatusArgs) -> Result<(), String> {
-    let path = match (&a.socket, &a.config) {
+/// The daemon's status socket, from --socket, --config or the default.
+fn socket_path(socket: &Option<PathBuf>, config: &Option<PathBuf>) -> Result<PathBuf, String> {
+    Ok(match (socket, config) {
         (Some(p), _) => p.clone(),
         (None, Some(f)) => {
             let c = Config::load(f).map_err(|e| e.to_string())?;
@@ -234,7 +260,11 @@ fn status(a: StatusArgs) -> Result<(), String> {
             c.controller.status_socket
         }
         (None, None) => PathBuf::from(autoballoon::config::DEFAULT_STATUS_SOCKET),
-    };
+    })
+}
+
+fn status(a: StatusArgs) -> Result<(), String> {
+    let path = socket_path(&a.socket, &a.config)?;
     let doc = autoballoon::status_socket::query(&path)?;
     let vms = doc["vms"].as_array().cloned().unwrap_or_default();
     if a.json {
@@ -245,11 +275,63 @@ fn status(a: StatusArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// The VM's `last_migration` in a status document.
+fn last_migration(doc: &serde_json::Value, vm: &str) -> Option<serde_json::Value> {
+    doc["vms"].as_array()?.iter().find(|v| v["name"] == vm).map(|v| v["last_migration"].clone()).filter(|m| !m.is_null())
+}
+
+/// `autoballoon migrate`: Ok(true) if the migration completed.
+fn migrate(a: MigrateArgs) -> Result<bool, String> {
+    let path = socket_path(&a.socket, &a.config)?;
+    let before = autoballoon::status_socket::query(&path)?;
+    if !before["vms"].as_array().is_some_and(|vms| vms.iter().any(|v| v["name"] == a.vm.as_str())) {
+        return Err(format!("the daemon manages no VM named {:?}", a.vm));
+    }
+    let old = last_migration(&before, &a.vm);
+    let bw = a.bandwidth_mib.map(|m| m.saturating_mul(1 << 20));
+    autoballoon::status_socket::request(&path, &serde_json::json!({"migrate": {"vm": a.vm, "uri": a.to, "max_bandwidth": bw}}))?;
+    println!("{}: migration to {} requested", a.vm, a.to);
+    let deadline = std::time::Instant::now() + Duration::from_secs(a.timeout_s);
+    let mut shown = String::new();
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let doc = autoballoon::status_socket::query(&path)?;
+        let Some(m) = last_migration(&doc, &a.vm).filter(|m| Some(m) != old.as_ref() && m["uri"] == a.to.as_str()) else {
+            if std::time::Instant::now() > deadline {
+                return Err("the daemon did not start the migration in time".into());
+            }
+            continue;
+        };
+        let status = m["status"].as_str().unwrap_or("?").to_string();
+        if status != shown {
+            println!("{}: {status}", a.vm);
+            shown = status.clone();
+        }
+        let ended = ["completed", "cancelled", "none"].contains(&status.as_str()) || status.starts_with("failed") || status.starts_with("refused");
+        if ended {
+            let f = |k: &str| m[k].as_f64().map_or("-".to_string(), |v| format!("{v:.2}"));
+            let mib = |k: &str| m[k].as_u64().map_or("-".to_string(), |v| format!("{}", v / 1024));
+            let sent = m["sent_bytes"].as_u64().map_or("-".to_string(), |b| format!("{:.1}", b as f64 / 1048576.0));
+            println!("{}: migration to {} {status}: {} s (after {} s of preparation, {} -> {} MiB), {sent} MiB sent, downtime {} ms",
+                a.vm, a.to, f("seconds"), f("prepare_s"), mib("size_asked"), mib("size_at_start"), m["downtime_ms"].as_u64().map_or("-".into(), |d| d.to_string()));
+            return Ok(status == "completed");
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!("still {status} after {} s; it goes on", a.timeout_s));
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
         Cmd::Host(a) => host(a),
         Cmd::Status(a) => status(a),
+        Cmd::Migrate(a) => match migrate(a) {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::from(1),
+            Err(e) => Err(e),
+        },
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

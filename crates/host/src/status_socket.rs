@@ -1,11 +1,18 @@
 //! The status socket `autoballoon status` reads: a unix socket the daemon serves from one
 //! thread. A client connects and reads one JSON document, `{"version": "...", "vms":
-//! [VmStatus, ...]}`, then the daemon closes the connection; it sends nothing.
+//! [VmStatus, ...]}`, then the daemon closes the connection. A client that sends nothing
+//! gets the document at once if it shuts its writing half, else after [`REQUEST_WAIT`].
+//!
+//! One command is taken too (`autoballoon migrate`): a client that sends one line,
+//! `{"migrate": {"vm": NAME, "uri": URI, "max_bandwidth": BYTES_PER_S or null}}`, and shuts
+//! its writing half gets `{"ok": true}` once the VM's worker has the command, or
+//! `{"error": "..."}`. It follows the migration in the status document (`last_migration`).
 //!
 //! The socket is created mode 0600 (root-only when the daemon runs as root), replaces a
 //! stale socket a dead daemon left behind, refuses to start if another daemon answers on
 //! it, and is removed when the server stops.
 
+use crate::controller::VmCommand;
 use crate::log::Logger;
 use crate::server_thread::ServerThread;
 use crate::metrics::Snapshots;
@@ -14,9 +21,39 @@ use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the server waits for a request line from a client that neither sends one nor
+/// shuts its writing half, before it answers with the status document.
+pub const REQUEST_WAIT: Duration = Duration::from_millis(200);
+/// Longest request line.
+const MAX_REQUEST: u64 = 4096;
+
+/// Hands a command to a VM by name: the daemon's VMs' workers.
+pub type Commands = Arc<dyn Fn(&str, VmCommand) -> Result<(), String> + Send + Sync>;
+
+/// The commands of a running controller's VMs.
+pub fn commands_of(ctl: &crate::controller::Controller) -> Commands {
+    use crate::controller::{StatusView, VmCommander, VmState};
+    let vms: Vec<(String, VmCommander, StatusView)> = ctl.vms.iter().map(|v| (v.name.clone(), v.commander(), v.status_view())).collect();
+    Arc::new(move |name: &str, c: VmCommand| {
+        let (_, vm, status) = vms.iter().find(|(n, _, _)| n == name).ok_or_else(|| format!("no VM named {name:?}"))?;
+        let st = status.snapshot();
+        if st.state != VmState::Running {
+            return Err(format!("{name} is {}: it can be migrated only while running under autoballoon", st.state));
+        }
+        if st.last_migration.as_ref().is_some_and(|m| m.running()) {
+            return Err(format!("a migration of {name} is already being prepared or runs"));
+        }
+        if vm.command(c) {
+            Ok(())
+        } else {
+            Err(format!("the worker of {name:?} is busy or gone; try again"))
+        }
+    })
+}
 /// Largest answer a client reads (a thousand VMs are well under it).
 const MAX_ANSWER: u64 = 64 << 20;
 
@@ -29,6 +66,11 @@ pub struct StatusServer {
 impl StatusServer {
     /// Creates the socket at `path` (its directory must exist) and serves from a thread.
     pub fn start(path: &Path, snapshots: Snapshots, log: Logger) -> Result<StatusServer, String> {
+        StatusServer::start_with(path, snapshots, None, log)
+    }
+
+    /// As [`StatusServer::start`], taking commands too when `commands` is given.
+    pub fn start_with(path: &Path, snapshots: Snapshots, commands: Option<Commands>, log: Logger) -> Result<StatusServer, String> {
         match std::fs::symlink_metadata(path) {
             Ok(m) if m.file_type().is_socket() => match UnixStream::connect(path) {
                 Ok(_) => return Err(format!("another daemon is listening on {}", path.display())),
@@ -43,7 +85,7 @@ impl StatusServer {
         // Before the first accept: nobody but the owner can connect.
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|e| format!("chmod 0600 {}: {e}", path.display()))?;
         listener.set_nonblocking(true).map_err(|e| e.to_string())?;
-        let thread = ServerThread::spawn("status", "status socket", log, move || listener.accept().map(|(c, _)| c), move |c| serve(c, &snapshots))
+        let thread = ServerThread::spawn("status", "status socket", log, move || listener.accept().map(|(c, _)| c), move |c| serve(c, &snapshots, commands.as_ref()))
             .map_err(|e| e.to_string())?;
         Ok(StatusServer { path: path.into(), thread })
     }
@@ -69,18 +111,73 @@ impl Drop for StatusServer {
     }
 }
 
-fn serve(mut conn: UnixStream, snapshots: &Snapshots) -> std::io::Result<()> {
+fn serve(mut conn: UnixStream, snapshots: &Snapshots, commands: Option<&Commands>) -> std::io::Result<()> {
     conn.set_nonblocking(false)?;
     conn.set_write_timeout(Some(IO_TIMEOUT))?;
-    let doc = json!({ "version": env!("CARGO_PKG_VERSION"), "vms": snapshots() });
+    conn.set_read_timeout(Some(REQUEST_WAIT))?;
+    let mut req = Vec::new();
+    // A timeout or an error reading means no request: the status document.
+    let _ = (&mut conn).take(MAX_REQUEST).read_to_end(&mut req);
+    let doc = if req.iter().all(u8::is_ascii_whitespace) {
+        json!({ "version": env!("CARGO_PKG_VERSION"), "vms": snapshots() })
+    } else {
+        match command(&req, commands) {
+            Ok(()) => json!({ "ok": true }),
+            Err(e) => json!({ "error": e }),
+        }
+    };
     conn.write_all(doc.to_string().as_bytes())?;
     conn.write_all(b"\n")?;
     conn.shutdown(std::net::Shutdown::Write)
 }
 
+/// A request line, checked and handed to its VM.
+fn command(req: &[u8], commands: Option<&Commands>) -> Result<(), String> {
+    let commands = commands.ok_or("this daemon takes no commands on its status socket")?;
+    let v: Value = serde_json::from_slice(req).map_err(|e| format!("not a request: {e}"))?;
+    let m = v.get("migrate").ok_or("unknown request (known: migrate)")?;
+    let vm = m["vm"].as_str().ok_or("migrate: `vm` must be a string")?;
+    let uri = m["uri"].as_str().filter(|u| !u.is_empty() && u.len() <= 1024).ok_or("migrate: `uri` must be a non-empty string")?;
+    let max_bandwidth = match &m["max_bandwidth"] {
+        Value::Null => None,
+        b => Some(b.as_u64().filter(|&b| b > 0).ok_or("migrate: `max_bandwidth` must be a positive number of bytes/s")?),
+    };
+    commands(vm, VmCommand::Migrate { uri: uri.to_string(), max_bandwidth })
+}
+
+/// Sends one request line and reads the daemon's answer (`{"ok": true}` or `{"error": ...}`).
+pub fn request(path: &Path, req: &Value) -> Result<(), String> {
+    let mut conn = connect(path)?;
+    conn.write_all(format!("{req}\n").as_bytes()).map_err(|e| format!("writing to {}: {e}", path.display()))?;
+    let answer = read_answer(&mut conn, path)?;
+    match answer.get("error").and_then(Value::as_str) {
+        Some(e) => Err(e.to_string()),
+        None if answer["ok"] == Value::Bool(true) => Ok(()),
+        None => Err(format!("{}: not an answer to a request (an older daemon?)", path.display())),
+    }
+}
+
 /// Reads the daemon's status document from `path`, with errors an operator can act on.
 pub fn query(path: &Path) -> Result<Value, String> {
-    let mut conn = UnixStream::connect(path).map_err(|e| match e.kind() {
+    let mut conn = connect(path)?;
+    let doc = read_answer(&mut conn, path)?;
+    if !doc["vms"].is_array() {
+        return Err(format!("{}: not a status document (no `vms` list)", path.display()));
+    }
+    Ok(doc)
+}
+
+fn read_answer(conn: &mut UnixStream, path: &Path) -> Result<Value, String> {
+    // No (more) request: the daemon answers at once.
+    let _ = conn.shutdown(std::net::Shutdown::Write);
+    conn.set_read_timeout(Some(IO_TIMEOUT)).map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    conn.take(MAX_ANSWER).read_to_string(&mut text).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: not a status document ({e})", path.display()))
+}
+
+fn connect(path: &Path) -> Result<UnixStream, String> {
+    UnixStream::connect(path).map_err(|e| match e.kind() {
         ErrorKind::NotFound | ErrorKind::ConnectionRefused => {
             format!("no daemon listening on {} (is `autoballoon host` running?)", path.display())
         }
@@ -88,15 +185,7 @@ pub fn query(path: &Path) -> Result<Value, String> {
             format!("permission denied on {}: the status socket is readable by its owner only (run as root)", path.display())
         }
         _ => format!("cannot connect to {}: {e}", path.display()),
-    })?;
-    conn.set_read_timeout(Some(IO_TIMEOUT)).map_err(|e| e.to_string())?;
-    let mut text = String::new();
-    (&mut conn).take(MAX_ANSWER).read_to_string(&mut text).map_err(|e| format!("reading {}: {e}", path.display()))?;
-    let doc: Value = serde_json::from_str(&text).map_err(|e| format!("{}: not a status document ({e})", path.display()))?;
-    if !doc["vms"].is_array() {
-        return Err(format!("{}: not a status document (no `vms` list)", path.display()));
-    }
-    Ok(doc)
+    })
 }
 
 /// The `autoballoon status` table of a status document's VMs (sizes in MiB).

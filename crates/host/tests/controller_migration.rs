@@ -86,3 +86,128 @@ fn a_migration_running_when_the_controller_connects_is_seen() {
     wait_for(T, "state running", || d.status("a").state == VmState::Running);
     wait_for(T, "target 1064 MiB after the migration", || g.fakes.last_request() == Some(expected_target(1000)));
 }
+
+#[test]
+fn an_orchestrated_migration_shrinks_at_once_to_the_migration_buffer_then_migrates_and_resumes_after_a_failure() {
+    use autoballoon::config::PolicyConfig;
+    use autoballoon::controller::{StartedBy, VmCommand};
+    let g = Guest::start(Fakes::start(), 1000);
+    let policy = PolicyConfig { hold_off_s: 60, ..Default::default() };
+    let d = Daemon::start(vec![g.fakes.vm("a", Some(policy))], 200);
+    wait_for(T, "target 1064 MiB", || g.fakes.last_request() == Some(expected_target(1000)));
+    g.set_used(1500);
+    wait_for(T, "growth to 1564 MiB", || g.fakes.last_request() == Some(expected_target(1500)));
+    // The guest frees memory: the hold-off keeps the size.
+    g.set_used(300);
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(g.fakes.last_request(), Some(expected_target(1500)), "held off");
+
+    let asked = Instant::now();
+    assert!(d.ctl().vm("a").unwrap().command(VmCommand::Migrate { uri: "tcp:127.0.0.1:9".into(), max_bandwidth: Some(64 << 20) }));
+    // No hold-off, no step, no buffer: 300 MiB, then the migration starts.
+    wait_for(T, "shrinking to the estimate with no buffer", || g.fakes.last_request() == Some(mib(300)));
+    wait_for(T, "the migration started", || g.q().migration_status() == "active");
+    assert!(asked.elapsed() < Duration::from_secs(5), "prepared in {:?}", asked.elapsed());
+    let r = d.status("a").last_migration.expect("a report");
+    assert_eq!((r.started_by, r.uri.as_deref(), r.size_at_start), (StartedBy::Autoballoon, Some("tcp:127.0.0.1:9"), Some(mib(300))));
+    assert!(r.prepare_s.is_some());
+    wait_for(T, "state migrating", || d.status("a").state == VmState::Migrating);
+
+    // It fails: reported, and normal control resumes (the buffer comes back).
+    g.q().finish_migration(MigrationOutcome::Failed);
+    wait_for(T, "the failure reported", || d.status("a").last_migration.is_some_and(|r| r.status == "failed"));
+    wait_for(T, "the buffer back after the failure", || g.fakes.last_request() == Some(expected_target(300)));
+    assert!(d.log.text().contains("migration failed"), "{}", d.log.text());
+
+    // A migration another tool starts is reported too, as started by another tool.
+    g.q().start_migration();
+    wait_for(T, "the other tool's migration seen", || d.status("a").last_migration.is_some_and(|r| r.started_by == StartedBy::Other));
+    g.q().finish_migration(MigrationOutcome::Completed);
+    wait_for(T, "its end reported", || d.status("a").last_migration.is_some_and(|r| r.status == "completed"));
+    assert_requests_in_bounds(&g.q());
+}
+
+#[test]
+fn a_second_migration_request_is_refused_while_one_is_prepared_or_runs() {
+    use autoballoon::controller::VmCommand;
+    let g = Guest::start(Fakes::start(), 1000);
+    let d = Daemon::start(vec![g.fakes.vm("a", Some(quick_policy()))], 200);
+    wait_for(T, "target 1064 MiB", || g.fakes.last_request() == Some(expected_target(1000)));
+    let vm = d.ctl().vm("a").unwrap();
+    assert!(vm.command(VmCommand::Migrate { uri: "tcp:127.0.0.1:9".into(), max_bandwidth: None }));
+    assert!(vm.command(VmCommand::Migrate { uri: "tcp:127.0.0.1:10".into(), max_bandwidth: None }));
+    wait_for(T, "the migration started", || g.q().migration_status() == "active");
+    wait_for(T, "the second request refused", || d.log.text().contains("refused"));
+    assert_eq!(d.status("a").last_migration.and_then(|r| r.uri).as_deref(), Some("tcp:127.0.0.1:9"));
+}
+
+#[test]
+fn autoballoon_migrate_asks_the_daemon_and_reports_the_end() {
+    use autoballoon::status_socket::{commands_of, StatusServer};
+    let g = Guest::start(Fakes::start(), 1000);
+    let d = Daemon::start(vec![g.fakes.vm("a", Some(quick_policy()))], 200);
+    wait_for(T, "target 1064 MiB", || g.fakes.last_request() == Some(expected_target(1000)));
+    let dir = autoballoon_fakes::TempDir::new().unwrap();
+    let sock = dir.path().join("status.sock");
+    let server = StatusServer::start_with(&sock, autoballoon::metrics::snapshots_of(d.ctl()), Some(commands_of(d.ctl())), autoballoon::log::Logger::new(autoballoon::config::LogFormat::Json, false)).unwrap();
+    // The fake QEMU's migration completes half a second after it started.
+    let q = g.fakes.clone();
+    let finisher = std::thread::spawn(move || {
+        let t = Instant::now();
+        while q.q().migration_status() != "active" && t.elapsed() < T {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        q.q().finish_migration(MigrationOutcome::Completed);
+    });
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_autoballoon"))
+        .args(["migrate", "a", "--to", "tcp:127.0.0.1:9", "--bandwidth-mib", "64", "--socket", sock.to_str().unwrap()])
+        .output()
+        .unwrap();
+    finisher.join().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("migration to tcp:127.0.0.1:9 completed"), "{stdout}");
+    assert!(stdout.contains("1064 -> 1000 MiB"), "prepared to the estimate with no buffer: {stdout}");
+    assert_eq!(g.fakes.last_request(), Some(mib(1000)), "shrunk to what the guest uses");
+    server.stop();
+}
+
+#[test]
+fn a_shrink_still_in_flight_when_another_tool_starts_a_migration_is_stopped_where_the_balloon_is() {
+    use autoballoon_fakes::{BalloonMotion, FakeQemuConfig};
+    // The balloon moves at 600 MiB/s, like a guest under TCG.
+    let g = Guest::start(Fakes::start_with(FakeQemuConfig { motion: BalloonMotion::PerSecond(mib(600)), ..FakeQemuConfig::new(configured()) }), 1900);
+    let d = Daemon::start(vec![g.fakes.vm("a", Some(quick_policy()))], 200);
+    // About 1964 MiB (a report taken while the balloon moves is off by a MiB or so).
+    wait_for(T, "the balloon at about 1964 MiB", || g.fakes.last_request().is_some_and(|r| r.abs_diff(expected_target(1900)) <= mib(8) && g.q().actual() == r));
+    g.set_used(100);
+    wait_for(T, "a shrink asked", || g.fakes.last_request().is_some_and(|r| r < mib(1500)));
+    assert!(g.q().actual() > mib(1500), "still in flight");
+    let asked = g.fakes.last_request().unwrap();
+    g.q().start_migration();
+    wait_for(T, "the balloon stopped for the migration", || g.fakes.last_request().is_some_and(|r| r > asked));
+    let stopped = g.fakes.last_request().unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    let actual = g.q().actual();
+    assert!(actual >= stopped.saturating_sub(mib(2)) && actual < expected_target(1900), "stopped at {stopped}, actual {actual}");
+    assert!(d.log.text().contains("stopped at"), "{}", d.log.text());
+    g.q().finish_migration(MigrationOutcome::Failed);
+    wait_for(T, "shrinking resumes after the failure", || g.fakes.last_request().is_some_and(|r| r.abs_diff(expected_target(100)) <= mib(8)));
+}
+
+#[test]
+fn a_migration_with_nothing_to_shrink_starts_at_once() {
+    use autoballoon::config::PolicyConfig;
+    use autoballoon::controller::VmCommand;
+    let g = Guest::start(Fakes::start(), 1000);
+    // The migration buffer is the buffer: the VM is already where the preparation wants it.
+    let d = Daemon::start(vec![g.fakes.vm("a", Some(PolicyConfig { migration_buffer_mib: 64, ..quick_policy() }))], 1000);
+    wait_for(T, "target 1064 MiB", || g.fakes.last_request() == Some(expected_target(1000)));
+    let asked = Instant::now();
+    assert!(d.ctl().vm("a").unwrap().command(VmCommand::Migrate { uri: "tcp:127.0.0.1:9".into(), max_bandwidth: None }));
+    wait_for(T, "the migration started", || g.q().migration_status() == "active");
+    assert!(asked.elapsed() < Duration::from_millis(1500), "started after {:?}", asked.elapsed());
+    assert!(d.log.text().contains("nothing to shrink"), "{}", d.log.text());
+    assert_eq!(g.fakes.last_request(), Some(expected_target(1000)));
+}

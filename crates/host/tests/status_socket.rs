@@ -137,3 +137,30 @@ fn another_user_gets_permission_denied() {
     server.stop();
     ctl.stop();
 }
+
+#[test]
+fn migrate_is_refused_with_reasons_and_a_read_only_socket_takes_no_commands() {
+    use autoballoon::status_socket::commands_of;
+    let dir = tmp("migrate");
+    let ctl = controller(&dir, &["web1"]);
+    let sock = dir.join("status.sock");
+    let server = StatusServer::start_with(&sock, snapshots_of(&ctl), Some(commands_of(&ctl)), Logger::new(LogFormat::Json, false)).unwrap();
+    let s = sock.to_str().unwrap();
+    let (code, _, err) = autoballoon(&["migrate", "web1", "--to", "tcp:127.0.0.1:9", "--socket", s]);
+    assert_eq!(code, 2);
+    assert!(err.contains("web1 is unreachable"), "{err}");
+    let (code, _, err) = autoballoon(&["migrate", "nope", "--to", "tcp:127.0.0.1:9", "--socket", s]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no VM named \"nope\""), "{err}");
+    // A raw bad request gets an error answer; status still works beside it.
+    let r = autoballoon::status_socket::request(&sock, &serde_json::json!({"migrate": {"vm": "web1", "uri": "", "max_bandwidth": null}}));
+    assert!(r.unwrap_err().contains("`uri`"));
+    assert_eq!(autoballoon(&["status", "--socket", s]).0, 0);
+    server.stop();
+
+    let server = StatusServer::start(&sock, snapshots_of(&ctl), Logger::new(LogFormat::Json, false)).unwrap();
+    let r = autoballoon::status_socket::request(&sock, &serde_json::json!({"migrate": {"vm": "web1", "uri": "tcp:127.0.0.1:9", "max_bandwidth": null}}));
+    assert!(r.unwrap_err().contains("takes no commands"));
+    server.stop();
+    ctl.stop();
+}

@@ -8,6 +8,7 @@ mod console;
 pub mod demo;
 pub mod guest;
 mod migrate;
+pub mod migbench;
 pub mod plot;
 mod qemu;
 

@@ -196,7 +196,8 @@ impl<P: Policy> ControlLoop<P> {
             Verdict::Set { target, limits } => (target, limits),
             Verdict::Hold(h) => return Err(Idle::Held(h)),
         };
-        if let Some(f) = &mut self.filter {
+        // A prepared migration is not a transient: its shrink is not screened.
+        if let Some(f) = self.filter.as_mut().filter(|_| !s.preparing_migration) {
             if let Screen::WaitUntil(until) = f.screen(s.at, target, room.commanded) {
                 return Err(Idle::Unconfirmed { until });
             }

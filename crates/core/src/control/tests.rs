@@ -105,3 +105,29 @@ fn no_data_moves_nothing_even_outside_the_rails() {
     let s = Sample { guest_size: Kib::ZERO, max: Kib::from_mib_saturating(4096), ..Sample::default() };
     assert_eq!(lp.tick(&s).outcome, Err(Idle::NoDecision));
 }
+
+#[test]
+fn a_prepared_migration_is_not_screened_by_the_outlier_filter() {
+    let filter = OutlierFilter::new(Duration::from_secs(5), Kib::from_mib_saturating(16), Filtered::ShrinkOnly);
+    let mut lp = ControlLoop::new(Scripted(vec![Some(500)]), GuardRails::default(), Interval::Fixed(Duration::from_secs(1))).with_outlier_filter(filter);
+    let mut s = at(0, false);
+    s.preparing_migration = true;
+    assert_eq!(lp.tick(&s).outcome.unwrap().target, Kib::from_mib_saturating(500));
+}
+
+#[test]
+fn preparing_a_migration_through_the_configured_loop_shrinks_to_the_migration_buffer_at_once() {
+    use crate::config::PolicyConfig;
+    let c = PolicyConfig { migration_buffer_mib: 8, ..Default::default() };
+    let mut lp = c.control_loop(Duration::from_secs(1));
+    // 2 GiB guest, 1600 MiB available: the estimate is 448 MiB + buffer.
+    let mem = MemView { total: Kib::from_mib_saturating(2048), available: Kib::from_mib_saturating(1600), ..Default::default() };
+    let mut s = Sample { mem: Some(mem), ..at(0, false) };
+    let a = lp.tick(&s).outcome.unwrap();
+    assert_eq!(a.target, Kib::from_mib_saturating(2048 - 1024), "the default step limit: 1024 MiB a tick");
+    s.at = Duration::from_secs(1);
+    s.guest_size = a.target;
+    s.mem = Some(MemView { available: Kib::from_mib_saturating(576), ..mem });
+    s.preparing_migration = true;
+    assert_eq!(lp.tick(&s).outcome.unwrap().target, Kib::from_mib_saturating(448 + 8));
+}

@@ -95,3 +95,20 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn preparing_a_migration_skips_the_step_and_the_hold_off_but_not_a_running_migration() {
+    let r = GuardRails { min: mib(128), max_shrink_per_tick: mib(100), hold_off: Duration::from_secs(5), ..Default::default() };
+    let mut st = RailState::default();
+    // The guest grew at 0 s: the hold-off runs until 5 s.
+    assert_eq!(set(apply(&r, &mut st, &sample(0, false), 1500, mib(1000))), mib(1500));
+    assert_eq!(apply(&r, &mut st, &sample(1, false), 300, mib(1500)), Verdict::Hold(Hold::HoldOff));
+    let mut prep = sample(1, false);
+    prep.preparing_migration = true;
+    let room = r.room(&st, &prep, mib(1500));
+    assert_eq!((room.floor, room.floor_by), (mib(128), Bound::Limit), "neither the step nor the hold-off");
+    assert_eq!(apply(&r, &mut st, &prep, 300, mib(1500)), Verdict::Set { target: mib(300), limits: vec![] });
+    assert_eq!(apply(&r, &mut st, &prep, 10, mib(300)), Verdict::Set { target: mib(128), limits: vec![Limit::RaisedToMin] }, "the floor holds");
+    prep.migrating = true;
+    assert_eq!(apply(&r, &mut st, &prep, 200, mib(300)), Verdict::Hold(Hold::Migration), "no shrinking while the migration runs");
+}

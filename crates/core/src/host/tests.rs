@@ -178,3 +178,18 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_vm_preparing_a_migration_is_due_at_once_and_shrinks_to_the_migration_buffer() {
+    let mut hl = HostLoop::new(Independent);
+    hl.add_vm(VmId(0), lp());
+    assert_eq!(targets(&hl.tick(&host(0, None, vec![vm(0, 2048, 1500)]))), vec![Some(1564)]);
+    // Half an interval later: not due, unless a migration is being prepared.
+    let mut s = host(0, None, vec![vm(0, 1564, 100)]);
+    s.at = Duration::from_millis(500);
+    s.vms[0].1.at = s.at;
+    assert_eq!(hl.tick(&s).len(), 0, "not due");
+    s.vms[0].1.preparing_migration = true;
+    // SwapFree::new keeps no buffer for a migration: the estimate alone.
+    assert_eq!(targets(&hl.tick(&s)), vec![Some(128)], "due at once, the hold-off skipped, down to the floor");
+}

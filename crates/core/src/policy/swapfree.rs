@@ -39,11 +39,16 @@ pub struct SwapFree {
     /// Page cache the guest may keep: up to this much of `Cached` is added to the target,
     /// for cache-heavy guests. Zero turns it off.
     pub cache_buffer: Kib,
+    /// The buffer while a migration is prepared (`Sample::preparing_migration`): free
+    /// memory the migration would send for nothing. The cache buffer is not added then.
+    pub migration_buffer: Kib,
 }
 
 impl SwapFree {
+    /// The estimator with `buffer` and no cache buffer; a migration is prepared with no
+    /// buffer at all.
     pub fn new(buffer: Kib) -> SwapFree {
-        SwapFree { buffer, cache_buffer: Kib::ZERO }
+        SwapFree { buffer, cache_buffer: Kib::ZERO, migration_buffer: Kib::ZERO }
     }
 }
 
@@ -54,7 +59,7 @@ impl Policy for SwapFree {
 
     fn decide(&mut self, s: &Sample) -> Option<Decision> {
         let mem = s.mem.as_ref()?;
-        let buffer = self.buffer.saturating_add(mem.cached.min(self.cache_buffer));
+        let buffer = if s.preparing_migration { self.migration_buffer } else { self.buffer.saturating_add(mem.cached.min(self.cache_buffer)) };
         let e = estimate(mem, s.guest_size, s.max, buffer);
         Some(Decision { target: e.target, reason: Reason::Estimate(e) })
     }
@@ -95,13 +100,15 @@ mod tests {
 
     #[test]
     fn policy_needs_a_view_and_adds_the_cache_buffer() {
-        let mut p = SwapFree { buffer: Kib::from_mib_saturating(10), cache_buffer: Kib::from_mib_saturating(100) };
+        let mut p = SwapFree { buffer: Kib::from_mib_saturating(10), cache_buffer: Kib::from_mib_saturating(100), migration_buffer: Kib::from_mib_saturating(2) };
         let mut s = Sample { guest_size: Kib::from_mib_saturating(1000), max: Kib::from_mib_saturating(2000), ..Sample::default() };
         assert_eq!(p.decide(&s), None);
         let mut v = view(500 * 1024, 0, 0, 0);
         v.cached = Kib::from_mib_saturating(30);
         s.mem = Some(v);
         assert_eq!(p.decide(&s).unwrap().target, Kib::from_mib_saturating(1000 - 500 + 10 + 30));
+        s.preparing_migration = true;
+        assert_eq!(p.decide(&s).unwrap().target, Kib::from_mib_saturating(1000 - 500 + 2), "the migration buffer, no cache buffer");
     }
 
     proptest! {

@@ -26,6 +26,12 @@ pub struct Sample {
     pub mem: Option<MemView>,
     /// A live migration of this VM is running.
     pub migrating: bool,
+    /// A migration was asked for and is being prepared (or runs on that request): the
+    /// policy keeps its migration buffer instead of its buffer, and the rails skip the
+    /// shrink step and the hold-off, so the VM shrinks to the estimate at once. Set by the
+    /// driver (the host's VM actor on `autoballoon migrate`) until the migration ends.
+    /// Shrinking still stops while `migrating`: the flag never overrides that.
+    pub preparing_migration: bool,
     /// The guest's memory pressure (its /proc/pressure/memory), if reported.
     pub pressure: Option<Pressure>,
     /// OOM kills in the guest since boot, if reported.

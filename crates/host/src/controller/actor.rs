@@ -4,16 +4,16 @@
 //! `balloon`. Watches migration, tells the agent, and never blocks on the guest.
 
 use super::agent_link::AgentLink;
-use super::status::{Point, VmState};
+use super::status::{MigrationReport, Point, StartedBy, VmState};
 use super::sync::{lock, panic_message};
-use super::{Bell, Msg, Observation, VmCommand, VmShared};
+use super::{Bell, Msg, Observation, VmCommand, VmShared, PREPARE_WAIT};
 use crate::config::VmConfig;
 use crate::log::{EventKind, Logger, RateLimit};
 use autoballoon_core::policy::MemView;
 use autoballoon_core::protocol::{HostMessage, MigrationOutcome};
 use autoballoon_core::sample::{merge, SizeViews};
 use autoballoon_core::{Bytes, Kib};
-use autoballoon_qmp::{Backoff, MigrationStatus, Qmp, QmpError};
+use autoballoon_qmp::{Backoff, MigrationInfo, MigrationStatus, Qmp, QmpError};
 use serde_json::json;
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -30,6 +30,48 @@ const NO_BALLOON_RETRY: Duration = Duration::from_secs(30);
 const HEALTHY_SESSION: Duration = Duration::from_secs(30);
 /// How often a missing agent socket is tried again.
 const AGENT_RETRY: Duration = Duration::from_secs(5);
+/// While a migration is prepared, `actual` is read this often.
+const PREPARE_POLL: Duration = Duration::from_millis(100);
+/// The balloon is where it is going once `actual` is this close to the target.
+const PREPARE_SLACK: Kib = Kib(2 * 1024);
+/// The balloon has stopped (deflate-on-oom pushes back, the guest cannot give more) once
+/// `actual` has not moved for this long.
+const PREPARE_STALL: Duration = Duration::from_millis(1500);
+/// With neither a target nor a decision this long after the request, the decider is not
+/// deciding (e.g. no fresh sample): migrate as the guest is.
+const PREPARE_NOTHING: Duration = Duration::from_millis(2500);
+
+/// A `Migrate` request in progress: prepared, then started, until the migration ends.
+struct Prep {
+    uri: String,
+    max_bandwidth: Option<u64>,
+    asked: Instant,
+    /// The last target applied since the request.
+    target: Option<Kib>,
+    /// The last `actual` read and when it last changed.
+    actual: Option<(Kib, Instant)>,
+    logged: Instant,
+    /// The decider decided on a preparing sample and changed nothing.
+    held: bool,
+    /// `migrate` was sent.
+    started: bool,
+}
+
+/// Why a prepared migration starts now.
+fn prep_ready(p: &Prep, actual: Kib, paused: bool, now: Instant) -> Option<&'static str> {
+    if paused {
+        return Some("autoballoon is paused for this VM: the balloon is left alone");
+    }
+    let waited = now.saturating_duration_since(p.asked);
+    match p.target {
+        Some(t) if actual <= t.saturating_add(PREPARE_SLACK) => Some("the balloon reached the target"),
+        Some(_) if p.actual.is_some_and(|(_, since)| now.saturating_duration_since(since) >= PREPARE_STALL) => Some("the balloon stopped short of the target"),
+        None if p.held => Some("nothing to shrink"),
+        None if waited >= PREPARE_NOTHING => Some("no decision came: migrating as the guest is"),
+        _ if waited >= PREPARE_WAIT => Some("timed out waiting for the balloon"),
+        _ => None,
+    }
+}
 
 /// Why a session with one QEMU ended.
 enum End {
@@ -51,12 +93,16 @@ pub(crate) struct Actor {
     paused: bool,
     epoch: u64,
     limits: HashMap<EventKind, RateLimit>,
+    /// A `Migrate` request being prepared or running.
+    prep: Option<Prep>,
+    /// Sample at once rather than at the next tick (a request just came).
+    resample: bool,
 }
 
 impl Actor {
     #[allow(clippy::too_many_arguments)]
     pub fn new(cfg: VmConfig, agent_stale_s: u64, interval: Duration, started: Instant, log: Logger, inbox: Receiver<Msg>, shutdown: Arc<AtomicBool>, bell: Arc<Bell>, shared: Arc<VmShared>) -> Actor {
-        Actor { cfg, agent_stale: Duration::from_secs(agent_stale_s), interval, started, log, inbox, shutdown, bell, shared, paused: false, epoch: 0, limits: HashMap::new() }
+        Actor { cfg, agent_stale: Duration::from_secs(agent_stale_s), interval, started, log, inbox, shutdown, bell, shared, paused: false, epoch: 0, limits: HashMap::new(), prep: None, resample: false }
     }
 
     /// Runs until shutdown. A panic inside is caught, logged, and the actor starts over
@@ -113,6 +159,12 @@ impl Actor {
             }
             let began = Instant::now();
             let end = self.session(&qmp);
+            if let Some(p) = self.prep.take() {
+                if !p.started {
+                    self.migration_report(|r| r.status = "failed: the QMP session ended before the migration started".into());
+                    self.log.event(&self.shared.name, EventKind::MigrationRequest, &format!("migration to {} dropped: the QMP session ended", p.uri), &[]);
+                }
+            }
             *lock(&self.shared.session) = None;
             *lock(&self.shared.mailbox) = None;
             match end {
@@ -152,6 +204,23 @@ impl Actor {
                         if let Err(e) = self.apply(q, size) {
                             return Some(End::Error(e));
                         }
+                        if let Some(p) = self.prep.as_mut().filter(|p| !p.started) {
+                            p.target = Some(size);
+                            // The balloon has not had time to move towards it yet.
+                            p.actual = None;
+                        }
+                    }
+                }
+                Ok(Msg::Held) => {
+                    if let Some(p) = self.prep.as_mut().filter(|p| !p.started) {
+                        p.held = true;
+                    }
+                }
+                Ok(Msg::Command(VmCommand::Migrate { uri, max_bandwidth })) => {
+                    if self.request_migration(uri, max_bandwidth, qmp.is_some()) {
+                        // Sample now: the decider shrinks the VM on this sample.
+                        self.resample = true;
+                        return None;
                     }
                 }
                 Ok(Msg::Command(VmCommand::Retarget { qmp, agent })) => {
@@ -238,16 +307,21 @@ impl Actor {
         loop {
             // 1. Migration: events, and a poll while one runs (in case events are off).
             let mut statuses: Vec<MigrationStatus> = qmp.poll_events().iter().filter_map(|e| e.migration_status()).collect();
-            if migrating {
+            if migrating || self.prep.as_ref().is_some_and(|p| p.started) {
                 match qmp.query_migrate() {
                     Ok(m) => statuses.push(m.status),
                     Err(e) => return End::Error(e),
                 }
             }
             for status in statuses {
-                if self.migration_changed(&mut migrating, &status, agent.as_mut()) {
+                if self.migration_changed(qmp, &mut migrating, &status, agent.as_mut()) {
                     return self.wait_gone(qmp);
                 }
+            }
+            if migrating && self.prep.as_ref().is_some_and(|p| !p.started) {
+                let p = self.prep.take().expect("checked");
+                self.migration_report(|r| r.status = "refused: another migration runs".into());
+                self.log.event(&self.shared.name, EventKind::MigrationRequest, &format!("migration to {} refused: another migration of this VM runs", p.uri), &[]);
             }
             let dropped = qmp.dropped_events();
             if dropped > reported_drops {
@@ -284,7 +358,8 @@ impl Actor {
             }
             let merged = merge(&views);
             prev_actual = Some(actual);
-            let sample = merged.sample(now - self.started, configured, migrating);
+            let mut sample = merged.sample(now - self.started, configured, migrating);
+            sample.preparing_migration = self.prep.is_some();
             // 3. Publish for the decider (not while paused), and show it.
             if !self.paused {
                 *lock(&self.shared.mailbox) = Some(Observation { sample: sample.clone(), source: merged.source, epoch: self.epoch, taken: now });
@@ -311,9 +386,133 @@ impl Actor {
             // 4. Wait for the next tick, applying the decider's targets meanwhile. Ticks
             //    fall on multiples of the interval since the controller started, so all
             //    VMs are sampled together and the decider balances them in one step.
-            if let Some(end) = self.wait(until_next_tick(self.started.elapsed(), self.interval), Some(qmp)) {
+            if std::mem::take(&mut self.resample) {
+                continue;
+            }
+            let next = until_next_tick(self.started.elapsed(), self.interval);
+            if self.prep.as_ref().is_some_and(|p| !p.started) {
+                match self.prepare(qmp, actual, next) {
+                    Ok(Some(end)) => return end,
+                    Ok(None) => continue,
+                    Err(e) => return End::Error(e),
+                }
+            }
+            if let Some(end) = self.wait(next, Some(qmp)) {
                 return end;
             }
+        }
+    }
+
+    /// Takes a `Migrate` request; false if it cannot be taken now.
+    fn request_migration(&mut self, uri: String, max_bandwidth: Option<u64>, connected: bool) -> bool {
+        let refuse = if !connected {
+            Some("no QMP session to this VM")
+        } else if self.prep.is_some() {
+            Some("a migration requested earlier is still being prepared or runs")
+        } else {
+            None
+        };
+        let name = self.shared.name.clone();
+        if let Some(why) = refuse {
+            self.log.event(&name, EventKind::MigrationRequest, &format!("migration to {uri} refused: {why}"), &[]);
+            return false;
+        }
+        let now = Instant::now();
+        let size = lock(&self.shared.status).known_size();
+        let shown = size.map_or("unknown".to_string(), |s| s.to_string());
+        self.log.event(&name, EventKind::MigrationRequest, &format!("migration to {uri} requested: shrinking from {shown} first (at most {} s)", PREPARE_WAIT.as_secs()), &[("uri", json!(uri))]);
+        lock(&self.shared.status).last_migration = Some(MigrationReport {
+            started_by: StartedBy::Autoballoon, uri: Some(uri.clone()), status: "preparing".into(), prepare_s: None,
+            size_asked: size, size_at_start: None, seconds: None, sent_bytes: None, downtime_ms: None,
+        });
+        self.prep = Some(Prep { uri, max_bandwidth, asked: now, target: None, actual: None, logged: now, held: false, started: false });
+        true
+    }
+
+    /// Waits up to `left` for a prepared migration's balloon, reading `actual` every
+    /// [`PREPARE_POLL`] and handling messages; starts the migration once it is ready.
+    /// `Ok(None)`: go on with the next sample.
+    fn prepare(&mut self, qmp: &Qmp, mut actual: Kib, left: Duration) -> Result<Option<End>, QmpError> {
+        let until = Instant::now() + left;
+        loop {
+            let now = Instant::now();
+            let p = self.prep.as_mut().expect("preparing");
+            match p.actual {
+                Some((a, _)) if a == actual => {}
+                _ => p.actual = Some((actual, now)),
+            }
+            if now.saturating_duration_since(p.logged) >= Duration::from_secs(1) {
+                p.logged = now;
+                let target = p.target.map_or("not set yet".to_string(), |t| t.to_string());
+                let msg = format!("preparing migration to {}: size {actual}, target {target}, {:.1} s", p.uri, now.saturating_duration_since(p.asked).as_secs_f64());
+                self.log.event(&self.shared.name, EventKind::MigrationRequest, &msg, &[("size_kib", json!(actual.0))]);
+            }
+            let p = self.prep.as_ref().expect("preparing");
+            if let Some(why) = prep_ready(p, actual, self.paused, now) {
+                self.start_migration(qmp, actual, why)?;
+                return Ok(None);
+            }
+            if now >= until {
+                return Ok(None);
+            }
+            if let Some(end) = self.wait(PREPARE_POLL.min(until.saturating_duration_since(now)), Some(qmp)) {
+                return Ok(Some(end));
+            }
+            if self.prep.is_none() {
+                return Ok(None);
+            }
+            actual = match qmp.query_balloon() {
+                Ok(b) => Bytes(b).to_kib_floor(),
+                Err(e) if e.is_device_not_active() => actual,
+                Err(e) => return Err(e),
+            };
+        }
+    }
+
+    /// Sends `migrate` for the prepared request. A command QEMU refuses ends the request
+    /// (normal control resumes); a lost session is the caller's error.
+    fn start_migration(&mut self, qmp: &Qmp, actual: Kib, why: &str) -> Result<(), QmpError> {
+        let p = self.prep.as_mut().expect("preparing");
+        p.started = true;
+        let (uri, bw, asked, target) = (p.uri.clone(), p.max_bandwidth, p.asked, p.target);
+        let prepare_s = asked.elapsed().as_secs_f64();
+        let sent = match bw {
+            Some(b) => qmp.migrate_set_max_bandwidth(b),
+            None => Ok(()),
+        }
+        .and_then(|()| qmp.migrate(&uri));
+        let name = self.shared.name.clone();
+        match sent {
+            Ok(()) => {
+                let target = target.map_or("none".to_string(), |t| t.to_string());
+                let msg = format!("migration to {uri} started after {prepare_s:.1} s of preparation ({why}): size {actual}, target {target}");
+                self.log.event(&name, EventKind::MigrationRequest, &msg, &[("prepare_s", json!(prepare_s)), ("size_kib", json!(actual.0))]);
+                self.migration_report(|r| {
+                    r.status = "setup".into();
+                    r.prepare_s = Some(prepare_s);
+                    r.size_at_start = Some(actual);
+                });
+                Ok(())
+            }
+            Err(e) => {
+                self.prep = None;
+                self.log.event(&name, EventKind::MigrationRequest, &format!("migration to {uri} failed to start: {e}; normal control resumes"), &[]);
+                self.migration_report(|r| {
+                    r.status = format!("failed: {e}");
+                    r.prepare_s = Some(prepare_s);
+                });
+                if qmp.is_connected() {
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+
+    fn migration_report(&self, f: impl FnOnce(&mut MigrationReport)) {
+        if let Some(r) = lock(&self.shared.status).last_migration.as_mut() {
+            f(r);
         }
     }
 
@@ -334,14 +533,26 @@ impl Actor {
     }
 
     /// Applies a migration status change; true if the VM has left for the destination.
-    fn migration_changed(&mut self, migrating: &mut bool, status: &MigrationStatus, agent: Option<&mut AgentLink>) -> bool {
+    fn migration_changed(&mut self, qmp: &Qmp, migrating: &mut bool, status: &MigrationStatus, agent: Option<&mut AgentLink>) -> bool {
         let now_active = status.is_active();
+        let ours = self.prep.as_ref().is_some_and(|p| p.started);
         let notice = if now_active && !*migrating {
             *migrating = true;
             self.note(EventKind::MigrationStarted, "migration started: no shrinking until it ends", &[]);
+            self.freeze_shrink(qmp);
+            if ours {
+                self.migration_report(|r| r.status = status.to_string());
+            } else {
+                let size = lock(&self.shared.status).known_size();
+                lock(&self.shared.status).last_migration = Some(MigrationReport {
+                    started_by: StartedBy::Other, uri: None, status: status.to_string(), prepare_s: None,
+                    size_asked: None, size_at_start: size, seconds: None, sent_bytes: None, downtime_ms: None,
+                });
+            }
             HostMessage::MigrationStarted
-        } else if !now_active && *migrating {
+        } else if !now_active && (*migrating || (ours && *status != MigrationStatus::None)) {
             *migrating = false;
+            self.migration_ended(qmp, status);
             let outcome = match status {
                 MigrationStatus::Completed => MigrationOutcome::Completed,
                 MigrationStatus::Cancelled => MigrationOutcome::Cancelled,
@@ -363,6 +574,51 @@ impl Actor {
             return true;
         }
         false
+    }
+
+    /// A shrink asked before the migration started would go on in the guest during it
+    /// (the driver inflates towards the last target): the balloon is stopped where it is.
+    fn freeze_shrink(&mut self, qmp: &Qmp) {
+        // Paused: the balloon is not ours to touch (and our last target is stale).
+        if self.paused {
+            return;
+        }
+        let target = lock(&self.shared.status).target;
+        let Ok(actual) = qmp.query_balloon().map(|b| Bytes(b).to_kib_floor()) else { return };
+        let Some(t) = target.filter(|t| t.saturating_add(PREPARE_SLACK) < actual) else { return };
+        if qmp.set_balloon_guest_size(actual.to_bytes_saturating().0).is_ok() {
+            lock(&self.shared.status).target = Some(actual);
+            // The loop's last target is no longer QEMU's: it measures from the guest again.
+            self.epoch += 1;
+            self.note(EventKind::MigrationStarted, &format!("the balloon was still shrinking towards {t}: stopped at {actual} for the migration"), &[("size_kib", json!(actual.0))]);
+        }
+    }
+
+    /// Records a migration's end in the status (QEMU's seconds, bytes and downtime) with
+    /// one log line, and ends a `Migrate` request: normal control resumes.
+    fn migration_ended(&mut self, qmp: &Qmp, status: &MigrationStatus) {
+        let info: Option<MigrationInfo> = qmp.query_migrate().ok();
+        let seconds = info.as_ref().and_then(|i| i.total_time_ms).map(|ms| ms as f64 / 1000.0);
+        let sent = info.as_ref().and_then(|i| i.ram_transferred_bytes);
+        let downtime = info.as_ref().and_then(|i| i.downtime_ms);
+        self.migration_report(|r| {
+            r.status = status.to_string();
+            r.seconds = seconds;
+            r.sent_bytes = sent;
+            r.downtime_ms = downtime;
+        });
+        let report = lock(&self.shared.status).last_migration.clone();
+        let Some(r) = report else { return };
+        let f = |v: Option<f64>, unit: &str| v.map_or("-".to_string(), |v| format!("{v:.2}{unit}"));
+        let mut msg = format!("migration {status}: {} s, {} MiB sent, downtime {} ms", f(r.seconds, ""), f(r.sent_mib(), ""), r.downtime_ms.map_or("-".into(), |d| d.to_string()));
+        if let Some(p) = self.prep.take() {
+            msg = format!("{msg}; to {}, prepared in {} s ({} -> {}); normal control resumes", p.uri, f(r.prepare_s, ""),
+                r.size_asked.map_or("-".into(), |k| k.to_string()), r.size_at_start.map_or("-".into(), |k| k.to_string()));
+        } else {
+            msg = format!("{msg} (started by another tool)");
+        }
+        let fields = [("seconds", json!(r.seconds)), ("sent_bytes", json!(r.sent_bytes)), ("downtime_ms", json!(r.downtime_ms)), ("prepare_s", json!(r.prepare_s))];
+        self.log.event(&self.shared.name, EventKind::MigrationRequest, &msg, &fields);
     }
 
     /// This QEMU is a stopped husk after an outgoing migration: wait until it goes away

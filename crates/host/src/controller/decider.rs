@@ -179,7 +179,13 @@ impl Decider {
                     st.actions += 1;
                     st.last_reason = a.reason.to_string();
                 }
-                Err(idle) => self.log.debug(name, &format!("size {}: {idle}", st.size)),
+                Err(idle) => {
+                    self.log.debug(name, &format!("size {}: {idle}", st.size));
+                    // A migration waits for this decision: tell the actor there is nothing to wait for.
+                    if step.sample.vms.iter().any(|(id, s)| *id == t.vm && s.preparing_migration) {
+                        let _ = offer(&vm.tx, Msg::Held);
+                    }
+                }
             }
         }
         self.watch_short(&step.sample.host);

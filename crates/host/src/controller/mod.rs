@@ -20,7 +20,7 @@ mod status;
 mod sync;
 
 pub use agent_link::{AgentLink, MAX_SAMPLES_PER_SEC};
-pub use status::{History, LinkStats, Point, VmState, VmStatus, HISTORY};
+pub use status::{History, LinkStats, MigrationReport, Point, StartedBy, VmState, VmStatus, HISTORY};
 pub use sync::lock;
 
 use crate::config::Config;
@@ -45,12 +45,23 @@ pub enum VmCommand {
     Resume,
     /// Just wake the worker (shutdown).
     Wake,
+    /// Migrate the VM: shrink it at once to the policy's estimate with
+    /// `migration_buffer_mib` (no shrink step, no hold-off), wait until QMP `actual`
+    /// reaches the target (at most [`PREPARE_WAIT`]), then `migrate` to `uri` (with
+    /// `max_bandwidth` bytes/s if given), watch it to the end and report it in the status
+    /// (`last_migration`) and one log line. Normal control resumes after success or failure.
+    Migrate { uri: String, max_bandwidth: Option<u64> },
 }
+
+/// The longest a `Migrate` waits for the balloon before it migrates anyway.
+pub const PREPARE_WAIT: Duration = Duration::from_secs(10);
 
 /// What reaches a VM's actor: a decision, or a command from outside.
 #[derive(Debug, Clone)]
 pub(crate) enum Msg {
     Set(autoballoon_core::Kib),
+    /// The decider decided on a sample that prepares a migration and changed nothing.
+    Held,
     Command(VmCommand),
 }
 
@@ -134,6 +145,21 @@ impl VmHandle {
     /// Sends a command without blocking; false if the worker is gone or its queue is full.
     pub fn command(&self, c: VmCommand) -> bool {
         self.commands.try_send(Msg::Command(c)).is_ok()
+    }
+    /// A handle that sends this VM commands from another thread (the status socket).
+    pub fn commander(&self) -> VmCommander {
+        VmCommander(self.commands.clone())
+    }
+}
+
+/// Sends one VM commands; cheap to clone, usable from any thread.
+#[derive(Clone)]
+pub struct VmCommander(SyncSender<Msg>);
+
+impl VmCommander {
+    /// As [`VmHandle::command`].
+    pub fn command(&self, c: VmCommand) -> bool {
+        self.0.try_send(Msg::Command(c)).is_ok()
     }
 }
 

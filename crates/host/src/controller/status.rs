@@ -122,6 +122,49 @@ pub struct VmStatus {
     pub agent: LinkStats,
     /// QMP events QEMU sent that were dropped (queue bound reached).
     pub qmp_events_dropped: u64,
+    /// The running or last live migration of this VM seen by this controller.
+    pub last_migration: Option<MigrationReport>,
+}
+
+/// Who started a migration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StartedBy {
+    /// `autoballoon migrate` (the controller prepared it and started it).
+    Autoballoon,
+    /// Another tool, over QMP (libvirt, an orchestrator): seen by its events.
+    Other,
+}
+
+/// One live migration, as far as it has got.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MigrationReport {
+    pub started_by: StartedBy,
+    /// Where to (only known when autoballoon started it).
+    pub uri: Option<String>,
+    /// `preparing`, then QEMU's status (`active`, `completed`, `failed`, `cancelled`, ...).
+    pub status: String,
+    /// From the request to the `migrate` command: the balloon shrinking (autoballoon only).
+    pub prepare_s: Option<f64>,
+    /// The guest's size (QMP `actual`) when the request came and when the migration started.
+    pub size_asked: Option<Kib>,
+    pub size_at_start: Option<Kib>,
+    /// QEMU's `total-time`, seconds.
+    pub seconds: Option<f64>,
+    /// QEMU's `ram.transferred`, bytes.
+    pub sent_bytes: Option<u64>,
+    /// QEMU's `downtime`, ms.
+    pub downtime_ms: Option<u64>,
+}
+
+impl MigrationReport {
+    /// Being prepared, or running (QEMU's status is not a final one).
+    pub fn running(&self) -> bool {
+        !matches!(self.status.as_str(), "completed" | "failed" | "cancelled" | "none") && !self.status.starts_with("failed") && !self.status.starts_with("refused")
+    }
+    pub fn sent_mib(&self) -> Option<f64> {
+        self.sent_bytes.map(|b| b as f64 / (1024.0 * 1024.0))
+    }
 }
 
 impl VmStatus {

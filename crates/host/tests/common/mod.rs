@@ -140,7 +140,10 @@ pub struct Fakes {
 
 impl Fakes {
     pub fn start() -> Arc<Fakes> {
-        Arc::new(Fakes { qemu: Mutex::new(FakeQemu::start(FakeQemuConfig::new(configured()))), port: Mutex::new(FakeAgentPort::start()) })
+        Fakes::start_with(FakeQemuConfig::new(configured()))
+    }
+    pub fn start_with(config: FakeQemuConfig) -> Arc<Fakes> {
+        Arc::new(Fakes { qemu: Mutex::new(FakeQemu::start(config)), port: Mutex::new(FakeAgentPort::start()) })
     }
     pub fn q(&self) -> MutexGuard<'_, FakeQemu> {
         self.qemu.lock().unwrap_or_else(|e| e.into_inner())
