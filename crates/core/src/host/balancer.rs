@@ -83,12 +83,12 @@ impl Balancer for CapGrowth {
     fn balance(&mut self, host: &HostView, claims: &[Claim]) -> Vec<Kib> {
         let wants: Vec<Kib> = claims.iter().map(|c| c.want).collect();
         let Some(cap) = host.capacity else { return wants };
-        let total = wants.iter().fold(Kib::ZERO, |a, w| a.saturating_add(*w));
+        // What each VM holds for sure this step, and what growers want on top of it.
+        let held: Vec<Kib> = claims.iter().map(|c| c.room.commanded.max(c.room.floor)).collect();
+        let total = claims.iter().zip(&held).fold(Kib::ZERO, |a, (c, h)| a.saturating_add(c.want.max(*h)));
         if total <= cap {
             return wants;
         }
-        // What each VM holds for sure this step, and what growers want on top of it.
-        let held: Vec<Kib> = claims.iter().map(|c| c.room.commanded.max(c.room.floor)).collect();
         let held_sum = held.iter().fold(Kib::ZERO, |a, b| a.saturating_add(*b));
         let growth = claims.iter().zip(&held).fold(Kib::ZERO, |a, (c, h)| a.saturating_add(c.want.saturating_sub(*h)));
         let budget = cap.saturating_sub(held_sum).min(growth);
