@@ -12,8 +12,8 @@
 #                        spike (patched and stock; 20 each, AUTOBALLOON_SPIKE_MIGRATIONS)
 #   make kernel-test-debug  the same on the debug build of the series (lockdep,
 #                        DEBUG_VM, DEBUG_LIST): any kernel warning fails a test
-#   make kernel-check    checkpatch --strict on every patch, and every prefix
-#                        of the series builds
+#   make kernel-check    identity and ABI fields and checkpatch --strict on
+#                        every patch, and every prefix of the series builds
 #   make kernel-deb      Debian packages of the patched kernel for real guests
 #                        (Debian's cloud-amd64 config; FLAVOUR=amd64 for the
 #                        generic one; 1-2 h cold)
