@@ -8,24 +8,13 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use autoballoon_qmp::{Qmp, QmpError, BALLOON_DEVICE_PATH, EVENT_QUEUE_BYTES};
-use common::{Action, FakeServer, Script, Step};
+use autoballoon_qmp::{QmpError, BALLOON_DEVICE_PATH, EVENT_QUEUE_BYTES};
+use common::{assert_clean, connect, names, GIB, Action, FakeServer, Script, Step};
 use serde_json::json;
 
-const GIB: u64 = 1 << 30;
 
-fn connect(server: &FakeServer) -> Qmp {
-    Qmp::connect(server.path(), Duration::from_secs(5)).expect("connect to fake server")
-}
 
-fn assert_clean(server: FakeServer) {
-    let problems = server.finish();
-    assert!(problems.is_empty(), "fake server saw: {problems:#?}");
-}
 
-fn names(events: &[autoballoon_qmp::Event]) -> Vec<&str> {
-    events.iter().map(|e| e.name.as_str()).collect()
-}
 
 const RUNNING: &str = r#"{"return": {"status": "running", "singlestep": false, "running": true}}"#;
 

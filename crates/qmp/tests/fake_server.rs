@@ -10,24 +10,13 @@ use autoballoon_qmp::types::{parse_guest_stats, parse_migration_info};
 use autoballoon_qmp::{
     Backoff, GuestStats, MigrationStatus, QemuVersion, Qmp, QmpError, BALLOON_DEVICE_PATH,
 };
-use common::{fixture, Action, FakeServer, Script, Step, TempDir};
+use common::{assert_clean, connect, names, GIB, fixture, Action, FakeServer, Script, Step, TempDir};
 use serde_json::{json, Value};
 
-const GIB: u64 = 1 << 30;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-fn connect(server: &FakeServer) -> Qmp {
-    Qmp::connect(server.path(), CONNECT_TIMEOUT).expect("connect to fake server")
-}
 
-fn assert_clean(server: FakeServer) {
-    let problems = server.finish();
-    assert!(problems.is_empty(), "fake server saw: {problems:#?}");
-}
 
-fn names(events: &[autoballoon_qmp::Event]) -> Vec<&str> {
-    events.iter().map(|e| e.name.as_str()).collect()
-}
 
 #[test]
 fn greeting_and_capabilities() {

@@ -13,28 +13,18 @@
 
 mod common;
 
-use std::time::Duration;
+
 
 use autoballoon_qmp::types::{parse_guest_stats, parse_migration_info};
-use autoballoon_qmp::{MigrationStatus, QemuVersion, Qmp, QmpError, BALLOON_DEVICE_PATH};
-use common::{fixture, FakeServer, Script};
+use autoballoon_qmp::{MigrationStatus, QemuVersion, QmpError, BALLOON_DEVICE_PATH};
+use common::{assert_clean, connect, fixture, names, FakeServer, Script};
 use serde_json::{json, Value};
 
 const MIB: u64 = 1 << 20;
 const PACKAGE: &str = "Debian 1:10.0.2+ds-2+deb13u1~bpo12+1";
 
-fn connect(server: &FakeServer) -> Qmp {
-    Qmp::connect(server.path(), Duration::from_secs(5)).expect("connect to fake server")
-}
 
-fn assert_clean(server: FakeServer) {
-    let problems = server.finish();
-    assert!(problems.is_empty(), "fake server saw: {problems:#?}");
-}
 
-fn names(events: &[autoballoon_qmp::Event]) -> Vec<&str> {
-    events.iter().map(|e| e.name.as_str()).collect()
-}
 
 /// The `return` values of every `<-` reply in a fixture that has `key` at its top level.
 fn returns_with(name: &str, key: &str) -> Vec<Value> {

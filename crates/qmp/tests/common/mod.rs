@@ -382,3 +382,21 @@ fn serve(mut stream: UnixStream, script: Script, release: &AtomicBool) -> Vec<St
     }
     problems
 }
+
+/// Connects the client to a fake server (5 s handshake timeout).
+pub fn connect(server: &FakeServer) -> autoballoon_qmp::Qmp {
+    autoballoon_qmp::Qmp::connect(server.path(), std::time::Duration::from_secs(5)).expect("connect to fake server")
+}
+
+/// Fails the test with whatever the fake server saw that its script did not expect.
+pub fn assert_clean(server: FakeServer) {
+    let problems = server.finish();
+    assert!(problems.is_empty(), "fake server saw: {problems:#?}");
+}
+
+/// The events' names, in order.
+pub fn names(events: &[autoballoon_qmp::Event]) -> Vec<&str> {
+    events.iter().map(|e| e.name.as_str()).collect()
+}
+
+pub const GIB: u64 = 1 << 30;
