@@ -13,8 +13,6 @@
 
 mod common;
 
-
-
 use autoballoon_qmp::types::{parse_guest_stats, parse_migration_info};
 use autoballoon_qmp::{MigrationStatus, QemuVersion, QmpError, BALLOON_DEVICE_PATH};
 use common::{assert_clean, connect, fixture, names, FakeServer, Script};
