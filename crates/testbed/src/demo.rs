@@ -6,7 +6,8 @@
 //! writes a plot.
 
 use crate::plot::{self, Series, Span};
-use crate::{migrate, wait_for, GuestAgent, GuestImage, Migrated, Qemu, VmSpec};
+use crate::guest::fill;
+use crate::{migrate, rss_of, step, wait_for, wait_vm_settled, GuestAgent, GuestImage, Migrated, Qemu, VmSpec};
 use autoballoon::config::{Config, ControllerConfig, LogFormat, PolicyConfig, VmConfig};
 use autoballoon::controller::{Controller, VmCommand, VmHandle};
 use autoballoon::log::Logger;
@@ -186,32 +187,8 @@ impl Live {
     }
 }
 
-/// A process' resident memory in KiB.
-fn rss_of(pid: u32) -> Option<Kib> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = s.lines().find(|l| l.starts_with("VmRSS:"))?;
-    line.split_whitespace().nth(1)?.parse().ok().map(Kib)
-}
-
-/// Runs `fill`, which dirties `mib` MiB and frees them on exit.
-fn fill(q: &Qemu, mib: u64) -> Result<(), String> {
-    let out = step("fill", q.console.run(&format!("fill {mib}"), Duration::from_secs(180)))?;
-    if out.status != 0 || !out.text.contains("FILL mib=") {
-        return Err(format!("fill {mib} failed (exit {}): {}", out.status, out.text.trim()));
-    }
-    Ok(())
-}
-
-fn step<T, E: std::fmt::Display>(what: &str, r: Result<T, E>) -> Result<T, String> {
-    r.map_err(|e| format!("{what}: {e}"))
-}
-
 fn wait_size(vm: &VmHandle, timeout: Duration, what: &str, cond: impl Fn(Kib) -> bool) -> Result<Duration, String> {
     wait_for(timeout, Duration::from_millis(200), || vm.snapshot().known_size().is_some_and(&cond)).ok_or_else(|| format!("timed out after {timeout:?} waiting for {what} (size {})", vm.snapshot().size))
-}
-
-fn wait_settled(vm: &VmHandle, timeout: Duration) -> Result<Kib, String> {
-    crate::wait_settled(timeout, || vm.snapshot().known_size().unwrap_or(Kib(u64::MAX))).ok_or_else(|| format!("the guest size did not settle within {timeout:?}"))
 }
 
 struct MigrationRow {
@@ -268,7 +245,7 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
     let result = (|| -> Result<(Vec<MigrationRow>, Summary), String> {
         live.phase(Phase::Shrink);
         wait_size(vm, Duration::from_secs(60), "the idle guest to shrink to 25 %", |s| s <= Kib(configured.0 / 4))?;
-        let idle = wait_settled(vm, Duration::from_secs(60))?;
+        let idle = wait_vm_settled(vm, Duration::from_secs(60))?;
 
         live.phase(Phase::Spike { threads: a.spike_threads, mib: a.spike_mib });
         let cmd = format!("spike {} {} {} 0 1", a.spike_threads, a.spike_mib, a.spike_hold_s);
@@ -291,7 +268,7 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
         let spike_ok = spike.status == 0 && spike.text.contains("failed=0");
 
         live.phase(Phase::ShrinkBack);
-        let after = wait_settled(vm, Duration::from_secs(90))?;
+        let after = wait_vm_settled(vm, Duration::from_secs(90))?;
 
         // Row 1, without autoballoon: the controller paused, the guest at full size.
         live.phase(Phase::FullSize);

@@ -120,6 +120,15 @@ pub fn balloon_to(qmp: &Qmp, size: Kib, timeout: Duration) -> Result<Option<Dura
     }
 }
 
+/// Runs the guest workload `fill`, which dirties `mib` MiB and frees them on exit.
+pub fn fill(q: &Qemu, mib: u64) -> Result<(), String> {
+    let out = q.console.run(&format!("fill {mib}"), Duration::from_secs(180)).map_err(|e| format!("fill: {e}"))?;
+    if out.status != 0 || !out.text.contains("FILL mib=") {
+        return Err(format!("fill {mib} failed (exit {}): {}", out.status, out.text.trim()));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,3 +156,4 @@ mod tests {
         assert_eq!(hook_pages_served("nothing"), None);
     }
 }
+

@@ -14,7 +14,7 @@ mod qemu;
 
 pub use console::{count_oom_kills, Console, ConsoleError};
 pub use migrate::{free_port, migrate, Migrated};
-pub use qemu::{qemu_binary, GuestAgent, GuestImage, Qemu, QemuError, VmSpec, QEMU_ENV};
+pub use qemu::{qemu_binary, rss_of, GuestAgent, GuestImage, Qemu, QemuError, VmSpec, QEMU_ENV};
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -53,4 +53,14 @@ pub fn wait_settled(timeout: Duration, mut size: impl FnMut() -> autoballoon_cor
         window.first().is_some_and(|(t, _)| now.duration_since(*t) >= Duration::from_millis(3750)) && hi.saturating_sub(lo) <= Kib::from_mib_saturating(8)
     })
     .map(|_| last)
+}
+
+/// A step's error with what was being done, for the demo's and the benchmark's messages.
+pub(crate) fn step<T, E: std::fmt::Display>(what: &str, r: Result<T, E>) -> Result<T, String> {
+    r.map_err(|e| format!("{what}: {e}"))
+}
+
+/// Waits until the controller's view of a VM's size stops moving ([`wait_settled`]).
+pub fn wait_vm_settled(vm: &autoballoon::controller::VmHandle, timeout: Duration) -> Result<autoballoon_core::Kib, String> {
+    wait_settled(timeout, || vm.snapshot().known_size().unwrap_or(autoballoon_core::Kib(u64::MAX))).ok_or_else(|| format!("the guest size did not settle within {timeout:?}"))
 }

@@ -10,7 +10,8 @@
 //! - `ab+fpr-prep`: guest F, `VmCommand::Migrate`;
 //! - `fpr`: guest F, the controller paused and the balloon empty: FPR alone.
 
-use crate::{migrate, wait_for, GuestImage, Qemu, VmSpec};
+use crate::guest::fill;
+use crate::{migrate, step, wait_for, wait_vm_settled, GuestImage, Qemu, VmSpec};
 use autoballoon::config::{Config, ControllerConfig, LogFormat, PolicyConfig, VmConfig};
 use autoballoon::controller::{Controller, MigrationReport, StartedBy, VmCommand, VmHandle, VmState};
 use autoballoon::log::Logger;
@@ -137,10 +138,6 @@ struct Result1 {
     size_mib: f64,
     rss_mib: Option<f64>,
     healthy: bool,
-}
-
-fn step<T, E: std::fmt::Display>(what: &str, r: Result<T, E>) -> Result<T, String> {
-    r.map_err(|e| format!("{what}: {e}"))
 }
 
 pub fn run(a: BenchArgs) -> Result<(), String> {
@@ -272,7 +269,7 @@ fn point(image: &GuestImage, out: &std::path::Path, a: &BenchArgs, configured: K
             .ok_or("the guest did not get back to full size")?;
         Ok(())
     };
-    let settled = |vm: &VmHandle| crate::wait_settled(Duration::from_secs(90), || vm.snapshot().known_size().unwrap_or(Kib(u64::MAX))).ok_or("the guest size did not settle");
+    let settled = |vm: &VmHandle| wait_vm_settled(vm, Duration::from_secs(90));
     // Destinations start first, so the waiting time is idle.
     let spec = VmSpec { name: format!("mb-{}{}", g.name, g.hops + 1), ..g.spec.clone() };
     let (dest, port) = step("starting the destination", Qemu::start_incoming(image, spec, out))?;
@@ -280,10 +277,7 @@ fn point(image: &GuestImage, out: &std::path::Path, a: &BenchArgs, configured: K
         Moment::Idle => {
             // Every row from the same state: the guest at full size, `fill` dirties and frees.
             full(vm)?;
-            let o = step("fill", g.q.console.run(&format!("fill {}", a.fill_mib), Duration::from_secs(180)))?;
-            if o.status != 0 {
-                return Err(format!("fill failed: {}", o.text.trim()));
-            }
+            fill(&g.q, a.fill_mib)?;
             if row.controlled() {
                 vm.command(VmCommand::Resume);
             }

@@ -238,10 +238,15 @@ impl Qemu {
 
     /// QEMU's resident memory in KiB (what the host really pays for the VM).
     pub fn rss(&self) -> Option<Kib> {
-        let s = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
-        let line = s.lines().find(|l| l.starts_with("VmRSS:"))?;
-        line.split_whitespace().nth(1)?.parse().ok().map(Kib)
+        rss_of(self.child.id())
     }
+}
+
+/// A process' resident memory (VmRSS), for a thread that only has its pid.
+pub fn rss_of(pid: u32) -> Option<Kib> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok().map(Kib)
 }
 
 impl Drop for Qemu {
