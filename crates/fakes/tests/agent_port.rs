@@ -1,5 +1,7 @@
 //! FakeAgentPort seen from a plain UnixStream standing in for the daemon.
 
+mod common;
+
 use autoballoon_core::protocol::{decode, encode, AgentMessage, HostMessage, MigrationOutcome, MAX_LINE};
 use autoballoon_core::units::{Kib, Pages};
 use autoballoon_fakes::{sample, wait_until, FakeAgentPort};
@@ -99,20 +101,7 @@ fn not_reading_blocks_the_daemon() {
         .unwrap();
     let line = encode(&HostMessage::MigrationStarted);
     let chunk = line.repeat(1000);
-    let t = Instant::now();
-    let err = loop {
-        if let Err(e) = s.write_all(chunk.as_bytes()) {
-            break e;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "writes never blocked"
-        );
-    };
-    assert!(
-        matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
-        "{err}"
-    );
+    common::assert_writes_block(&mut s, chunk.as_bytes());
     port.set_reading(true);
     assert!(wait_until(WAIT, || port.received().len() >= 1000));
 }

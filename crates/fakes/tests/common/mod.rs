@@ -29,3 +29,16 @@ pub fn events_named(qmp: &Qmp, name: &str, n: usize, timeout: Duration) -> Vec<E
     }
     out
 }
+
+/// Writes `chunk` again and again until a write fails, which it must within 10 s, with
+/// the time-out of a peer that stopped reading (the writer has a write timeout set).
+pub fn assert_writes_block(w: &mut impl std::io::Write, chunk: &[u8]) {
+    let t = Instant::now();
+    let err = loop {
+        if let Err(e) = w.write_all(chunk) {
+            break e;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "writes never blocked");
+    };
+    assert!(matches!(err.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut), "{err}");
+}
