@@ -476,6 +476,12 @@ impl Actor {
         p.started = true;
         let (uri, bw, asked, target) = (p.uri.clone(), p.max_bandwidth, p.asked, p.target);
         let prepare_s = asked.elapsed().as_secs_f64();
+        // The report first, so whoever sees the migration running also sees its size at start.
+        self.migration_report(|r| {
+            r.status = "setup".into();
+            r.prepare_s = Some(prepare_s);
+            r.size_at_start = Some(actual);
+        });
         let sent = match bw {
             Some(b) => qmp.migrate_set_max_bandwidth(b),
             None => Ok(()),
@@ -487,11 +493,6 @@ impl Actor {
                 let target = target.map_or("none".to_string(), |t| t.to_string());
                 let msg = format!("migration to {uri} started after {prepare_s:.1} s of preparation ({why}): size {actual}, target {target}");
                 self.log.event(&name, EventKind::MigrationRequest, &msg, &[("prepare_s", json!(prepare_s)), ("size_kib", json!(actual.0))]);
-                self.migration_report(|r| {
-                    r.status = "setup".into();
-                    r.prepare_s = Some(prepare_s);
-                    r.size_at_start = Some(actual);
-                });
                 Ok(())
             }
             Err(e) => {
@@ -499,7 +500,7 @@ impl Actor {
                 self.log.event(&name, EventKind::MigrationRequest, &format!("migration to {uri} failed to start: {e}; normal control resumes"), &[]);
                 self.migration_report(|r| {
                     r.status = format!("failed: {e}");
-                    r.prepare_s = Some(prepare_s);
+                    r.size_at_start = None;
                 });
                 if qmp.is_connected() {
                     Ok(())
