@@ -59,9 +59,9 @@ pub fn kernel_errors(text: &str) -> Vec<&str> {
 /// (`dmesg`) rather than the console: the console runs with `quiet`, which drops
 /// warnings, and a destination's console starts at the switchover while the guest's log
 /// travels with it. Beyond [`kernel_errors`]: general protection faults, RCU stalls, hung
-/// tasks and stack overflows.
+/// tasks, stack overflows and page poison found overwritten.
 pub fn dmesg_errors(q: &Qemu) -> Result<Vec<String>, ConsoleError> {
-    const MORE: [&str; 5] = ["general protection fault", "detected stall", "stall on CPU", "blocked for more than", "stack guard page"];
+    const MORE: [&str; 6] = ["general protection fault", "detected stall", "stall on CPU", "blocked for more than", "stack guard page", "pagealloc: memory corruption"];
     let out = q.console.run("dmesg", Duration::from_secs(60))?;
     Ok(out.text.lines().filter(|l| !kernel_errors(l).is_empty() || MORE.iter().any(|m| l.contains(m))).map(str::to_string).collect())
 }

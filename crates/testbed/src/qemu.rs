@@ -73,11 +73,16 @@ pub struct VmSpec {
     /// virtio-balloon free-page-reporting: the guest reports free 2 MiB blocks and QEMU
     /// discards them. A migration's destination needs the same setting as its source.
     pub free_page_reporting: bool,
+    /// virtio-balloon free-page-hint: QEMU asks the guest for free pages when a migration
+    /// starts and skips them.
+    pub free_page_hint: bool,
+    /// Guest NUMA nodes, memory and vCPUs split evenly between them (0: no NUMA topology).
+    pub numa_nodes: u32,
 }
 
 impl VmSpec {
     pub fn new(name: &str, memory: Kib) -> VmSpec {
-        VmSpec { qemu: qemu_binary(), name: name.into(), memory, cpus: 1, deflate_on_oom: true, agent: GuestAgent::Host, append: String::new(), incoming_port: None, free_page_reporting: false }
+        VmSpec { qemu: qemu_binary(), name: name.into(), memory, cpus: 1, deflate_on_oom: true, agent: GuestAgent::Host, append: String::new(), incoming_port: None, free_page_reporting: false, free_page_hint: false, numa_nodes: 0 }
     }
 }
 
@@ -153,9 +158,10 @@ impl Qemu {
             append.push_str(&spec.append);
         }
         let balloon = format!(
-            "virtio-balloon-pci,id=balloon0{}{}",
+            "virtio-balloon-pci,id=balloon0{}{}{}",
             if spec.deflate_on_oom { ",deflate-on-oom=on" } else { "" },
-            if spec.free_page_reporting { ",free-page-reporting=on" } else { "" }
+            if spec.free_page_reporting { ",free-page-reporting=on" } else { "" },
+            if spec.free_page_hint { ",free-page-hint=on" } else { "" }
         );
         // The flags below work unchanged on QEMU 7.2 and 10.0 (docs/qemu-versions.md).
         let mut cmd = Command::new(&spec.qemu);
@@ -178,6 +184,12 @@ impl Qemu {
             .args(["-device", "virtio-serial-pci,id=vser0"])
             .arg("-chardev").arg(format!("socket,id=agent0,path={},server=on,wait=off", agent.display()))
             .args(["-device", &format!("virtserialport,chardev=agent0,name={}", autoballoon_core::protocol::PORT_NAME)]);
+        for n in 0..spec.numa_nodes {
+            let mib = spec.memory.0 / 1024 / u64::from(spec.numa_nodes);
+            cmd.args(["-object", &format!("memory-backend-ram,id=numa{n},size={mib}M")]);
+            let cpus = (0..spec.cpus).filter(|c| c % spec.numa_nodes == n).map(|c| format!(",cpus={c}")).collect::<String>();
+            cmd.args(["-numa", &format!("node,nodeid={n},memdev=numa{n}{cpus}")]);
+        }
         if let Some(port) = spec.incoming_port {
             cmd.args(["-incoming", &format!("tcp:127.0.0.1:{port}")]);
         }

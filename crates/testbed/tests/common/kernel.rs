@@ -1,0 +1,105 @@
+//! Shared by the guest-kernel scenarios (`tests/kernel.rs`, `tests/kernel_mm.rs`): the
+//! 2 GiB, 2-vCPU guest on the patched or the stock kernel, booting it, talking to it,
+//! and checking that its kernel stayed clean.
+
+use super::vm_dir;
+use autoballoon_testbed::guest::{balloon_to, dmesg_errors, kernel_errors, read_number, run_spike, tainted, SpikeRun};
+use autoballoon_testbed::{GuestAgent, GuestImage, Qemu, VmSpec};
+use autoballoon_core::{Kib, Pages};
+use autoballoon_qmp::Qmp;
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+pub const GUEST: Kib = Kib::from_mib_saturating(2048);
+/// The size the host balloons the guest to before a spike.
+pub const SHRUNK: Kib = Kib::from_mib_saturating(256);
+/// The spike: 4 threads × 384 MiB = 1.5 GiB, six times what the shrunk guest has.
+pub const SPIKE_THREADS: u32 = 4;
+pub const SPIKE_MIB: u64 = 384;
+
+pub fn spike(q: &Qemu) -> SpikeRun {
+    run_spike(q, SPIKE_THREADS, SPIKE_MIB, Duration::from_secs(300))
+}
+
+/// Balloons the guest to [`SHRUNK`] over QMP and waits until QEMU reports it there.
+pub fn shrink(qmp: &Qmp) {
+    balloon_to(qmp, SHRUNK, Duration::from_secs(120)).expect("QMP").expect("the balloon reaches 256 MiB in 2 min");
+}
+
+pub fn image(var: &str) -> GuestImage {
+    let dir = std::env::var_os(var).unwrap_or_else(|| panic!("{var} is not set: run `make kernel-test`"));
+    GuestImage::at(Path::new(&dir)).unwrap_or_else(|e| panic!("{e}"))
+}
+
+pub fn patched() -> GuestImage {
+    image("AUTOBALLOON_PATCHED_IMAGE")
+}
+
+pub fn stock() -> GuestImage {
+    image("AUTOBALLOON_STOCK_IMAGE")
+}
+
+/// Appends one record to the results file (and prints it).
+pub fn record(variant: &str, scenario: &str, mut fields: Value) {
+    fields["variant"] = json!(variant);
+    fields["scenario"] = json!(scenario);
+    let line = fields.to_string();
+    println!("{line}");
+    if let Some(path) = std::env::var_os("AUTOBALLOON_KERNEL_RESULTS") {
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&path).expect("results file");
+        writeln!(f, "{line}").expect("write results");
+    }
+}
+
+pub fn spec(name: &str, agent: GuestAgent, deflate_on_oom: bool) -> VmSpec {
+    // AUTOBALLOON_KERNEL_CPUS: vCPUs per guest (2).
+    let cpus = std::env::var("AUTOBALLOON_KERNEL_CPUS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
+    VmSpec { cpus, agent, deflate_on_oom, ..VmSpec::new(name, GUEST) }
+}
+
+pub fn boot(test: &str, image: &GuestImage, spec: VmSpec) -> Qemu {
+    let name = spec.name.clone();
+    let q = Qemu::start(image, spec, &vm_dir(test, &name)).unwrap_or_else(|e| panic!("{e}"));
+    q.wait_booted(Duration::from_secs(120)).unwrap_or_else(|e| panic!("{e}"));
+    q
+}
+
+/// Fails the test if the guest kernel reported an oops, a BUG, a warning, a bad page, a
+/// general protection fault, a stall or a panic, on the console or in its own log (the
+/// console runs with `quiet`, which drops warnings), or tainted itself.
+pub fn assert_clean(q: &Qemu) {
+    let text = q.console.transcript();
+    let mut errors: Vec<String> = kernel_errors(&text).into_iter().map(str::to_string).collect();
+    if errors.is_empty() {
+        errors = dmesg_errors(q).unwrap_or_else(|e| vec![format!("dmesg: {e}")]);
+    }
+    let taint = tainted(q).unwrap_or(u64::MAX);
+    assert!(errors.is_empty() && taint == 0, "{} reported kernel errors (taint {taint}; console log {}):\n{}", q.spec.name, q.console.log_path().display(), errors.join("\n"));
+}
+
+pub fn ctl(q: &Qemu) -> Qmp {
+    Qmp::connect_with_retry(&q.qmp_ctl, Instant::now() + Duration::from_secs(10)).expect("QMP")
+}
+
+/// Runs a command that must succeed and returns its output.
+pub fn sh(q: &Qemu, cmd: &str) -> String {
+    let out = q.console.run(cmd, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(out.status, 0, "`{cmd}`: {}", out.text);
+    out.text
+}
+
+pub fn read_u64(q: &Qemu, path: &str) -> u64 {
+    read_number(q, path).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Pages in the guest's balloon, as the patched guest counts them: `max_pages - current_pages`.
+pub fn guest_balloon(q: &Qemu) -> Option<Pages> {
+    let read = |f: &str| read_number(q, &format!("/proc/sys/vm/balloon/{f}")).ok();
+    Some(Pages(read("max_pages")?.saturating_sub(read("current_pages")?)))
+}
+
+pub fn mib(p: Pages) -> f64 {
+    p.to_kib_saturating().0 as f64 / 1024.0
+}

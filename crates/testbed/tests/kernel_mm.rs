@@ -1,0 +1,147 @@
+//! The guest kernel's series as the rest of mm sees it (issue 9): which requests the page
+//! allocator hook answers, that a host gets its balloon back, that balloon memory goes
+//! through the page allocator's free path (page poisoning, init_on_free), NUMA nodes and
+//! cpusets, and the free page hinting and reporting devices. Each scenario boots the
+//! patched kernel (`make kernel-test` sets `AUTOBALLOON_PATCHED_IMAGE`) and checks the
+//! guest's own log and taint flag, not only the `quiet` console.
+mod common;
+
+use autoballoon_testbed::guest::{balloon_to, hook_pages_served, hook_stats, oom_kills, qemu_balloon};
+use autoballoon_testbed::{migrate, wait_for, GuestAgent, Qemu, VmSpec};
+use common::kernel::*;
+use serde_json::json;
+use std::time::Duration;
+
+/// One row of `hook_stats` (`order calls pages misses`): (calls, pages, misses).
+fn hook_row(stats: &str, order: u32) -> (u64, u64, u64) {
+    let row = stats.lines().map(|l| l.split_whitespace().filter_map(|w| w.parse::<u64>().ok()).collect::<Vec<_>>()).find(|f| f.len() == 4 && f[0] == u64::from(order));
+    row.map_or((0, 0, 0), |f| (f[1], f[2], f[3]))
+}
+
+fn vmstat(q: &Qemu, key: &str) -> u64 {
+    sh(q, &format!("grep '^{key} ' /proc/vmstat")).split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no {key} in /proc/vmstat"))
+}
+
+/// THP faults outside madvised ranges (`GFP_TRANSHUGE_LIGHT`: no direct reclaim) have a
+/// cheap fallback, small pages; they must not deflate the balloon a 2 MiB unit at a time.
+/// The spike still completes, served through its small-page fallbacks.
+#[test]
+#[ignore = "needs the patched kernel: make kernel-test"]
+fn patched_thp_faults_fall_back_instead_of_draining_the_balloon() {
+    let q = boot("kernel_mm_thp", &patched(), spec("thp", GuestAgent::None, true));
+    sh(&q, "echo always > /sys/kernel/mm/transparent_hugepage/enabled && echo madvise > /sys/kernel/mm/transparent_hugepage/defrag");
+    shrink(&ctl(&q));
+    let fallback = vmstat(&q, "thp_fault_fallback");
+    let s = spike(&q);
+    let stats = hook_stats(&q).expect("hook_stats");
+    let (calls9, pages9, _) = hook_row(&stats, 9);
+    let fallbacks = vmstat(&q, "thp_fault_fallback") - fallback;
+    let kills = oom_kills(&q);
+    record("patched", "thp", json!({ "thp_spike_completed": s.completed, "thp_oom_kills": kills, "thp_order9_calls": calls9, "thp_order9_pages": pages9, "thp_fault_fallbacks": fallbacks }));
+    assert!(s.completed, "the spike failed: {s:?}");
+    assert_eq!(kills, 0, "OOM kills");
+    assert_eq!(pages9, 0, "order-9 requests (THP faults without direct reclaim) deflated the balloon:\n{stats}");
+    assert!(fallbacks > 0, "no THP fault fell back to small pages");
+    assert!(hook_pages_served(&stats).unwrap_or(0) > 0, "the small-page fallbacks were not served from the balloon:\n{stats}");
+    assert_clean(&q);
+}
+
+/// With deflate-on-oom, what the hook took is not inflated again at once (the hook's
+/// credit), but the host sending the same target again must get its balloon back.
+#[test]
+#[ignore = "needs the patched kernel: make kernel-test"]
+fn patched_the_same_target_again_takes_the_balloon_back() {
+    let q = boot("kernel_mm_credit", &patched(), spec("credit", GuestAgent::None, true));
+    let qmp = ctl(&q);
+    shrink(&qmp);
+    let s = spike(&q);
+    assert!(s.completed, "the spike failed: {s:?}");
+    let after_spike = qemu_balloon(&qmp, GUEST).expect("query-balloon");
+    let back = balloon_to(&qmp, SHRUNK, Duration::from_secs(120)).expect("QMP");
+    let final_balloon = qemu_balloon(&qmp, GUEST).expect("query-balloon");
+    record("patched", "credit", json!({ "credit_balloon_after_spike_mib": mib(after_spike), "credit_balloon_after_same_target_mib": mib(final_balloon), "credit_back_s": back.map(|d| d.as_secs_f64()) }));
+    assert!(mib(after_spike) < (GUEST.0 - SHRUNK.0) as f64 / 1024.0 - 64.0, "the spike did not deflate the balloon ({:.0} MiB)", mib(after_spike));
+    assert!(back.is_some(), "the same target again left the balloon at {:.0} MiB", mib(final_balloon));
+    assert_clean(&q);
+}
+
+/// Balloon memory reaches the spike through the page allocator's free path: with page
+/// poisoning every page handed out must carry the poison (else "pagealloc: memory
+/// corruption"), and with init_on_free it must have been cleared on the way.
+#[test]
+#[ignore = "needs the patched kernel: make kernel-test"]
+fn patched_page_poisoning_and_init_on_free_through_the_spike() {
+    for (name, append) in [("poison", "page_poison=1"), ("init-on-free", "init_on_free=1")] {
+        let q = boot("kernel_mm_poison", &patched(), VmSpec { append: append.into(), ..spec(name, GuestAgent::None, true) });
+        shrink(&ctl(&q));
+        let s = spike(&q);
+        let kills = oom_kills(&q);
+        let served = hook_pages_served(&hook_stats(&q).unwrap_or_default()).unwrap_or(0);
+        record("patched", name, json!({ "spike_completed": s.completed, "oom_kills": kills, "hook_pages_served": served }));
+        assert!(s.completed, "{append}: the spike failed: {s:?}");
+        assert_eq!(kills, 0, "{append}: OOM kills");
+        assert!(served > 0, "{append}: the hook served nothing");
+        assert_clean(&q);
+    }
+}
+
+/// Anonymous pages per NUMA node in a process's `numa_maps` (the `N<node>=<pages>` words of
+/// its `anon=` mappings).
+fn anon_pages_per_node(numa_maps: &str, node: u32) -> u64 {
+    let key = format!("N{node}=");
+    numa_maps.lines().filter(|l| l.contains("anon=")).flat_map(|l| l.split_whitespace()).filter_map(|w| w.strip_prefix(&key)).filter_map(|v| v.parse::<u64>().ok()).sum()
+}
+
+/// Two NUMA nodes; the spike runs in a cpuset that allows node 1 only. The balloon must
+/// give back memory of node 1, so that every page the spike gets is on node 1.
+#[test]
+#[ignore = "needs the patched kernel: make kernel-test"]
+fn patched_two_numa_nodes_and_a_cpuset() {
+    let q = boot("kernel_mm_numa", &patched(), VmSpec { numa_nodes: 2, ..spec("numa", GuestAgent::None, true) });
+    sh(&q, "test -d /sys/devices/system/node/node1");
+    shrink(&ctl(&q));
+    sh(&q, "cd /sys/fs/cgroup && echo +cpuset > cgroup.subtree_control && mkdir -p spike && echo 1 > spike/cpuset.mems && cat spike/cpuset.mems.effective");
+    // 2 × 300 MiB held for 30 s in node 1's 1 GiB, most of which is ballooned.
+    sh(&q, "sh -c 'echo $$ > /sys/fs/cgroup/spike/cgroup.procs; exec spike 2 300 30 0 1' > /tmp/numa-spike.out 2>&1 &");
+    let touched = wait_for(Duration::from_secs(180), Duration::from_millis(500), || sh(&q, "cat /tmp/numa-spike.out").contains("SPIKE cycle="));
+    let out = sh(&q, "cat /tmp/numa-spike.out");
+    assert!(touched.is_some(), "the spike did not touch its memory in 3 min:\n{out}");
+    let maps = sh(&q, "cat /proc/$(pidof spike)/numa_maps");
+    let (n0, n1) = (anon_pages_per_node(&maps, 0), anon_pages_per_node(&maps, 1));
+    let stats = hook_stats(&q).unwrap_or_default();
+    let kills = oom_kills(&q);
+    record("patched", "numa", json!({ "numa_node0_anon_pages": n0, "numa_node1_anon_pages": n1, "numa_oom_kills": kills, "numa_hook_pages": hook_pages_served(&stats) }));
+    assert!(out.contains("ok=2"), "the spike's threads did not all get their memory:\n{out}");
+    assert_eq!(kills, 0, "OOM kills");
+    assert!(n1 >= 2 * 300 * 256 * 9 / 10, "only {n1} pages on node 1:\n{maps}");
+    assert!(n0 * 50 < n1, "{n0} of the spike's pages are on node 0, outside its cpuset:\n{maps}");
+    assert!(hook_pages_served(&stats).unwrap_or(0) > 0, "the hook served nothing:\n{stats}");
+    assert_clean(&q);
+}
+
+/// The patched kernel with QEMU's free page reporting and free page hinting on: a spike
+/// served by the hook, then a live migration (which starts free page hinting). Hinting's
+/// own MAX_PAGE_ORDER allocations must not deflate the balloon.
+#[test]
+#[ignore = "needs the patched kernel: make kernel-test"]
+fn patched_with_free_page_reporting_and_hinting() {
+    let image = patched();
+    let vm = |name: &str| VmSpec { free_page_reporting: true, free_page_hint: true, ..spec(name, GuestAgent::None, true) };
+    let q = boot("kernel_mm_fpr", &image, vm("fpr-src"));
+    let qmp = ctl(&q);
+    shrink(&qmp);
+    let s = spike(&q);
+    assert!(s.completed, "the spike failed: {s:?}");
+    let (dst, port) = Qemu::start_incoming(&image, vm("fpr-dst"), &common::vm_dir("kernel_mm_fpr", "fpr-dst")).unwrap_or_else(|e| panic!("{e}"));
+    let m = migrate(&qmp, port, 1 << 30, Duration::from_secs(300));
+    let stats = hook_stats(&dst).unwrap_or_default();
+    let (_, pages10, _) = hook_row(&stats, 10);
+    let kills = oom_kills(&dst);
+    record("patched", "fpr_fph", json!({ "fpr_migrated": m.is_ok(), "fpr_oom_kills": kills, "fpr_order10_pages": pages10, "fpr_hook_pages": hook_pages_served(&stats) }));
+    m.unwrap_or_else(|e| panic!("the migration failed: {e}"));
+    assert_eq!(kills, 0, "OOM kills");
+    assert_eq!(pages10, 0, "MAX_PAGE_ORDER requests (free page hinting) deflated the balloon:\n{stats}");
+    let s = spike(&dst);
+    assert!(s.completed, "the spike on the destination failed: {s:?}");
+    assert_clean(&dst);
+}
