@@ -38,8 +38,12 @@ struct Bench {
 
 impl Bench {
     fn boot(&mut self, image: &GuestImage, name: &str) -> Result<(Qemu, Qmp), String> {
+        self.boot_with(image, name, 2)
+    }
+
+    fn boot_with(&mut self, image: &GuestImage, name: &str, cpus: u32) -> Result<(Qemu, Qmp), String> {
         self.boots += 1;
-        let spec = VmSpec { cpus: 2, agent: GuestAgent::None, deflate_on_oom: true, ..VmSpec::new(&format!("{name}-{}", self.boots), GUEST) };
+        let spec = VmSpec { cpus, agent: GuestAgent::None, deflate_on_oom: true, ..VmSpec::new(&format!("{name}-{}", self.boots), GUEST) };
         let q = Qemu::start(image, spec, &self.run_dir).map_err(|e| e.to_string())?;
         q.wait_booted(Duration::from_secs(120)).map_err(|e| e.to_string())?;
         let qmp = Qmp::connect_with_retry(&q.qmp_ctl, Instant::now() + Duration::from_secs(10)).map_err(|e| e.to_string())?;
@@ -62,11 +66,80 @@ fn spike(q: &Qemu, what: &str) -> Result<f64, String> {
     }
 }
 
+/// Runs a guest command that must succeed.
+fn sh(q: &Qemu, cmd: &str) -> Result<String, String> {
+    let out = q.console.run(cmd, Duration::from_secs(300)).map_err(|e| e.to_string())?;
+    if out.status != 0 {
+        return Err(format!("`{cmd}` failed: {}", out.text));
+    }
+    Ok(out.text)
+}
+
+fn vmstat(q: &Qemu, key: &str) -> Result<u64, String> {
+    sh(q, &format!("grep '^{key} ' /proc/vmstat"))?.split_whitespace().nth(1).and_then(|v| v.parse().ok()).ok_or_else(|| format!("no {key} in /proc/vmstat"))
+}
+
+/// Pageblocks per migratetype in the Normal and DMA32 zones (`/proc/pagetypeinfo`'s
+/// "Number of blocks type" table): (unmovable, movable).
+fn pageblocks(q: &Qemu) -> Result<(u64, u64), String> {
+    let text = sh(q, "cat /proc/pagetypeinfo")?;
+    let mut lines = text.lines().skip_while(|l| !l.starts_with("Number of blocks type"));
+    let header: Vec<&str> = lines.next().ok_or("no pageblock table in /proc/pagetypeinfo")?.split_whitespace().collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).map(|i| i - 3);
+    let (u, m) = (col("Unmovable").ok_or("no Unmovable column")?, col("Movable").ok_or("no Movable column")?);
+    let (mut unmovable, mut movable) = (0, 0);
+    for l in lines.take_while(|l| l.starts_with("Node")) {
+        let n: Vec<u64> = l.split_whitespace().filter_map(|w| w.parse().ok()).skip(1).collect();
+        unmovable += n.get(u).copied().unwrap_or(0);
+        movable += n.get(m).copied().unwrap_or(0);
+    }
+    Ok((unmovable, movable))
+}
+
+/// Fragmentation after balloon churn: `cycles` times balloon to 256 MiB, a 2 x 300 MiB
+/// spike, balloon back to 2 GiB; then the pageblock table and the share of THP faults
+/// that got a huge page (defrag=always) for a 1 GiB touch.
+fn fragmentation(q: &Qemu, qmp: &Qmp, cycles: usize) -> Result<Fragmentation, String> {
+    for _ in 0..cycles {
+        timed_balloon(qmp, SHRUNK)?;
+        let s = run_spike(q, 2, 300, Duration::from_secs(600));
+        if !s.completed {
+            return Err(format!("churn spike failed: {s:?}"));
+        }
+        timed_balloon(qmp, GUEST)?;
+    }
+    let (unmovable, movable) = pageblocks(q)?;
+    sh(q, "echo always > /sys/kernel/mm/transparent_hugepage/enabled && echo always > /sys/kernel/mm/transparent_hugepage/defrag")?;
+    let (a0, f0) = (vmstat(q, "thp_fault_alloc")?, vmstat(q, "thp_fault_fallback")?);
+    let s = run_spike(q, 1, 1024, Duration::from_secs(600));
+    if !s.completed {
+        return Err(format!("THP spike failed: {s:?}"));
+    }
+    let (a, f) = (vmstat(q, "thp_fault_alloc")? - a0, vmstat(q, "thp_fault_fallback")? - f0);
+    Ok(Fragmentation { unmovable_blocks: unmovable, movable_blocks: movable, thp_success: a as f64 / (a + f).max(1) as f64 })
+}
+
+#[derive(Debug)]
+struct Fragmentation {
+    unmovable_blocks: u64,
+    movable_blocks: u64,
+    /// THP faults that got a huge page, of all THP faults.
+    thp_success: f64,
+}
+
+impl Fragmentation {
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({ "unmovable_blocks": self.unmovable_blocks, "movable_blocks": self.movable_blocks, "thp_success": self.thp_success })
+    }
+}
+
 #[derive(Default)]
 struct Samples {
     spike_nob: Vec<f64>,
     spike_hook: Vec<f64>,
     spike_doo: Vec<f64>,
+    spike_nob_4cpu: Vec<f64>,
+    spike_hook_4cpu: Vec<f64>,
     inflate_2m: Vec<f64>,
     deflate_2m: Vec<f64>,
     inflate_4k: Vec<f64>,
@@ -119,7 +192,24 @@ fn run() -> Result<(), String> {
         s.deflate_4k.push(timed_balloon(&qmp, GUEST)?);
         timed_balloon(&qmp, SHRUNK)?;
         s.spike_doo.push(spike(&q, "stock, deflate-on-oom")?);
+        drop(q);
+
+        eprintln!("[bench] round {rep} of {reps}: patched kernel, 4 vCPUs (the store lock under contention)");
+        let (q, qmp) = b.boot_with(&patched, "patched4", 4)?;
+        s.spike_nob_4cpu.push(spike(&q, "patched, 4 vCPUs, no balloon")?);
+        timed_balloon(&qmp, SHRUNK)?;
+        s.spike_hook_4cpu.push(spike(&q, "patched, 4 vCPUs, hook")?);
     }
+    // AUTOBALLOON_BENCH_CHURN: balloon cycles before the fragmentation figures (10).
+    let churn: usize = std::env::var("AUTOBALLOON_BENCH_CHURN").ok().and_then(|v| v.parse().ok()).unwrap_or(10);
+    eprintln!("[bench] fragmentation after {churn} balloon cycles: patched");
+    let (q, qmp) = b.boot(&patched, "frag-patched")?;
+    let frag_patched = fragmentation(&q, &qmp, churn)?;
+    drop(q);
+    eprintln!("[bench] fragmentation after {churn} balloon cycles: stock");
+    let (q, qmp) = b.boot(&stock, "frag-stock")?;
+    let frag_stock = fragmentation(&q, &qmp, churn)?;
+    drop(q);
 
     let (nob, hook, doo) = (median(&s.spike_nob), median(&s.spike_hook), median(&s.spike_doo));
     let (i2, d2, i4, d4) = (rate(median(&s.inflate_2m)), rate(median(&s.deflate_2m)), rate(median(&s.inflate_4k)), rate(median(&s.deflate_4k)));
@@ -129,9 +219,13 @@ fn run() -> Result<(), String> {
     println!("  balloon 1.75 GiB, hook         {hook:8.2}   {:.2}x no balloon (target <= 1.5x)", hook / nob);
     println!("  balloon 1.75 GiB, stock d-o-o  {doo:8.2}   {:.2}x no balloon", doo / nob);
     println!("  hook vs stock deflate-on-oom   {:8.2}x faster", doo / hook);
+    let (nob4, hook4) = (median(&s.spike_nob_4cpu), median(&s.spike_hook_4cpu));
+    println!("  4 vCPUs: no balloon {nob4:.2}, hook {hook4:.2}   {:.2}x no balloon", hook4 / nob4);
     println!("balloon speed, 1792 MiB each way (GB/s):");
     println!("  inflate  2 MiB {i2:7.3}   4 KiB {i4:7.3}   {:.2}x", i2 / i4);
-    println!("  deflate  2 MiB {d2:7.3}   4 KiB {d4:7.3}   {:.2}x (target >= 4x; 2 MiB: pages back before QEMU is told)", d2 / d4);
+    println!("  deflate  2 MiB {d2:7.3}   4 KiB {d4:7.3}   {:.2}x (target >= 4x)", d2 / d4);
+    println!("after {churn} balloon cycles: pageblocks unmovable/movable, THP faults that got a huge page:");
+    println!("  patched {}/{} {:.0} %   stock {}/{} {:.0} %", frag_patched.unmovable_blocks, frag_patched.movable_blocks, frag_patched.thp_success * 100.0, frag_stock.unmovable_blocks, frag_stock.movable_blocks, frag_stock.thp_success * 100.0);
     let json = serde_json::json!({
         "qemu": b.qemu,
         "reps": reps,
@@ -139,8 +233,11 @@ fn run() -> Result<(), String> {
         "hook_over_no_balloon": hook / nob, "stock_doo_over_no_balloon": doo / nob,
         "inflate_2m_gb_s": i2, "inflate_4k_gb_s": i4, "deflate_2m_gb_s": d2, "deflate_4k_gb_s": d4,
         "inflate_ratio": i2 / i4, "deflate_ratio": d2 / d4,
+        "spike_no_balloon_4cpu_s": nob4, "spike_hook_4cpu_s": hook4, "hook_over_no_balloon_4cpu": hook4 / nob4,
+        "churn_cycles": churn, "fragmentation_patched": frag_patched.json(), "fragmentation_stock": frag_stock.json(),
         "samples": {
             "spike_nob": s.spike_nob, "spike_hook": s.spike_hook, "spike_doo": s.spike_doo,
+            "spike_nob_4cpu": s.spike_nob_4cpu, "spike_hook_4cpu": s.spike_hook_4cpu,
             "inflate_2m": s.inflate_2m, "deflate_2m": s.deflate_2m, "inflate_4k": s.inflate_4k, "deflate_4k": s.deflate_4k,
         },
     });
