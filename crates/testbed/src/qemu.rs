@@ -73,11 +73,15 @@ pub struct VmSpec {
     /// virtio-balloon free-page-reporting: the guest reports free 2 MiB blocks and QEMU
     /// discards them. A migration's destination needs the same setting as its source.
     pub free_page_reporting: bool,
+    /// A cold-plugged pc-dimm of this size besides `memory` (`-m MEM,slots=2,maxmem=2×MEM`):
+    /// an ACPI memory device the guest adds at boot and leaves offline
+    /// (`/sys/devices/system/memory`), for memory hotplug tests.
+    pub dimm: Option<Kib>,
 }
 
 impl VmSpec {
     pub fn new(name: &str, memory: Kib) -> VmSpec {
-        VmSpec { qemu: qemu_binary(), name: name.into(), memory, cpus: 1, deflate_on_oom: true, agent: GuestAgent::Host, append: String::new(), incoming_port: None, free_page_reporting: false }
+        VmSpec { qemu: qemu_binary(), name: name.into(), memory, cpus: 1, deflate_on_oom: true, agent: GuestAgent::Host, append: String::new(), incoming_port: None, free_page_reporting: false, dimm: None }
     }
 }
 
@@ -166,7 +170,7 @@ impl Qemu {
         };
         cmd.args(["-accel", &accel, "-machine", "pc", "-cpu", "qemu64", "-nodefaults", "-display", "none", "-no-reboot"])
             .args(["-name", &spec.name])
-            .args(["-m", &format!("{}M", spec.memory.0 / 1024), "-smp", &spec.cpus.to_string()])
+            .args(["-m", &memory_arg(&spec), "-smp", &spec.cpus.to_string()])
             .arg("-kernel").arg(image.dir.join("vmlinuz"))
             .arg("-initrd").arg(image.dir.join("initrd.img"))
             .args(["-append", &append])
@@ -178,6 +182,10 @@ impl Qemu {
             .args(["-device", "virtio-serial-pci,id=vser0"])
             .arg("-chardev").arg(format!("socket,id=agent0,path={},server=on,wait=off", agent.display()))
             .args(["-device", &format!("virtserialport,chardev=agent0,name={}", autoballoon_core::protocol::PORT_NAME)]);
+        if let Some(dimm) = spec.dimm {
+            cmd.args(["-object", &format!("memory-backend-ram,id=dimm0-mem,size={}M", dimm.0 / 1024)])
+                .args(["-device", "pc-dimm,id=dimm0,memdev=dimm0-mem"]);
+        }
         if let Some(port) = spec.incoming_port {
             cmd.args(["-incoming", &format!("tcp:127.0.0.1:{port}")]);
         }
@@ -239,6 +247,15 @@ impl Qemu {
     /// QEMU's resident memory in KiB (what the host really pays for the VM).
     pub fn rss(&self) -> Option<Kib> {
         rss_of(self.child.id())
+    }
+}
+
+/// QEMU's `-m`: the boot memory, and with a dimm two slots and room for it.
+fn memory_arg(spec: &VmSpec) -> String {
+    let mib = spec.memory.0 / 1024;
+    match spec.dimm {
+        Some(d) => format!("{mib}M,slots=2,maxmem={}M", (2 * mib).max(mib + d.0 / 1024)),
+        None => format!("{mib}M"),
     }
 }
 
