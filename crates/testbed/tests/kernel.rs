@@ -346,11 +346,14 @@ fn offline_dimm(test: &str, name: &str, deflate_on_oom: bool, variant: &str) {
     let normal = zone_pages(&q, "Normal");
     let shrunk_total = meminfo(&q, "MemTotal");
     eprintln!("{name}: blocks {blocks:?}, MemTotal {boot_total} -> {online_total} -> {shrunk_total} kB ballooned; zone Normal (the dimm) {normal}");
-    // Offline the dimm's blocks; a block may refuse (-EBUSY) if a kernel allocation landed in it.
+    // Offline the dimm's blocks. A block refuses (EBUSY) when a kernel allocation landed in
+    // it; dropping the caches (slab) and trying once more sometimes helps.
     let mut offlined = Vec::new();
     let mut refused = Vec::new();
     for b in &blocks {
-        match q.console.run(&format!("echo offline > /sys/devices/system/memory/{b}/state"), Duration::from_secs(120)) {
+        let offline = format!("echo offline > /sys/devices/system/memory/{b}/state");
+        let retry = format!("echo 3 > /proc/sys/vm/drop_caches; {offline}");
+        match q.console.run(&offline, Duration::from_secs(120)).and_then(|o| if o.status == 0 { Ok(o) } else { q.console.run(&retry, Duration::from_secs(120)) }) {
             Ok(o) if o.status == 0 => offlined.push(*b),
             Ok(o) => refused.push(format!("{b}: {}", o.text.trim())),
             Err(e) => refused.push(format!("{b}: {e}")),
