@@ -78,11 +78,15 @@ pub struct VmSpec {
     pub free_page_hint: bool,
     /// Guest NUMA nodes, memory and vCPUs split evenly between them (0: no NUMA topology).
     pub numa_nodes: u32,
+    /// A cold-plugged pc-dimm of this size besides `memory` (`-m MEM,slots=2,maxmem=2×MEM`):
+    /// an ACPI memory device the guest adds at boot and leaves offline
+    /// (`/sys/devices/system/memory`), for memory hotplug tests.
+    pub dimm: Option<Kib>,
 }
 
 impl VmSpec {
     pub fn new(name: &str, memory: Kib) -> VmSpec {
-        VmSpec { qemu: qemu_binary(), name: name.into(), memory, cpus: 1, deflate_on_oom: true, agent: GuestAgent::Host, append: String::new(), incoming_port: None, free_page_reporting: false, free_page_hint: false, numa_nodes: 0 }
+        VmSpec { qemu: qemu_binary(), name: name.into(), memory, cpus: 1, deflate_on_oom: true, agent: GuestAgent::Host, append: String::new(), incoming_port: None, free_page_reporting: false, free_page_hint: false, numa_nodes: 0, dimm: None }
     }
 }
 
@@ -172,7 +176,7 @@ impl Qemu {
         };
         cmd.args(["-accel", &accel, "-machine", "pc", "-cpu", "qemu64", "-nodefaults", "-display", "none", "-no-reboot"])
             .args(["-name", &spec.name])
-            .args(["-m", &format!("{}M", spec.memory.0 / 1024), "-smp", &spec.cpus.to_string()])
+            .args(["-m", &memory_arg(&spec), "-smp", &spec.cpus.to_string()])
             .arg("-kernel").arg(image.dir.join("vmlinuz"))
             .arg("-initrd").arg(image.dir.join("initrd.img"))
             .args(["-append", &append])
@@ -189,6 +193,10 @@ impl Qemu {
             cmd.args(["-object", &format!("memory-backend-ram,id=numa{n},size={mib}M")]);
             let cpus = (0..spec.cpus).filter(|c| c % spec.numa_nodes == n).map(|c| format!(",cpus={c}")).collect::<String>();
             cmd.args(["-numa", &format!("node,nodeid={n},memdev=numa{n}{cpus}")]);
+        }
+        if let Some(dimm) = spec.dimm {
+            cmd.args(["-object", &format!("memory-backend-ram,id=dimm0-mem,size={}M", dimm.0 / 1024)])
+                .args(["-device", "pc-dimm,id=dimm0,memdev=dimm0-mem"]);
         }
         if let Some(port) = spec.incoming_port {
             cmd.args(["-incoming", &format!("tcp:127.0.0.1:{port}")]);
@@ -251,6 +259,15 @@ impl Qemu {
     /// QEMU's resident memory in KiB (what the host really pays for the VM).
     pub fn rss(&self) -> Option<Kib> {
         rss_of(self.child.id())
+    }
+}
+
+/// QEMU's `-m`: the boot memory, and with a dimm two slots and room for it.
+fn memory_arg(spec: &VmSpec) -> String {
+    let mib = spec.memory.0 / 1024;
+    match spec.dimm {
+        Some(d) => format!("{mib}M,slots=2,maxmem={}M", (2 * mib).max(mib + d.0 / 1024)),
+        None => format!("{mib}M"),
     }
 }
 
