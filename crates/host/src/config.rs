@@ -37,6 +37,9 @@ pub struct ControllerConfig {
     pub capacity_mib: u64,
     /// Memory kept for the host itself when the capacity comes from MemAvailable, MiB.
     pub host_reserve_mib: u64,
+    /// The PSI file whose memory pressure is the host's (`pressure` balancer); empty =
+    /// `/proc/pressure/memory`. A cgroup v2's `memory.pressure` watches only the VMs' cgroup.
+    pub pressure_file: PathBuf,
     /// `HOST:PORT` of the Prometheus endpoint (`GET /metrics`); empty = off.
     pub metrics_listen: String,
     /// The unix socket `autoballoon status` reads; empty = off.
@@ -57,6 +60,7 @@ impl Default for ControllerConfig {
             balancer: BalancerKind::Independent,
             capacity_mib: 0,
             host_reserve_mib: 1024,
+            pressure_file: PathBuf::new(),
             metrics_listen: DEFAULT_METRICS_LISTEN.into(),
             status_socket: DEFAULT_STATUS_SOCKET.into(),
         }
@@ -262,7 +266,8 @@ mod tests {
     fn the_documented_example_parses() {
         let text = include_str!("../../../docs/example-host.toml");
         let c = Config::parse(text).unwrap();
-        assert_eq!(c.vms.len(), 2);
+        assert_eq!(c.vms.len(), 3);
+        assert!(c.vms[2].libvirt_domain.is_some());
         assert_eq!(c.vms[0].balloon_device, "/machine/peripheral/balloon0");
         assert_eq!(c.policy_for(&c.vms[1]).buffer_mib, 128);
         assert_eq!(c.policy_for(&c.vms[0]).buffer_mib, 64);

@@ -202,6 +202,7 @@ impl Controller {
         let c = &config.controller;
         let memory = decider::HostMemory {
             proc_dir: PathBuf::from("/proc"),
+            pressure_file: (!c.pressure_file.as_os_str().is_empty()).then(|| c.pressure_file.clone()),
             capacity: (c.capacity_mib > 0).then(|| Kib::from_mib_saturating(c.capacity_mib)),
             reserve: Kib::from_mib_saturating(c.host_reserve_mib),
         };
