@@ -5,8 +5,11 @@
 //! `autoballoon`.
 
 mod console;
+pub mod daemon;
 pub mod demo;
 pub mod guest;
+pub mod hostlimit;
+pub mod libvirt;
 mod migrate;
 pub mod migbench;
 pub mod plot;
