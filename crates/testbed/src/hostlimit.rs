@@ -106,6 +106,22 @@ impl HostLimit {
         Ok(())
     }
 
+    /// Takes a process out of the limit again (back to the groups it came from); memory it
+    /// already has stays charged to the limit. For the test process itself: QEMUs it
+    /// starts while inside are born under the limit, then it leaves.
+    pub fn leave(&self, pid: u32) -> Result<(), HostLimitError> {
+        for (_, parent) in &self.groups {
+            io(parent, std::fs::write(parent, pid.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// The file with the group's memory use in bytes.
+    pub fn usage_file(&self) -> PathBuf {
+        let v2 = self.memory.join("memory.current");
+        if v2.is_file() { v2 } else { self.memory.join("memory.usage_in_bytes") }
+    }
+
     /// The group's memory PSI file (`pressure_file` for the daemon).
     pub fn pressure_file(&self) -> PathBuf {
         self.psi.join("memory.pressure")

@@ -1,6 +1,8 @@
 //! Shared set-up for the integration tests: real QEMU guests (TCG) and a real controller.
 #![allow(dead_code)]
 
+pub mod fleet;
+
 use autoballoon::config::{Config, ControllerConfig, LogFormat, PolicyConfig, VmConfig};
 use autoballoon::controller::{Controller, VmHandle};
 use autoballoon::log::Logger;
