@@ -37,6 +37,9 @@ pub struct ControllerConfig {
     pub capacity_mib: u64,
     /// Memory kept for the host itself when the capacity comes from MemAvailable, MiB.
     pub host_reserve_mib: u64,
+    /// The PSI file whose memory pressure is the host's (`pressure` balancer); empty =
+    /// `/proc/pressure/memory`. A cgroup v2's `memory.pressure` watches only the VMs' cgroup.
+    pub pressure_file: PathBuf,
     /// `HOST:PORT` of the Prometheus endpoint (`GET /metrics`); empty = off.
     pub metrics_listen: String,
     /// The unix socket `autoballoon status` reads; empty = off.
@@ -57,6 +60,7 @@ impl Default for ControllerConfig {
             balancer: BalancerKind::Independent,
             capacity_mib: 0,
             host_reserve_mib: 1024,
+            pressure_file: PathBuf::new(),
             metrics_listen: DEFAULT_METRICS_LISTEN.into(),
             status_socket: DEFAULT_STATUS_SOCKET.into(),
         }
@@ -75,9 +79,19 @@ pub enum LogFormat {
 pub struct VmConfig {
     /// A name for logs and the status view.
     pub name: String,
-    /// The VM's QMP socket (`-qmp unix:PATH,server=on,wait=off`).
+    /// The VM's QMP socket (`-qmp unix:PATH,server=on,wait=off`); empty for a libvirt domain.
+    #[serde(default)]
     pub qmp: PathBuf,
-    /// The host side of the agent's virtio-serial chardev (a unix socket QEMU serves), if any.
+    /// The libvirt domain, as an alternative to `qmp`: managed through libvirt's API
+    /// (`virsh`) on `libvirt_uri`.
+    #[serde(default)]
+    pub libvirt_domain: Option<String>,
+    /// libvirt's connection URI for `libvirt_domain`.
+    #[serde(default = "default_libvirt_uri")]
+    pub libvirt_uri: String,
+    /// The host side of the agent's virtio-serial chardev (a unix socket QEMU serves), if
+    /// any. For a libvirt domain without it: the `<channel>` named
+    /// `org.autoballoon.agent.0` in the domain's XML, if there is one.
     #[serde(default)]
     pub agent: Option<PathBuf>,
     /// QOM path of the virtio-balloon device, for guest-stats.
@@ -94,8 +108,42 @@ pub struct VmConfig {
 impl VmConfig {
     /// A VM at this QMP socket, with no agent and the defaults for everything else.
     pub fn new(name: &str, qmp: impl Into<PathBuf>) -> VmConfig {
-        VmConfig { name: name.into(), qmp: qmp.into(), agent: None, balloon_device: default_balloon_path(), policy: None, shares: None }
+        VmConfig { name: name.into(), qmp: qmp.into(), libvirt_domain: None, libvirt_uri: default_libvirt_uri(), agent: None, balloon_device: default_balloon_path(), policy: None, shares: None }
     }
+
+    /// A libvirt domain on `qemu:///system`, with no agent socket given (it is looked up
+    /// in the domain's XML) and the defaults for everything else.
+    pub fn libvirt(name: &str, domain: &str) -> VmConfig {
+        VmConfig { libvirt_domain: Some(domain.into()), ..VmConfig::new(name, PathBuf::new()) }
+    }
+
+    /// How the daemon reaches the VM's QEMU.
+    pub fn endpoint(&self) -> Endpoint<'_> {
+        match &self.libvirt_domain {
+            Some(d) => Endpoint::Libvirt { uri: &self.libvirt_uri, domain: d },
+            None => Endpoint::Qmp(&self.qmp),
+        }
+    }
+}
+
+/// A VM's QEMU: its QMP socket, or a libvirt domain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint<'a> {
+    Qmp(&'a Path),
+    Libvirt { uri: &'a str, domain: &'a str },
+}
+
+impl std::fmt::Display for Endpoint<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::Qmp(p) => write!(f, "qmp={}", p.display()),
+            Endpoint::Libvirt { uri, domain } => write!(f, "libvirt={domain} on {uri}"),
+        }
+    }
+}
+
+pub fn default_libvirt_uri() -> String {
+    crate::libvirt::DEFAULT_URI.into()
 }
 
 /// One VM's `[vm.shares]` table (the ESX balancer's proportional shares).
@@ -176,6 +224,12 @@ impl Config {
             if vm.name.is_empty() || !names.insert(vm.name.as_str()) {
                 return Err(ConfigError::Invalid { key: format!("vm[{i}].name"), why: "must be non-empty and unique".into() });
             }
+            match (&vm.libvirt_domain, vm.qmp.as_os_str().is_empty()) {
+                (None, true) => return Err(ConfigError::Invalid { key: format!("vm[{i}].qmp"), why: "a VM needs its QMP socket (`qmp`) or its libvirt domain (`libvirt_domain`)".into() }),
+                (Some(_), false) => return Err(ConfigError::Invalid { key: format!("vm[{i}].libvirt_domain"), why: "give either `qmp` or `libvirt_domain`, not both".into() }),
+                (Some(d), true) if d.is_empty() => return Err(ConfigError::Invalid { key: format!("vm[{i}].libvirt_domain"), why: "must be a domain name".into() }),
+                _ => {}
+            }
             if let Some(p) = &vm.policy {
                 p.validate(&format!("vm[{i}].policy."))?;
             }
@@ -212,7 +266,8 @@ mod tests {
     fn the_documented_example_parses() {
         let text = include_str!("../../../docs/example-host.toml");
         let c = Config::parse(text).unwrap();
-        assert_eq!(c.vms.len(), 2);
+        assert_eq!(c.vms.len(), 3);
+        assert!(c.vms[2].libvirt_domain.is_some());
         assert_eq!(c.vms[0].balloon_device, "/machine/peripheral/balloon0");
         assert_eq!(c.policy_for(&c.vms[1]).buffer_mib, 128);
         assert_eq!(c.policy_for(&c.vms[0]).buffer_mib, 64);
@@ -232,5 +287,18 @@ mod tests {
         assert!(e.to_string().contains("`vm`"), "{e}");
         let e = Config::parse("[[vm]]\nname='a'\n").unwrap_err();
         assert!(e.to_string().contains("qmp"), "{e}");
+        let e = Config::parse("[[vm]]\nname='a'\nqmp='/x'\nlibvirt_domain='d'\n").unwrap_err();
+        assert!(e.to_string().contains("vm[0].libvirt_domain"), "{e}");
+        let e = Config::parse("[[vm]]\nname='a'\nlibvirt_domain=''\n").unwrap_err();
+        assert!(e.to_string().contains("vm[0].libvirt_domain"), "{e}");
+    }
+
+    #[test]
+    fn a_vm_can_be_a_libvirt_domain() {
+        let c = Config::parse("[[vm]]\nname='a'\nlibvirt_domain='web1'\n[[vm]]\nname='b'\nlibvirt_domain='db'\nlibvirt_uri='qemu+ssh://h/system'\nagent='/run/db.agent'\n").unwrap();
+        assert_eq!(c.vms[0].endpoint(), Endpoint::Libvirt { uri: "qemu:///system", domain: "web1" });
+        assert_eq!(c.vms[1].endpoint(), Endpoint::Libvirt { uri: "qemu+ssh://h/system", domain: "db" });
+        assert_eq!(c.vms[0], VmConfig::libvirt("a", "web1"));
+        assert_eq!(VmConfig::new("q", "/q.qmp").endpoint(), Endpoint::Qmp(Path::new("/q.qmp")));
     }
 }

@@ -71,7 +71,7 @@ struct HostArgs {
     /// A TOML configuration file (see docs/configuration.md).
     #[arg(long)]
     config: Option<PathBuf>,
-    /// A VM to manage, as NAME=QMP_SOCKET[,agent=AGENT_SOCKET]; repeatable. Used when no --config is given.
+    /// A VM to manage, as NAME=QMP_SOCKET[,agent=AGENT_SOCKET] or NAME=libvirt:DOMAIN[,agent=AGENT_SOCKET] (on qemu:///system); repeatable. Used when no --config is given.
     #[arg(long = "vm", value_name = "NAME=QMP[,agent=PATH]")]
     vms: Vec<String>,
     /// Log one JSON object per line.
@@ -95,9 +95,13 @@ struct HostArgs {
 }
 
 fn parse_vm_flag(s: &str) -> Result<VmConfig, String> {
-    let (name, rest) = s.split_once('=').ok_or_else(|| format!("--vm {s:?}: expected NAME=QMP_SOCKET[,agent=PATH]"))?;
+    let (name, rest) = s.split_once('=').ok_or_else(|| format!("--vm {s:?}: expected NAME=QMP_SOCKET|libvirt:DOMAIN[,agent=PATH]"))?;
     let mut parts = rest.split(',');
-    let qmp = PathBuf::from(parts.next().unwrap_or_default());
+    let first = parts.next().unwrap_or_default();
+    let (qmp, domain) = match first.strip_prefix("libvirt:") {
+        Some(d) => (PathBuf::new(), Some(d.to_string())),
+        None => (PathBuf::from(first), None),
+    };
     let mut agent = None;
     for p in parts {
         match p.split_once('=') {
@@ -105,7 +109,7 @@ fn parse_vm_flag(s: &str) -> Result<VmConfig, String> {
             _ => return Err(format!("--vm {s:?}: unknown option {p:?} (expected agent=PATH)")),
         }
     }
-    Ok(VmConfig { agent, ..VmConfig::new(name, qmp) })
+    Ok(VmConfig { agent, libvirt_domain: domain, ..VmConfig::new(name, qmp) })
 }
 
 /// The configuration as the command line gives it: the file, or the --vm flags, with the

@@ -12,12 +12,16 @@ pub fn summary(config: &Config) -> Vec<String> {
         .iter()
         .map(|vm| {
             let p = config.policy_for(vm);
-            let agent = vm.agent.as_ref().map(|a| a.display().to_string()).unwrap_or_else(|| "none (guest-stats)".into());
+            let agent = match (&vm.agent, &vm.libvirt_domain) {
+                (Some(a), _) => a.display().to_string(),
+                (None, Some(_)) => "from the domain XML".into(),
+                (None, None) => "none (guest-stats)".into(),
+            };
             let from = if vm.policy.is_some() { "[vm.policy]" } else { "[defaults]" };
             format!(
-                "{}: qmp={} agent={} policy={} buffer={} MiB min={} MiB ({from})",
+                "{}: {} agent={} policy={} buffer={} MiB min={} MiB ({from})",
                 vm.name,
-                vm.qmp.display(),
+                vm.endpoint(),
                 agent,
                 format!("{:?}", p.policy).to_lowercase(),
                 p.buffer_mib,
@@ -81,6 +85,9 @@ pub fn plan_reload(old: &Config, new: &Config, cli_json: bool, cli_verbose: bool
             Some(o) => {
                 if o.qmp != vm.qmp || o.agent != vm.agent {
                     plan.retarget.push(vm.clone());
+                }
+                if o.libvirt_domain != vm.libvirt_domain || o.libvirt_uri != vm.libvirt_uri {
+                    plan.restart_needed.push(format!("vm {:?} libvirt_domain/libvirt_uri", vm.name));
                 }
                 if o.balloon_device != vm.balloon_device {
                     plan.restart_needed.push(format!("vm {:?} balloon_device", vm.name));

@@ -5,11 +5,15 @@
 //! `autoballoon`.
 
 mod console;
+pub mod daemon;
 pub mod demo;
 pub mod guest;
+pub mod hostlimit;
+pub mod libvirt;
 mod migrate;
 pub mod migbench;
 pub mod plot;
+pub mod prom;
 mod qemu;
 
 pub use console::{count_oom_kills, Console, ConsoleError};

@@ -162,27 +162,36 @@ impl IBalloon {
         let of = |c: Class| -> Vec<usize> { (0..vms.len()).filter(|&i| vms[i].class == Some(c)).collect() };
         let (critical, warn, normal) = (of(Class::Critical), of(Class::Warn), of(Class::Normal));
         let mut need = vec![Kib::ZERO; claims.len()];
+        let mut cushion = vec![Kib::ZERO; claims.len()];
         for &i in &critical {
-            let to = Self::size_at(vms[i].used, self.cushion).min(claims[i].room.ceiling);
-            need[i] = to.saturating_sub(t[i]);
+            cushion[i] = Self::size_at(vms[i].used, self.cushion).min(claims[i].room.ceiling);
+            need[i] = cushion[i].saturating_sub(t[i]);
         }
         let delta = total(critical.iter().map(|&i| need[i]));
-        let from_host = match host.capacity {
-            Some(cap) => cap.saturating_sub(total(t.iter().copied())).min(delta),
-            None => delta,
+        let held = total(t.iter().copied());
+        let (from_host, mut over) = match host.capacity {
+            Some(cap) => (cap.saturating_sub(held).min(delta), held.saturating_sub(cap)),
+            None => (delta, Kib::ZERO),
         };
-        let mut rest = delta.saturating_sub(from_host);
+        // The starts may already exceed the capacity (a Critical VM's policy can want more
+        // than its cushion size). Algorithm 2 protects a Critical VM's cushion, not its
+        // want above it: that goes first; the rest of the excess is taken like the need,
+        // from Normal VMs, then Warn ones, so the last pass (`fit`, which cuts every VM in
+        // proportion) cuts nobody while they can give.
+        over = over.saturating_sub(Self::take(claims, t, &critical, |i| cushion[i], over));
+        let mut rest = delta.saturating_sub(from_host).saturating_add(over);
         let from_normal = Self::take(claims, t, &normal, |i| Self::size_at(vms[i].used, cfg.warn_below), rest);
         rest = rest.saturating_sub(from_normal);
         let mut from_warn = Kib::ZERO;
         if rest > Kib::ZERO {
             let both: Vec<usize> = warn.iter().chain(&normal).copied().collect();
             from_warn = Self::take(claims, t, &both, |i| Self::size_at(vms[i].used, cfg.critical_below), rest);
-            rest = rest.saturating_sub(from_warn);
         }
-        let found = from_host.saturating_add(from_normal).saturating_add(from_warn);
+        // What was taken pays the excess first; the rest goes to the Critical VMs.
+        let found = from_host.saturating_add(from_normal).saturating_add(from_warn).saturating_sub(over);
         Self::give(t, &critical, &need, found);
-        IBalloonStep::Relieve { need: delta, from_host, from_normal, from_warn, short: rest }
+        // Short: what the Critical VMs needed and did not get (an excess left is `fit`'s).
+        IBalloonStep::Relieve { need: delta, from_host, from_normal, from_warn, short: delta.saturating_sub(found) }
     }
 
     fn balance_groups(claims: &[Claim], vms: &[Vm], t: &mut [Kib]) -> IBalloonStep {

@@ -129,13 +129,18 @@ pub struct PressureBalancer {
     cfg: PressureConfig,
     /// When each VM last took a pressure step (sample time).
     last_step: BTreeMap<VmId, Duration>,
+    /// Each VM's last stepped target while the host is under pressure. The per-VM rails
+    /// hold changes smaller than their dead band (16 MiB in the daemon), larger than the
+    /// seed's steps below a few GiB: steps are taken from here, so they add up until one
+    /// passes. Dropped when the host's pressure ends.
+    stepped: BTreeMap<VmId, Kib>,
     level: Level,
 }
 
 impl PressureBalancer {
     /// A balancer with `cfg`.
     pub fn new(cfg: PressureConfig) -> PressureBalancer {
-        PressureBalancer { cfg, last_step: BTreeMap::new(), level: Level::None }
+        PressureBalancer { cfg, last_step: BTreeMap::new(), stepped: BTreeMap::new(), level: Level::None }
     }
     /// The host's pressure level at the last step.
     pub fn level(&self) -> Level {
@@ -148,14 +153,18 @@ impl PressureBalancer {
     /// Drops `vm`'s throttle state.
     pub fn forget(&mut self, vm: VmId) {
         self.last_step.remove(&vm);
+        self.stepped.remove(&vm);
     }
 
     fn target(&mut self, c: &Claim) -> Kib {
         let want = c.room.clamp(c.want);
         let base = c.room.commanded;
         if self.level == Level::None || c.room.floor >= c.room.ceiling {
+            self.stepped.remove(&c.vm);
             return want;
         }
+        // Where the steps so far have got to, if the rails have not applied them yet.
+        let stepped = self.stepped.get(&c.vm).copied();
         let at = c.sample.at;
         let throttled = self.last_step.get(&c.vm).is_some_and(|l| at < l.saturating_add(self.cfg.every));
         let hold = c.room.clamp(want.min(base));
@@ -164,12 +173,15 @@ impl PressureBalancer {
         }
         let guest = self.cfg.guest.level(c.sample.pressure.as_ref());
         let t = if guest > Level::None {
-            c.room.clamp(base.saturating_add(self.cfg.step(base, guest)))
+            let from = stepped.map_or(base, |s| s.max(base));
+            c.room.clamp(from.saturating_add(self.cfg.step(base, guest)))
         } else {
-            c.room.clamp(want.min(base.saturating_sub(self.cfg.step(base, self.level))))
+            let from = stepped.map_or(base, |s| s.min(base));
+            c.room.clamp(want.min(from.saturating_sub(self.cfg.step(base, self.level))))
         };
         if t != hold {
             self.last_step.insert(c.vm, at);
+            self.stepped.insert(c.vm, t);
         }
         t
     }

@@ -4,16 +4,18 @@
 //! `balloon`. Watches migration, tells the agent, and never blocks on the guest.
 
 use super::agent_link::AgentLink;
+use super::monitor::{LibvirtMonitor, MigrationState, Monitor, MonitorError};
 use super::status::{MigrationReport, Point, StartedBy, VmState};
 use super::sync::{lock, panic_message};
 use super::{Bell, Msg, Observation, VmCommand, VmShared, PREPARE_WAIT};
-use crate::config::VmConfig;
+use crate::config::{Endpoint, VmConfig};
 use crate::log::{EventKind, Logger, RateLimit};
 use autoballoon_core::policy::MemView;
 use autoballoon_core::protocol::{HostMessage, MigrationOutcome};
 use autoballoon_core::sample::{merge, SizeViews};
 use autoballoon_core::{Bytes, Kib};
-use autoballoon_qmp::{Backoff, MigrationInfo, MigrationStatus, Qmp, QmpError};
+use autoballoon_qmp::{Backoff, MigrationStatus, Qmp};
+use std::path::PathBuf;
 use serde_json::json;
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -77,7 +79,7 @@ fn prep_ready(p: &Prep, actual: Kib, paused: bool, now: Instant) -> Option<&'sta
 enum End {
     Shutdown,
     Retarget,
-    Error(QmpError),
+    Error(MonitorError),
 }
 
 pub(crate) struct Actor {
@@ -97,12 +99,14 @@ pub(crate) struct Actor {
     prep: Option<Prep>,
     /// Sample at once rather than at the next tick (a request just came).
     resample: bool,
+    /// The agent's socket in this session: configured, or from the libvirt domain's XML.
+    agent_path: Option<PathBuf>,
 }
 
 impl Actor {
     #[allow(clippy::too_many_arguments)]
     pub fn new(cfg: VmConfig, agent_stale_s: u64, interval: Duration, started: Instant, log: Logger, inbox: Receiver<Msg>, shutdown: Arc<AtomicBool>, bell: Arc<Bell>, shared: Arc<VmShared>) -> Actor {
-        Actor { cfg, agent_stale: Duration::from_secs(agent_stale_s), interval, started, log, inbox, shutdown, bell, shared, paused: false, epoch: 0, limits: HashMap::new(), prep: None, resample: false }
+        Actor { cfg, agent_stale: Duration::from_secs(agent_stale_s), interval, started, log, inbox, shutdown, bell, shared, paused: false, epoch: 0, limits: HashMap::new(), prep: None, resample: false, agent_path: None }
     }
 
     /// Runs until shutdown. A panic inside is caught, logged, and the actor starts over
@@ -135,13 +139,34 @@ impl Actor {
         lock(&self.shared.status).state = s;
     }
 
+    /// A session with the VM's QEMU: its QMP socket, or its libvirt domain (whose agent
+    /// socket, if none is configured, is the one its XML declares).
+    fn connect(&mut self) -> Result<Arc<dyn Monitor>, MonitorError> {
+        match self.cfg.endpoint() {
+            Endpoint::Qmp(path) => {
+                let q = Qmp::connect(path, QMP_TIMEOUT)?;
+                q.set_command_timeout(QMP_TIMEOUT);
+                self.agent_path = self.cfg.agent.clone();
+                Ok(Arc::new(q))
+            }
+            Endpoint::Libvirt { uri, domain } => {
+                let (d, _) = crate::libvirt::Domain::open(uri, domain, QMP_TIMEOUT)?;
+                self.agent_path = match &self.cfg.agent {
+                    Some(p) => Some(p.clone()),
+                    None => d.agent_socket(autoballoon_core::protocol::PORT_NAME)?.map(PathBuf::from),
+                };
+                Ok(Arc::new(LibvirtMonitor::new(d)))
+            }
+        }
+    }
+
     fn serve(&mut self) {
         let mut backoff = Backoff::default();
         while !self.shutdown.load(Ordering::SeqCst) {
-            let qmp = match Qmp::connect(&self.cfg.qmp, QMP_TIMEOUT) {
+            let qmp = match self.connect() {
                 Ok(q) => q,
                 Err(e) => {
-                    let msg = format!("cannot reach QMP at {}: {e}; retrying", self.cfg.qmp.display());
+                    let msg = format!("cannot reach {}: {e}; retrying", self.cfg.endpoint());
                     self.note(EventKind::Unreachable, &msg, &[]);
                     self.set_state(VmState::Unreachable);
                     if let Some(End::Shutdown) = self.idle(backoff.next_delay()) {
@@ -150,15 +175,13 @@ impl Actor {
                     continue;
                 }
             };
-            qmp.set_command_timeout(QMP_TIMEOUT);
-            let qmp = Arc::new(qmp);
             *lock(&self.shared.session) = Some(qmp.clone());
             // `stop` may have looked for the session just before it was published.
             if self.shutdown.load(Ordering::SeqCst) {
                 qmp.close();
             }
             let began = Instant::now();
-            let end = self.session(&qmp);
+            let end = self.session(&*qmp);
             if let Some(p) = self.prep.take() {
                 if !p.started {
                     self.migration_report(|r| r.status = "failed: the QMP session ended before the migration started".into());
@@ -191,7 +214,7 @@ impl Actor {
 
     /// Waits `d` while handling messages; `Some` if the session must end. `qmp` applies
     /// the decider's targets; without one they are dropped (nothing to apply them to).
-    fn wait(&mut self, d: Duration, qmp: Option<&Qmp>) -> Option<End> {
+    fn wait(&mut self, d: Duration, qmp: Option<&dyn Monitor>) -> Option<End> {
         let deadline = Instant::now() + d;
         loop {
             if self.shutdown.load(Ordering::SeqCst) {
@@ -217,16 +240,19 @@ impl Actor {
                     }
                 }
                 Ok(Msg::Command(VmCommand::Migrate { uri, max_bandwidth })) => {
-                    if self.request_migration(uri, max_bandwidth, qmp.is_some()) {
+                    if self.request_migration(uri, max_bandwidth, qmp.map(|q| q.can_migrate())) {
                         // Sample now: the decider shrinks the VM on this sample.
                         self.resample = true;
                         return None;
                     }
                 }
                 Ok(Msg::Command(VmCommand::Retarget { qmp, agent })) => {
-                    self.log.event(&self.shared.name, EventKind::Retarget, &format!("now managing QMP {}", qmp.display()), &[]);
-                    self.cfg.qmp = qmp;
+                    if self.cfg.libvirt_domain.is_none() {
+                        self.cfg.qmp = qmp;
+                    }
                     self.cfg.agent = agent;
+                    let agent = self.cfg.agent.as_ref().map_or("none".to_string(), |a| a.display().to_string());
+                    self.log.event(&self.shared.name, EventKind::Retarget, &format!("now managing {} (agent {agent})", self.cfg.endpoint()), &[]);
                     return Some(End::Retarget);
                 }
                 Ok(Msg::Command(VmCommand::Pause)) => {
@@ -256,8 +282,8 @@ impl Actor {
     }
 
     /// Applies a target: QMP `balloon` takes the guest's logical size in bytes.
-    fn apply(&mut self, qmp: &Qmp, size: Kib) -> Result<(), QmpError> {
-        match qmp.set_balloon_guest_size(size.to_bytes_saturating().0) {
+    fn apply(&mut self, qmp: &dyn Monitor, size: Kib) -> Result<(), MonitorError> {
+        match qmp.set_guest_size(size.to_bytes_saturating().0) {
             Ok(()) => {
                 lock(&self.shared.status).target = Some(size);
                 Ok(())
@@ -270,22 +296,22 @@ impl Actor {
         }
     }
 
-    fn no_balloon(&mut self, e: &QmpError) {
+    fn no_balloon(&mut self, e: &MonitorError) {
         self.set_state(VmState::NoBalloon);
         *lock(&self.shared.mailbox) = None;
         let msg = format!("cannot balloon this VM ({e}): QEMU has no balloon device for it; checking again every {} s", NO_BALLOON_RETRY.as_secs());
         self.note(EventKind::NoBalloon, &msg, &[]);
     }
 
-    fn session(&mut self, qmp: &Qmp) -> End {
-        let configured = match qmp.query_memory_size_bytes() {
+    fn session(&mut self, qmp: &dyn Monitor) -> End {
+        let configured = match qmp.configured_bytes() {
             Ok(b) => Bytes(b).to_kib_floor(),
             Err(e) => return End::Error(e),
         };
         // Events are off by default; while a migration already runs QEMU refuses, and
         // polling query-migrate covers it.
         let _ = qmp.enable_migration_events();
-        let _ = qmp.set_stats_polling_interval(&self.cfg.balloon_device, 1);
+        let _ = qmp.set_stats_period(&self.cfg.balloon_device, 1);
         let mut migrating = match qmp.query_migrate() {
             Ok(m) => m.status.is_active(),
             Err(e) => return End::Error(e),
@@ -296,7 +322,7 @@ impl Actor {
             st.configured = configured;
             st.state = if migrating { VmState::Migrating } else { VmState::Running };
         }
-        let msg = format!("managing {} (QEMU {}), configured {configured}", self.cfg.qmp.display(), qmp.version());
+        let msg = format!("managing {} ({}), configured {configured}", self.cfg.endpoint(), qmp.describe());
         // Rate-limited too: a QEMU that drops every session right after the handshake
         // would otherwise log one line per reconnect.
         self.note(EventKind::Connected, &msg, &[("configured_kib", json!(configured.0))]);
@@ -306,7 +332,7 @@ impl Actor {
         let mut reported_drops = 0;
         loop {
             // 1. Migration: events, and a poll while one runs (in case events are off).
-            let mut statuses: Vec<MigrationStatus> = qmp.poll_events().iter().filter_map(|e| e.migration_status()).collect();
+            let mut statuses: Vec<MigrationStatus> = qmp.migration_events();
             if migrating || self.prep.as_ref().is_some_and(|p| p.started) {
                 match qmp.query_migrate() {
                     Ok(m) => statuses.push(m.status),
@@ -331,7 +357,7 @@ impl Actor {
             }
             // 2. Sample: the balloon's `actual` (never above the configured size, whatever
             //    QEMU says), the agent's report, guest-stats if no fresh report.
-            let actual = match qmp.query_balloon() {
+            let actual = match qmp.balloon_bytes() {
                 Ok(b) => Bytes(b).to_kib_floor().min(configured),
                 Err(e) if e.is_device_not_active() => {
                     self.no_balloon(&e);
@@ -404,9 +430,12 @@ impl Actor {
     }
 
     /// Takes a `Migrate` request; false if it cannot be taken now.
-    fn request_migration(&mut self, uri: String, max_bandwidth: Option<u64>, connected: bool) -> bool {
-        let refuse = if !connected {
+    /// `session`: `None` without a session, else whether its monitor can migrate.
+    fn request_migration(&mut self, uri: String, max_bandwidth: Option<u64>, session: Option<Result<(), &'static str>>) -> bool {
+        let refuse = if session.is_none() {
             Some("no QMP session to this VM")
+        } else if let Some(Err(why)) = session {
+            Some(why)
         } else if self.prep.is_some() {
             Some("a migration requested earlier is still being prepared or runs")
         } else {
@@ -432,7 +461,7 @@ impl Actor {
     /// Waits up to `left` for a prepared migration's balloon, reading `actual` every
     /// [`PREPARE_POLL`] and handling messages; starts the migration once it is ready.
     /// `Ok(None)`: go on with the next sample.
-    fn prepare(&mut self, qmp: &Qmp, mut actual: Kib, left: Duration) -> Result<Option<End>, QmpError> {
+    fn prepare(&mut self, qmp: &dyn Monitor, mut actual: Kib, left: Duration) -> Result<Option<End>, MonitorError> {
         let until = Instant::now() + left;
         loop {
             let now = Instant::now();
@@ -461,7 +490,7 @@ impl Actor {
             if self.prep.is_none() {
                 return Ok(None);
             }
-            actual = match qmp.query_balloon() {
+            actual = match qmp.balloon_bytes() {
                 Ok(b) => Bytes(b).to_kib_floor(),
                 Err(e) if e.is_device_not_active() => actual,
                 Err(e) => return Err(e),
@@ -471,7 +500,7 @@ impl Actor {
 
     /// Sends `migrate` for the prepared request. A command QEMU refuses ends the request
     /// (normal control resumes); a lost session is the caller's error.
-    fn start_migration(&mut self, qmp: &Qmp, actual: Kib, why: &str) -> Result<(), QmpError> {
+    fn start_migration(&mut self, qmp: &dyn Monitor, actual: Kib, why: &str) -> Result<(), MonitorError> {
         let p = self.prep.as_mut().expect("preparing");
         p.started = true;
         let (uri, bw, asked, target) = (p.uri.clone(), p.max_bandwidth, p.asked, p.target);
@@ -483,7 +512,7 @@ impl Actor {
             r.size_at_start = Some(actual);
         });
         let sent = match bw {
-            Some(b) => qmp.migrate_set_max_bandwidth(b),
+            Some(b) => qmp.set_max_bandwidth(b),
             None => Ok(()),
         }
         .and_then(|()| qmp.migrate(&uri));
@@ -523,7 +552,7 @@ impl Actor {
             self.note(EventKind::AgentLost, "agent channel closed; using guest-stats until it is back", &[]);
             *agent = None;
         }
-        let Some(path) = &self.cfg.agent else { return };
+        let Some(path) = &self.agent_path else { return };
         if agent.is_some() || tried.is_some_and(|t| t.elapsed() < AGENT_RETRY) {
             return;
         }
@@ -534,7 +563,7 @@ impl Actor {
     }
 
     /// Applies a migration status change; true if the VM has left for the destination.
-    fn migration_changed(&mut self, qmp: &Qmp, migrating: &mut bool, status: &MigrationStatus, agent: Option<&mut AgentLink>) -> bool {
+    fn migration_changed(&mut self, qmp: &dyn Monitor, migrating: &mut bool, status: &MigrationStatus, agent: Option<&mut AgentLink>) -> bool {
         let now_active = status.is_active();
         let ours = self.prep.as_ref().is_some_and(|p| p.started);
         let notice = if now_active && !*migrating {
@@ -579,15 +608,15 @@ impl Actor {
 
     /// A shrink asked before the migration started would go on in the guest during it
     /// (the driver inflates towards the last target): the balloon is stopped where it is.
-    fn freeze_shrink(&mut self, qmp: &Qmp) {
+    fn freeze_shrink(&mut self, qmp: &dyn Monitor) {
         // Paused: the balloon is not ours to touch (and our last target is stale).
         if self.paused {
             return;
         }
         let target = lock(&self.shared.status).target;
-        let Ok(actual) = qmp.query_balloon().map(|b| Bytes(b).to_kib_floor()) else { return };
+        let Ok(actual) = qmp.balloon_bytes().map(|b| Bytes(b).to_kib_floor()) else { return };
         let Some(t) = target.filter(|t| t.saturating_add(PREPARE_SLACK) < actual) else { return };
-        if qmp.set_balloon_guest_size(actual.to_bytes_saturating().0).is_ok() {
+        if qmp.set_guest_size(actual.to_bytes_saturating().0).is_ok() {
             lock(&self.shared.status).target = Some(actual);
             // The loop's last target is no longer QEMU's: it measures from the guest again.
             self.epoch += 1;
@@ -597,10 +626,10 @@ impl Actor {
 
     /// Records a migration's end in the status (QEMU's seconds, bytes and downtime) with
     /// one log line, and ends a `Migrate` request: normal control resumes.
-    fn migration_ended(&mut self, qmp: &Qmp, status: &MigrationStatus) {
-        let info: Option<MigrationInfo> = qmp.query_migrate().ok();
+    fn migration_ended(&mut self, qmp: &dyn Monitor, status: &MigrationStatus) {
+        let info: Option<MigrationState> = qmp.query_migrate().ok();
         let seconds = info.as_ref().and_then(|i| i.total_time_ms).map(|ms| ms as f64 / 1000.0);
-        let sent = info.as_ref().and_then(|i| i.ram_transferred_bytes);
+        let sent = info.as_ref().and_then(|i| i.sent_bytes);
         let downtime = info.as_ref().and_then(|i| i.downtime_ms);
         self.migration_report(|r| {
             r.status = status.to_string();
@@ -624,13 +653,13 @@ impl Actor {
 
     /// This QEMU is a stopped husk after an outgoing migration: wait until it goes away
     /// (then reconnect, in case a new QEMU takes the socket) or we are retargeted.
-    fn wait_gone(&mut self, qmp: &Qmp) -> End {
+    fn wait_gone(&mut self, qmp: &dyn Monitor) -> End {
         *lock(&self.shared.mailbox) = None;
         loop {
             if let Some(end) = self.idle(self.interval) {
                 return end;
             }
-            if let Err(e) = qmp.query_status() {
+            if let Err(e) = qmp.run_state() {
                 return End::Error(e);
             }
         }

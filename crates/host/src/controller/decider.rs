@@ -37,6 +37,8 @@ struct Vm {
 pub(crate) struct HostMemory {
     /// The host's procfs (`/proc`; tests point it at a fixture tree).
     pub proc_dir: PathBuf,
+    /// The PSI file of the host's memory pressure; `None`: `proc_dir`'s `pressure/memory`.
+    pub pressure_file: Option<PathBuf>,
     /// A fixed capacity; `None`: MemAvailable plus what the VMs hold, less `reserve`.
     pub capacity: Option<Kib>,
     pub reserve: Kib,
@@ -48,7 +50,8 @@ impl HostMemory {
     /// unless one is configured.
     fn view(&self, vms_hold: Kib) -> HostView {
         let read = |f: &str| std::fs::read_to_string(self.proc_dir.join(f)).ok();
-        let pressure = read("pressure/memory").and_then(|t| parse_pressure(&t).ok());
+        let psi = self.pressure_file.clone().unwrap_or_else(|| self.proc_dir.join("pressure/memory"));
+        let pressure = std::fs::read_to_string(psi).ok().and_then(|t| parse_pressure(&t).ok());
         let capacity = self.capacity.or_else(|| {
             let m = parse_meminfo(&read("meminfo")?).ok()?;
             let available = MemView::from_meminfo(&m).ok()?.available;
@@ -227,14 +230,18 @@ mod tests {
         std::fs::copy(fixtures.join("linux-6.12-guest-idle/pressure-memory"), dir.join("pressure/memory")).unwrap();
         let text = std::fs::read_to_string(dir.join("meminfo")).unwrap();
         let available = MemView::from_meminfo(&parse_meminfo(&text).unwrap()).unwrap().available;
-        let mem = HostMemory { proc_dir: dir.clone(), capacity: None, reserve: Kib::from_mib_saturating(1024) };
+        let mem = HostMemory { proc_dir: dir.clone(), pressure_file: None, capacity: None, reserve: Kib::from_mib_saturating(1024) };
         let v = mem.view(Kib::from_gib_saturating(4));
         assert_eq!(v.capacity, Some(available.saturating_add(Kib::from_gib_saturating(4)).saturating_sub(Kib::from_mib_saturating(1024))));
         assert!(v.pressure.is_some());
         let fixed = HostMemory { capacity: Some(Kib::from_gib_saturating(8)), ..mem };
         assert_eq!(fixed.view(Kib::ZERO).capacity, Some(Kib::from_gib_saturating(8)));
-        let none = HostMemory { proc_dir: dir.join("nope"), capacity: None, reserve: Kib::ZERO };
+        let none = HostMemory { proc_dir: dir.join("nope"), pressure_file: None, capacity: None, reserve: Kib::ZERO };
         assert_eq!(none.view(Kib::ZERO), HostView::default(), "no procfs, no limit");
+        // A cgroup's memory.pressure instead of the host's (same format).
+        std::fs::write(dir.join("cg.pressure"), "some avg10=12.50 avg60=3.00 avg300=1.00 total=99\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n").unwrap();
+        let cg = HostMemory { proc_dir: dir.join("nope"), pressure_file: Some(dir.join("cg.pressure")), capacity: None, reserve: Kib::ZERO };
+        assert_eq!(cg.view(Kib::ZERO).pressure.map(|p| p.some.avg10), Some(12.5));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -16,6 +16,7 @@
 mod actor;
 mod agent_link;
 mod decider;
+mod monitor;
 mod status;
 mod sync;
 
@@ -88,7 +89,7 @@ pub(crate) struct VmShared {
     pub mailbox: Mutex<Option<Observation>>,
     /// The actor's QMP session while it has one, so `stop` can cut a command QEMU never
     /// answers instead of waiting out its timeout.
-    pub session: Mutex<Option<Arc<autoballoon_qmp::Qmp>>>,
+    pub session: Mutex<Option<Arc<dyn monitor::Monitor>>>,
 }
 
 /// Wakes the decider when an actor has published a sample.
@@ -201,6 +202,7 @@ impl Controller {
         let c = &config.controller;
         let memory = decider::HostMemory {
             proc_dir: PathBuf::from("/proc"),
+            pressure_file: (!c.pressure_file.as_os_str().is_empty()).then(|| c.pressure_file.clone()),
             capacity: (c.capacity_mib > 0).then(|| Kib::from_mib_saturating(c.capacity_mib)),
             reserve: Kib::from_mib_saturating(c.host_reserve_mib),
         };

@@ -1,6 +1,7 @@
 //! Shared set-up for the integration tests: real QEMU guests (TCG) and a real controller.
 #![allow(dead_code)]
 
+pub mod fleet;
 pub mod kernel;
 
 use autoballoon::config::{Config, ControllerConfig, LogFormat, PolicyConfig, VmConfig};

@@ -54,6 +54,27 @@ fn short_of_physical_memory_is_reported_and_nobody_turns_critical() {
 }
 
 #[test]
+fn a_critical_vm_over_the_capacity_is_not_cut_below_its_cushion_while_normal_vms_can_give() {
+    // Seen on real guests (tests/host_iballoon.rs): the Critical VM's policy wants more than
+    // its cushion size (768 MiB, its ceiling, against 670), so Algorithm 2 found no need;
+    // the wants did not fit the capacity, and the last pass cut every VM in proportion:
+    // the Critical VM to 463 MiB while the Normal ones kept 316 and 322, far above Warn.
+    let mut b = IBalloon::default();
+    let mut claims = [claim(0, 571, 537, 128, 768), claim(1, 345, 150, 128, 768), claim(2, 345, 150, 128, 768)];
+    claims[0].want = mib(768);
+    let t = b.balance(&view(Some(1100), None), &claims);
+    assert_eq!((b.class(VmId(0)), b.class(VmId(1))), (Some(Class::Critical), Some(Class::Normal)));
+    assert!(total(t.iter().copied()) <= mib(1100), "{t:?}");
+    // 358 MiB too much: the Critical VM's want above its cushion size (537/0.8 = 671.25)
+    // goes first, then the Normal VMs give the other 261 towards their Warn boundary
+    // (150/0.7 = 214.3), none into Warn.
+    assert!(near(t[0], 671.25), "the Critical VM keeps its cushion size: {t:?}");
+    assert!(near(t[1], 214.4) && near(t[2], 214.4), "{t:?}");
+    assert!(free(t[1], 150) >= 0.30 - 1e-3 && free(t[2], 150) >= 0.30 - 1e-3, "nobody into Warn: {t:?}");
+    assert_eq!(b.short(), None);
+}
+
+#[test]
 fn normal_and_warn_are_balanced_and_only_normal_is_idle() {
     let mut b = IBalloon::default();
     let claims = [claim(0, 1000, 800, 128, 2000), claim(1, 1000, 200, 128, 2000)];

@@ -55,7 +55,8 @@ fn host_pressure_shrinks_by_level_steps_once_a_second_and_guests_under_pressure_
         c.sample.at = Duration::from_secs(1);
     }
     let t = b.balance(&view(None, Some(psi(12.0, 0.0))), &claims);
-    assert_eq!((t[0], t[3]), (mib(16384 - 32), mib(1026)), "a second later: a medium step");
+    // The claims' sizes did not move (as if the rails held the first steps): the steps add up.
+    assert_eq!((t[0], t[3]), (mib(16384 - 64 - 32), mib(1024 + 2 + 2)), "a second later: a medium step more");
     assert_eq!(b.last_step(VmId(0)), Some(Duration::from_secs(1)));
 }
 
@@ -86,6 +87,32 @@ fn host_loop_shrinks_under_host_pressure_and_recovers() {
         host_step(&mut hl, &mut w);
     }
     assert_eq!(w.mib(), vec![964, 964]);
+}
+
+/// The same host with the daemon's default dead band (16 MiB): steps of 1-4 MiB are each
+/// below it, so the per-VM rails held every one of them and the VMs never shrank (found
+/// on real guests, tests/host_pressure.rs). Steps now add up until they pass.
+#[test]
+fn small_steps_add_up_past_the_dead_band() {
+    let mut w = ScriptWorld::new(1024, vec![vec![900], vec![900]], None);
+    w.physical = Some(1800);
+    let mut hl = HostLoop::new(PressureBalancer::default());
+    for vm in [VmId(0), VmId(1)] {
+        let rails = crate::guard::GuardRails { min: mib(128), dead_band: mib(16), ..Default::default() };
+        let policy = crate::policy::SwapFree::new(mib(64));
+        hl.add_vm(vm, crate::control::ControlLoop::new(policy, rails, crate::interval::Interval::Fixed(Duration::from_secs(1))));
+    }
+    for _ in 0..40 {
+        host_step(&mut hl, &mut w);
+    }
+    let sizes = w.mib();
+    assert!(sizes.iter().all(|s| *s <= 964 - 16), "shrunk past the dead band under host pressure: {sizes:?}");
+    assert!(sizes.iter().all(|s| *s >= 900), "not into the programs' memory: {sizes:?}");
+    w.physical = None;
+    for _ in 0..3 {
+        host_step(&mut hl, &mut w);
+    }
+    assert_eq!(w.mib(), vec![964, 964], "back to the wishes once the pressure ends");
 }
 
 fn arb_claim() -> impl Strategy<Value = Claim> {

@@ -1,0 +1,241 @@
+//! What a VM's actor asks of its QEMU, whichever way it is reached: a QMP socket
+//! ([`autoballoon_qmp::Qmp`]) or a libvirt domain ([`crate::libvirt::Domain`], through
+//! libvirt's API: `setmem`, `dommemstat`, `domjobinfo`).
+
+use crate::libvirt::{Domain, VirshError};
+use autoballoon_core::{Bytes, Kib};
+use autoballoon_qmp::{GuestStats, MigrationStatus, Qmp, QmpError};
+
+/// A failed monitor operation.
+#[derive(Debug, thiserror::Error)]
+pub enum MonitorError {
+    #[error(transparent)]
+    Qmp(#[from] QmpError),
+    #[error("libvirt: {0}")]
+    Libvirt(#[from] VirshError),
+}
+
+impl MonitorError {
+    /// The VM has no (active) balloon device.
+    pub fn is_device_not_active(&self) -> bool {
+        match self {
+            MonitorError::Qmp(e) => e.is_device_not_active(),
+            MonitorError::Libvirt(e) => e.is_no_balloon(),
+        }
+    }
+}
+
+/// A migration's state, with what the report shows at its end.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MigrationState {
+    pub status: MigrationStatus,
+    pub total_time_ms: Option<u64>,
+    pub sent_bytes: Option<u64>,
+    pub downtime_ms: Option<u64>,
+}
+
+pub(crate) type Result<T> = std::result::Result<T, MonitorError>;
+
+/// One VM's QEMU. Every call has a deadline (the QMP command timeout, or virsh's).
+pub(crate) trait Monitor: Send + Sync {
+    /// For log lines: `QEMU 7.2.0`, `through libvirt`.
+    fn describe(&self) -> String;
+    /// The VM's configured memory, bytes: the balloon's ceiling.
+    fn configured_bytes(&self) -> Result<u64>;
+    /// The guest's present size (the balloon's `actual`), bytes.
+    fn balloon_bytes(&self) -> Result<u64>;
+    /// Sets the guest's size, bytes (QMP `balloon`, `virsh setmem`).
+    fn set_guest_size(&self, bytes: u64) -> Result<()>;
+    /// Has the guest's balloon driver refresh its statistics every `secs`.
+    fn set_stats_period(&self, balloon_device: &str, secs: u32) -> Result<()>;
+    /// The balloon driver's statistics.
+    fn guest_stats(&self, balloon_device: &str) -> Result<GuestStats>;
+    /// Asks for migration events, where there are any.
+    fn enable_migration_events(&self) -> Result<()>;
+    /// Migration statuses seen since the last call, without waiting (QMP: events; libvirt:
+    /// the domain's job, polled).
+    fn migration_events(&self) -> Vec<MigrationStatus>;
+    /// Events dropped because too many came (QMP's bounded queue).
+    fn dropped_events(&self) -> u64;
+    fn query_migrate(&self) -> Result<MigrationState>;
+    /// Whether `autoballoon migrate` can start a migration of this VM.
+    fn can_migrate(&self) -> std::result::Result<(), &'static str>;
+    fn set_max_bandwidth(&self, bytes_per_sec: u64) -> Result<()>;
+    fn migrate(&self, uri: &str) -> Result<()>;
+    /// The VM's run state (`running`, `postmigrate`, `paused`, ...).
+    fn run_state(&self) -> Result<String>;
+    fn is_connected(&self) -> bool;
+    /// Cuts the session: a command waiting for an answer fails now (QMP) or at its deadline.
+    fn close(&self);
+}
+
+impl Monitor for Qmp {
+    fn describe(&self) -> String {
+        format!("QEMU {}", self.version())
+    }
+    fn configured_bytes(&self) -> Result<u64> {
+        Ok(self.query_memory_size_bytes()?)
+    }
+    fn balloon_bytes(&self) -> Result<u64> {
+        Ok(self.query_balloon()?)
+    }
+    fn set_guest_size(&self, bytes: u64) -> Result<()> {
+        Ok(self.set_balloon_guest_size(bytes)?)
+    }
+    fn set_stats_period(&self, balloon_device: &str, secs: u32) -> Result<()> {
+        Ok(self.set_stats_polling_interval(balloon_device, secs)?)
+    }
+    fn guest_stats(&self, balloon_device: &str) -> Result<GuestStats> {
+        Ok(Qmp::guest_stats(self, balloon_device)?)
+    }
+    fn enable_migration_events(&self) -> Result<()> {
+        Ok(Qmp::enable_migration_events(self)?)
+    }
+    fn migration_events(&self) -> Vec<MigrationStatus> {
+        self.poll_events().iter().filter_map(|e| e.migration_status()).collect()
+    }
+    fn dropped_events(&self) -> u64 {
+        Qmp::dropped_events(self)
+    }
+    fn query_migrate(&self) -> Result<MigrationState> {
+        let i = Qmp::query_migrate(self)?;
+        Ok(MigrationState { status: i.status, total_time_ms: i.total_time_ms, sent_bytes: i.ram_transferred_bytes, downtime_ms: i.downtime_ms })
+    }
+    fn can_migrate(&self) -> std::result::Result<(), &'static str> {
+        Ok(())
+    }
+    fn set_max_bandwidth(&self, bytes_per_sec: u64) -> Result<()> {
+        Ok(self.migrate_set_max_bandwidth(bytes_per_sec)?)
+    }
+    fn migrate(&self, uri: &str) -> Result<()> {
+        Ok(Qmp::migrate(self, uri)?)
+    }
+    fn run_state(&self) -> Result<String> {
+        Ok(self.query_status()?)
+    }
+    fn is_connected(&self) -> bool {
+        Qmp::is_connected(self)
+    }
+    fn close(&self) {
+        Qmp::close(self)
+    }
+}
+
+/// A libvirt domain. libvirt sends no QMP events to us: the domain's job is polled once a
+/// tick (`domjobinfo`), and a migration job that ended is read back with `--completed`.
+pub(crate) struct LibvirtMonitor {
+    pub domain: Domain,
+    /// A migration job was running at the last poll.
+    migrating: std::sync::Mutex<bool>,
+}
+
+impl LibvirtMonitor {
+    pub fn new(domain: Domain) -> LibvirtMonitor {
+        LibvirtMonitor { domain, migrating: std::sync::Mutex::new(false) }
+    }
+}
+
+/// libvirt's `Job type` of a job as a QMP migration status.
+fn job_status(kind: &str) -> MigrationStatus {
+    match kind {
+        "None" => MigrationStatus::None,
+        "Bounded" | "Unbounded" => MigrationStatus::Active,
+        "Completed" => MigrationStatus::Completed,
+        "Failed" => MigrationStatus::Failed,
+        "Cancelled" => MigrationStatus::Cancelled,
+        other => MigrationStatus::Unknown(other.to_string()),
+    }
+}
+
+impl Monitor for LibvirtMonitor {
+    fn describe(&self) -> String {
+        "through libvirt".into()
+    }
+    fn configured_bytes(&self) -> Result<u64> {
+        Ok(self.domain.dominfo()?.max.to_bytes_saturating().0)
+    }
+    fn balloon_bytes(&self) -> Result<u64> {
+        let s = self.domain.dommemstat()?;
+        Ok(s.actual.unwrap_or_default().to_bytes_saturating().0)
+    }
+    fn set_guest_size(&self, bytes: u64) -> Result<()> {
+        Ok(self.domain.setmem(Bytes(bytes).to_kib_floor())?)
+    }
+    fn set_stats_period(&self, _balloon_device: &str, secs: u32) -> Result<()> {
+        Ok(self.domain.set_stats_period(secs)?)
+    }
+    fn guest_stats(&self, _balloon_device: &str) -> Result<GuestStats> {
+        let s = self.domain.dommemstat()?;
+        let b = |k: Option<Kib>| k.map(|k| k.to_bytes_saturating().0);
+        Ok(GuestStats {
+            free_memory_bytes: b(s.unused),
+            total_memory_bytes: b(s.available),
+            available_memory_bytes: b(s.usable),
+            disk_caches_bytes: b(s.disk_caches),
+            last_update_epoch_secs: s.last_update.filter(|t| *t > 0),
+            ..Default::default()
+        })
+    }
+    fn enable_migration_events(&self) -> Result<()> {
+        Ok(())
+    }
+    fn migration_events(&self) -> Vec<MigrationStatus> {
+        // A failed poll shows as nothing; the next sample's own calls find a lost domain.
+        self.query_migrate().map(|m| vec![m.status]).unwrap_or_default()
+    }
+    fn dropped_events(&self) -> u64 {
+        0
+    }
+    fn query_migrate(&self) -> Result<MigrationState> {
+        let job = self.domain.domjobinfo(false)?;
+        let mut was = super::sync::lock(&self.migrating);
+        let (job, status) = if job.is_running() && job.is_migration() {
+            *was = true;
+            let s = job_status(&job.kind);
+            (job, s)
+        } else if *was {
+            // The migration job ended since the last poll: how?
+            *was = false;
+            let done = self.domain.domjobinfo(true)?;
+            let s = if done.is_migration() { job_status(&done.kind) } else { MigrationStatus::Failed };
+            (done, s)
+        } else {
+            (job, MigrationStatus::None)
+        };
+        Ok(MigrationState { status, total_time_ms: job.elapsed_ms, sent_bytes: job.memory_processed, downtime_ms: job.downtime_ms })
+    }
+    fn can_migrate(&self) -> std::result::Result<(), &'static str> {
+        Err("not for a libvirt domain: migrate it with `virsh migrate` (autoballoon sees the migration job and stops shrinking until it ends)")
+    }
+    fn set_max_bandwidth(&self, _bytes_per_sec: u64) -> Result<()> {
+        Err(VirshError::Unsupported("migration bandwidth of a libvirt domain: use virsh migrate-setspeed").into())
+    }
+    fn migrate(&self, _uri: &str) -> Result<()> {
+        Err(VirshError::Unsupported("autoballoon migrate of a libvirt domain: use virsh migrate").into())
+    }
+    fn run_state(&self) -> Result<String> {
+        Ok(self.domain.domstate()?)
+    }
+    fn is_connected(&self) -> bool {
+        !self.domain.is_closed()
+    }
+    fn close(&self) {
+        self.domain.close()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn libvirt_job_types_map_to_migration_statuses() {
+        assert_eq!(job_status("None"), MigrationStatus::None);
+        assert!(job_status("Unbounded").is_active());
+        assert!(job_status("Bounded").is_active());
+        assert_eq!(job_status("Completed"), MigrationStatus::Completed);
+        assert_eq!(job_status("Failed"), MigrationStatus::Failed);
+        assert_eq!(job_status("Cancelled"), MigrationStatus::Cancelled);
+        assert!(job_status("Weird").is_active(), "unknown counts as active, like QMP's");
+    }
+}
