@@ -165,7 +165,8 @@ impl Qemu {
             "virtio-balloon-pci,id=balloon0{}{}{}",
             if spec.deflate_on_oom { ",deflate-on-oom=on" } else { "" },
             if spec.free_page_reporting { ",free-page-reporting=on" } else { "" },
-            if spec.free_page_hint { ",free-page-hint=on" } else { "" }
+            // QEMU hints free pages from an iothread (a must for free-page-hint).
+            if spec.free_page_hint { ",free-page-hint=on,iothread=iothread0" } else { "" }
         );
         // The flags below work unchanged on QEMU 7.2 and 10.0 (docs/qemu-versions.md).
         let mut cmd = Command::new(&spec.qemu);
@@ -176,7 +177,7 @@ impl Qemu {
         };
         cmd.args(["-accel", &accel, "-machine", "pc", "-cpu", "qemu64", "-nodefaults", "-display", "none", "-no-reboot"])
             .args(["-name", &spec.name])
-            .args(["-m", &memory_arg(&spec), "-smp", &spec.cpus.to_string()])
+            .args(["-m", &memory_arg(&spec), "-smp", &smp_arg(&spec)])
             .arg("-kernel").arg(image.dir.join("vmlinuz"))
             .arg("-initrd").arg(image.dir.join("initrd.img"))
             .args(["-append", &append])
@@ -188,10 +189,15 @@ impl Qemu {
             .args(["-device", "virtio-serial-pci,id=vser0"])
             .arg("-chardev").arg(format!("socket,id=agent0,path={},server=on,wait=off", agent.display()))
             .args(["-device", &format!("virtserialport,chardev=agent0,name={}", autoballoon_core::protocol::PORT_NAME)]);
+        if spec.free_page_hint {
+            cmd.args(["-object", "iothread,id=iothread0"]);
+        }
         for n in 0..spec.numa_nodes {
             let mib = spec.memory.0 / 1024 / u64::from(spec.numa_nodes);
             cmd.args(["-object", &format!("memory-backend-ram,id=numa{n},size={mib}M")]);
-            let cpus = (0..spec.cpus).filter(|c| c % spec.numa_nodes == n).map(|c| format!(",cpus={c}")).collect::<String>();
+            // One socket per node (see `smp_arg`): node n has the n-th run of vCPUs.
+            let per_node = (spec.cpus / spec.numa_nodes).max(1);
+            let cpus = (n * per_node..(n + 1) * per_node).filter(|c| *c < spec.cpus).map(|c| format!(",cpus={c}")).collect::<String>();
             cmd.args(["-numa", &format!("node,nodeid={n},memdev=numa{n}{cpus}")]);
         }
         if let Some(dimm) = spec.dimm {
@@ -259,6 +265,15 @@ impl Qemu {
     /// QEMU's resident memory in KiB (what the host really pays for the VM).
     pub fn rss(&self) -> Option<Kib> {
         rss_of(self.child.id())
+    }
+}
+
+/// QEMU's `-smp`: with NUMA nodes, one socket per node, so that no cache is shared across
+/// nodes (the guest kernel warns about such a topology).
+fn smp_arg(spec: &VmSpec) -> String {
+    match spec.numa_nodes {
+        0 | 1 => spec.cpus.to_string(),
+        n => format!("{},sockets={n},cores={},threads=1", spec.cpus, (spec.cpus / n).max(1)),
     }
 }
 

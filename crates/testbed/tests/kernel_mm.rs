@@ -102,7 +102,7 @@ fn patched_two_numa_nodes_and_a_cpuset() {
     shrink(&ctl(&q));
     sh(&q, "cd /sys/fs/cgroup && echo +cpuset > cgroup.subtree_control && mkdir -p spike && echo 1 > spike/cpuset.mems && cat spike/cpuset.mems.effective");
     // 2 × 300 MiB held for 30 s in node 1's 1 GiB, most of which is ballooned.
-    sh(&q, "sh -c 'echo $$ > /sys/fs/cgroup/spike/cgroup.procs; exec spike 2 300 30 0 1' > /tmp/numa-spike.out 2>&1 &");
+    q.console.spawn("sh -c 'echo $$ > /sys/fs/cgroup/spike/cgroup.procs; exec spike 2 300 30 0 1' > /tmp/numa-spike.out 2>&1").expect("start the spike");
     let touched = wait_for(Duration::from_secs(180), Duration::from_millis(500), || sh(&q, "cat /tmp/numa-spike.out").contains("SPIKE cycle="));
     let out = sh(&q, "cat /tmp/numa-spike.out");
     assert!(touched.is_some(), "the spike did not touch its memory in 3 min:\n{out}");
