@@ -6,10 +6,14 @@
 //!   through stock deflate-on-oom from the same balloon.
 //! * Balloon speed: inflate 2048 → 256 MiB and deflate back, timed until QEMU's
 //!   `query-balloon` reports the new size (polled every 10 ms): 2 MiB units (patched)
-//!   against 4 KiB pages (stock). QEMU's figure is the balloon size the guest reports: the
-//!   patched guest reports a deflation as soon as its pages are back in its allocator and
-//!   tells QEMU the pfns afterwards (allowed without MUST_TELL_HOST), so its deflate time
-//!   is at the polling floor; the stock guest reports after QEMU has acked every batch.
+//!   against 4 KiB pages (stock). The guest lowers the size it reports when QEMU has
+//!   acknowledged the deflation (the virtio spec's order), on both kernels.
+//! * The spike with 4 vCPUs on the patched kernel (the balloon's lock under
+//!   contention): through the hook against no balloon.
+//! * Fragmentation after balloon churn (`AUTOBALLOON_BENCH_CHURN` cycles, 10: balloon to
+//!   256 MiB, a 2 × 300 MiB spike, balloon back to 2 GiB), stock against patched:
+//!   pageblocks by migratetype (`/proc/pagetypeinfo`) and the share of THP faults that
+//!   got a huge page when 1 GiB is touched with `defrag=always`.
 //!
 //! Prints medians and ratios; writes them to `run/bench/kernel.json`. Needs the images
 //! `make bench` builds (`AUTOBALLOON_PATCHED_IMAGE`, `AUTOBALLOON_STOCK_IMAGE`);
