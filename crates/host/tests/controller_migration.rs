@@ -147,6 +147,8 @@ fn autoballoon_migrate_asks_the_daemon_and_reports_the_end() {
     let g = Guest::start(Fakes::start(), 1000);
     let d = Daemon::start(vec![g.fakes.vm("a", Some(quick_policy()))], 200);
     wait_for(T, "target 1064 MiB", || g.fakes.last_request() == Some(expected_target(1000)));
+    // The report gives the size the daemon last measured when asked: wait until it saw 1064.
+    wait_for(T, "the daemon sees the guest at 1064 MiB", || d.status("a").size == expected_target(1000));
     let dir = autoballoon_fakes::TempDir::new().unwrap();
     let sock = dir.path().join("status.sock");
     let server = StatusServer::start_with(&sock, autoballoon::metrics::snapshots_of(d.ctl()), Some(commands_of(d.ctl())), autoballoon::log::Logger::new(autoballoon::config::LogFormat::Json, false)).unwrap();
