@@ -114,7 +114,8 @@ fn patched_two_numa_nodes_and_a_cpuset() {
     assert!(out.contains("ok=2"), "the spike's threads did not all get their memory:\n{out}");
     assert_eq!(kills, 0, "OOM kills");
     assert!(n1 >= 2 * 300 * 256 * 9 / 10, "only {n1} pages on node 1:\n{maps}");
-    assert!(n0 * 50 < n1, "{n0} of the spike's pages are on node 0, outside its cpuset:\n{maps}");
+    // A unit from the wrong node would be 512 pages; a few pages may predate the cpuset.
+    assert!(n0 <= 16, "{n0} of the spike's pages are on node 0, outside its cpuset:\n{maps}");
     assert!(hook_pages_served(&stats).unwrap_or(0) > 0, "the hook served nothing:\n{stats}");
     assert_clean(&q);
 }
