@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0
 # make kernel-test: build the patched and the stock kernel (cached), put each
 # into the project's guest image with the agent, run the scenarios of
-# crates/testbed/tests/kernel.rs on real QEMU guests, and print one JSON summary
+# crates/testbed/tests/kernel.rs and kernel_mm.rs on real QEMU guests, and print one JSON summary
 # line per variant (patched, stock, stock-deflate-on-oom).
 #
 #   kernel/scripts/kernel-test.sh AGENT [TEST-NAME-FILTER]
@@ -32,7 +32,7 @@ mkdir -p "$ROOT/run/kernel-test"
 AUTOBALLOON_KERNEL_RESULTS=$ROOT/run/kernel-test/results-$(date +%Y%m%d-%H%M%S).jsonl
 : > "$AUTOBALLOON_KERNEL_RESULTS"
 step "guest images: $AUTOBALLOON_PATCHED_IMAGE (patched), $AUTOBALLOON_STOCK_IMAGE (stock)"
-step "running the scenarios (crates/testbed/tests/kernel.rs); results: $AUTOBALLOON_KERNEL_RESULTS"
+step "running the scenarios (crates/testbed/tests/kernel.rs, kernel_mm.rs); results: $AUTOBALLOON_KERNEL_RESULTS"
 # deb_* scenarios need the Debian package of the kernel: make kernel-deb-test.
 skip=(--skip deb_)
 if [ "${KERNEL_TEST_MIGRATE:-0}" = 1 ]; then
