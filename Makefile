@@ -9,7 +9,7 @@ AGENT := target/$(TRIPLE)/release/autoballoon-guest
 DEMOBIN := target/release/autoballoon-demo
 IMAGE_PATH := run/image.path
 
-.PHONY: all qemu10 test-qemu10 deps build agent host testbed image demo migbench test unit-test integration-test bench clean help guest-deb packaging-test
+.PHONY: all qemu10 test-qemu10 deps build agent host testbed image demo migbench test unit-test integration-test test-host-pressure bench clean help guest-deb packaging-test
 
 all: build
 
@@ -80,6 +80,11 @@ unit-test: deps
 integration-test: image
 	@$(QEMU10_INSTALL)
 	AUTOBALLOON_IMAGE="$$(cat $(IMAGE_PATH))" cargo test --locked --workspace --tests --doc -- --test-threads=1
+
+# Host memory pressure from a real cgroup with swap (tests/host_pressure.rs): left out of
+# `make test`, as the PSI a host program causes depends on the machine (docs/balancers.md).
+test-host-pressure: image
+	AUTOBALLOON_IMAGE="$$(cat $(IMAGE_PATH))" cargo test --locked -p autoballoon-testbed --test host_pressure -- --ignored --nocapture
 
 # Everything: the cargo suite (unit, property, doc and QEMU tests; the kernel scenarios
 # are ignored there), then the kernel scenarios, which build both kernels if not cached.

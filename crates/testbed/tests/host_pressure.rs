@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 const GUESTS: [&str; 3] = ["a", "b", "c"];
 
 #[test]
+#[ignore = "how much PSI the host program causes depends on the machine (swap speed, load): 30 % in one run, 1.6 % in another; run with `make test-host-pressure`"]
 fn host_pressure_inflates_the_guests() {
     let t0 = Instant::now();
     let mut fleet = Fleet::boot("host_pressure", &GUESTS, 512, 800, Some(1024));
