@@ -414,7 +414,8 @@ fn patched_spike_cycles_with_migrations() {
             }
         }
         drop((src, link));
-        assert_clean(&q);
+        // The source is paused now: its console, not its shell.
+        assert_console_clean(&q);
         q = dst;
         assert!(agent_link(&q).send(&HostMessage::MigrationEnded { outcome: MigrationOutcome::Completed }).expect("send the end of the migration"), "the agent took the notice");
         // The destination's `actual` came with the migration; the guest's count never left.

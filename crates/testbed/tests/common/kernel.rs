@@ -81,6 +81,14 @@ pub fn assert_clean(q: &Qemu) {
     assert!(errors.is_empty() && taint == 0, "{} reported kernel errors (taint {taint}; console log {}):\n{}", q.spec.name, q.console.log_path().display(), errors.join("\n"));
 }
 
+/// [`assert_clean`] for a guest that cannot answer any more (a migration's source, paused
+/// after the switchover): only what its console printed.
+pub fn assert_console_clean(q: &Qemu) {
+    let text = q.console.transcript();
+    let errors = kernel_errors(&text);
+    assert!(errors.is_empty(), "{} reported kernel errors (console log {}):\n{}", q.spec.name, q.console.log_path().display(), errors.join("\n"));
+}
+
 pub fn ctl(q: &Qemu) -> Qmp {
     Qmp::connect_with_retry(&q.qmp_ctl, Instant::now() + Duration::from_secs(10)).expect("QMP")
 }
