@@ -83,17 +83,19 @@ fn vmstat(q: &Qemu, key: &str) -> Result<u64, String> {
     sh(q, &format!("grep '^{key} ' /proc/vmstat"))?.split_whitespace().nth(1).and_then(|v| v.parse().ok()).ok_or_else(|| format!("no {key} in /proc/vmstat"))
 }
 
-/// Pageblocks per migratetype in the Normal and DMA32 zones (`/proc/pagetypeinfo`'s
+X
 /// "Number of blocks type" table): (unmovable, movable).
 fn pageblocks(q: &Qemu) -> Result<(u64, u64), String> {
     let text = sh(q, "cat /proc/pagetypeinfo")?;
     let mut lines = text.lines().skip_while(|l| !l.starts_with("Number of blocks type"));
-    let header: Vec<&str> = lines.next().ok_or("no pageblock table in /proc/pagetypeinfo")?.split_whitespace().collect();
-    let col = |name: &str| header.iter().position(|h| *h == name).map(|i| i - 3);
+    // "Number of blocks type     Unmovable      Movable  Reclaimable ..." then one row per
+    // zone: "Node    0, zone    DMA32          3          761          0 ...".
+    let header: Vec<&str> = lines.next().ok_or("no pageblock table in /proc/pagetypeinfo")?.split_whitespace().skip(4).collect();
+    let col = |name: &str| header.iter().position(|h| *h == name);
     let (u, m) = (col("Unmovable").ok_or("no Unmovable column")?, col("Movable").ok_or("no Movable column")?);
     let (mut unmovable, mut movable) = (0, 0);
     for l in lines.take_while(|l| l.starts_with("Node")) {
-        let n: Vec<u64> = l.split_whitespace().filter_map(|w| w.parse().ok()).skip(1).collect();
+        let n: Vec<u64> = l.split_whitespace().skip(4).filter_map(|w| w.parse().ok()).collect();
         unmovable += n.get(u).copied().unwrap_or(0);
         movable += n.get(m).copied().unwrap_or(0);
     }
