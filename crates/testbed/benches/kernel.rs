@@ -83,7 +83,7 @@ fn vmstat(q: &Qemu, key: &str) -> Result<u64, String> {
     sh(q, &format!("grep '^{key} ' /proc/vmstat"))?.split_whitespace().nth(1).and_then(|v| v.parse().ok()).ok_or_else(|| format!("no {key} in /proc/vmstat"))
 }
 
-X
+/// Pageblocks per migratetype, all zones (`/proc/pagetypeinfo`'s
 /// "Number of blocks type" table): (unmovable, movable).
 fn pageblocks(q: &Qemu) -> Result<(u64, u64), String> {
     let text = sh(q, "cat /proc/pagetypeinfo")?;
