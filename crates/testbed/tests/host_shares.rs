@@ -32,7 +32,9 @@ fn the_fewest_shares_give_first() {
     // Each guest's policy wants about its use + 192 MiB (~340 MiB); equal ρ for
     // S / (active + 4 · idle) gives about 343 : 338 : 170 within 850.
     eprintln!("settled at high {high}, mid {mid}, low {low} MiB (sum {}), capacity {CAPACITY}", last.total());
-    assert!(high >= mid && mid > low, "sizes ordered by shares: {:?}", last.sizes);
+    // high and mid may both get their wants, which differ by what each guest uses (a
+    // fresh-clone run settled at high 338, mid 343): ordered within the dead band.
+    assert!(high + 16 >= mid && mid > low, "sizes ordered by shares: {:?}", last.sizes);
     // The most shares keep (about) their want; the fewest give the reclaimed memory.
     assert!(high + 24 >= 343 && mid + 24 >= 343, "high and mid keep about their wants: {:?}", last.sizes);
     assert!(low + 120 <= high, "the fewest shares gave most: {:?}", last.sizes);
