@@ -10,6 +10,8 @@
 //!
 //! Server threads never panic on what a client sends: bad input ends that connection.
 //!
+//! Also [`prom`]: real Prometheus parsers, to check what the metrics endpoint serves.
+//!
 //! ```
 //! use autoballoon_core::units::{Kib, Pages};
 //! use autoballoon_fakes::{Fault, FakeAgentPort, FakeQemu, FakeQemuConfig};
@@ -31,6 +33,7 @@
 
 #![warn(missing_docs)]
 
+pub mod prom;
 mod agent_port;
 mod lines;
 mod qemu;

@@ -9,6 +9,7 @@ use autoballoon::config::{Config, ControllerConfig, LogFormat, PolicyConfig, VmC
 use autoballoon::controller::{Controller, VmState, VmStatus};
 use autoballoon::log::Logger;
 use autoballoon::metrics::{render, snapshots_of, MetricsServer};
+use autoballoon_fakes::prom;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
@@ -75,41 +76,18 @@ fn ensure(package: &str, check: impl Fn() -> bool) -> Result<(), String> {
 /// installed for the test: that package is the whole Prometheus server, which would start
 /// on a machine with an init system. The Python parser below is always required.
 fn promtool(text: &str) -> Result<String, String> {
-    if !installed(Command::new("promtool").arg("--version")) {
-        return Ok("skipped: promtool not installed (apt-get install prometheus to add it)".into());
-    }
-    let mut child = Command::new("promtool").args(["check", "metrics"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    if out.status.success() {
-        Ok(said)
-    } else {
-        Err(format!("promtool check metrics failed ({}):\n{said}\n--- text ---\n{text}", out.status))
+    match prom::promtool_check(text) {
+        Ok(Some(said)) => Ok(said),
+        Ok(None) => Ok("skipped: promtool not installed (apt-get install prometheus to add it)".into()),
+        Err(e) => Err(format!("{e}\n--- text ---\n{text}")),
     }
 }
 
-/// Debian's python3 (not a pyenv one on PATH), which has python3-prometheus-client.
-const PY: &str = "/usr/bin/python3";
-const PARSE: &str = r#"
-import json, sys
-from prometheus_client.parser import text_string_to_metric_families
-out = {}
-for f in text_string_to_metric_families(sys.stdin.read()):
-    out[f.name] = {"type": f.type, "samples": [[s.name, s.labels, s.value] for s in f.samples]}
-print(json.dumps(out))
-"#;
-
-/// The Python client's parse: {family: {type, samples: [[name, labels, value]]}}.
+/// The Python client's parse (Debian's python3, which has python3-prometheus-client,
+/// installed here if missing): {family: {type, samples: [[name, labels, value]]}}.
 fn python_parse(text: &str) -> Result<serde_json::Value, String> {
-    ensure("python3-prometheus-client", || installed(Command::new(PY).args(["-c", "import prometheus_client.parser"])))?;
-    let mut child = Command::new(PY).args(["-c", PARSE]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    if !out.status.success() {
-        return Err(format!("the Python parser refused the text: {}\n--- text ---\n{text}", String::from_utf8_lossy(&out.stderr)));
-    }
-    serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())
+    ensure("python3-prometheus-client", || installed(Command::new("/usr/bin/python3").args(["-c", "import prometheus_client.parser"])))?;
+    prom::python_parse(text).map_err(|e| format!("{e}\n--- text ---\n{text}"))
 }
 
 #[test]

@@ -13,7 +13,6 @@ pub mod libvirt;
 mod migrate;
 pub mod migbench;
 pub mod plot;
-pub mod prom;
 mod qemu;
 
 pub use console::{count_oom_kills, Console, ConsoleError};

@@ -73,13 +73,13 @@ fn iballoon_moves_memory_to_the_growing_guest() {
         assert!(text.contains(&format!("autoballoon_vm_state{{vm=\"{n}\",state=\"running\"}} 1")), "{n} running in:\n{text}");
         assert!(text.lines().any(|l| l.starts_with(&format!("autoballoon_vm_class{{vm=\"{n}\"")) && l.ends_with(" 1")), "{n}'s class in:\n{text}");
     }
-    match autoballoon_testbed::prom::promtool_check(&text) {
+    match autoballoon_fakes::prom::promtool_check(&text) {
         Ok(Some(said)) => eprintln!("promtool check metrics: ok {said}"),
         // Like crates/host/tests/metrics.rs: the Python parser below is always required.
         Ok(None) => eprintln!("promtool check metrics: skipped, promtool not installed (apt-get install prometheus adds it)"),
         Err(e) => panic!("{e}\n--- text ---\n{text}"),
     }
-    let parsed = autoballoon_testbed::prom::python_parse(&text).unwrap_or_else(|e| panic!("{e}\n--- text ---\n{text}"));
+    let parsed = autoballoon_fakes::prom::python_parse(&text).unwrap_or_else(|e| panic!("{e}\n--- text ---\n{text}"));
     assert_eq!(parsed["autoballoon_vm_actions"]["type"], "counter", "{parsed}");
     fleet.assert_all_alive();
     assert_eq!(fleet.guest_oom_kills(), 0, "OOM kills in the guests");

@@ -1,7 +1,7 @@
 //! Real Prometheus parsers for the metrics endpoint's text: `promtool check metrics`
 //! (Debian's `prometheus`) and the Python client's parser (`python3-prometheus-client`,
-//! installed by scripts/install-deps.sh). crates/host/tests/metrics.rs checks a scrape of
-//! VMs without QEMU the same way; here it is a scrape of real guests.
+//! installed by scripts/install-deps.sh). Used by crates/host/tests/metrics.rs (a scrape
+//! of VMs without QEMU) and by the test bed's host tests (a scrape of real guests).
 
 use std::io::Write;
 use std::process::{Command, Stdio};
