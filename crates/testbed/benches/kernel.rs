@@ -80,7 +80,7 @@ fn sh(q: &Qemu, cmd: &str) -> Result<String, String> {
 }
 
 fn vmstat(q: &Qemu, key: &str) -> Result<u64, String> {
-    sh(q, &format!("grep '^{key} ' /proc/vmstat"))?.split_whitespace().nth(1).and_then(|v| v.parse().ok()).ok_or_else(|| format!("no {key} in /proc/vmstat"))
+    autoballoon_testbed::guest::vmstat(q, key).map_err(|e| e.to_string())
 }
 
 /// Pageblocks per migratetype, all zones (`/proc/pagetypeinfo`'s

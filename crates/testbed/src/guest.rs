@@ -93,6 +93,32 @@ pub fn hook_pages_served(stats: &str) -> Option<u64> {
     Some(lines.map(|l| l.split_whitespace().collect::<Vec<_>>()).filter(|f| f.len() == header.len()).filter_map(|f| f[col].parse::<u64>().ok()).sum())
 }
 
+/// One row of `hook_stats` (`order calls pages misses`): (calls, pages, misses).
+pub fn hook_stats_row(stats: &str, order: u32) -> Option<(u64, u64, u64)> {
+    stats.lines().map(|l| l.split_whitespace().map(|w| w.parse::<u64>().ok()).collect::<Option<Vec<u64>>>()).find_map(|f| match f?.as_slice() {
+        [o, calls, pages, misses] if *o == u64::from(order) => Some((*calls, *pages, *misses)),
+        _ => None,
+    })
+}
+
+/// The value of a `name value` line: the format of `/proc/vmstat` and of `hook_stats`'
+/// totals (`deflated`, `store_pages`, `deflating`).
+pub fn named_value(text: &str, name: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let mut w = l.split_whitespace();
+        if w.next()? != name {
+            return None;
+        }
+        w.next()?.parse().ok()
+    })
+}
+
+/// A counter of the guest's `/proc/vmstat` (e.g. `thp_fault_alloc`).
+pub fn vmstat(q: &Qemu, key: &str) -> Result<u64, ConsoleError> {
+    let out = q.console.run("cat /proc/vmstat", Duration::from_secs(60))?;
+    named_value(&out.text, key).ok_or_else(|| ConsoleError::Unexpected { command: format!("cat /proc/vmstat (no {key})"), output: out.text })
+}
+
 /// Pages in the balloon as QEMU counts them: `memory` minus the guest size `query-balloon` reports.
 pub fn qemu_balloon(qmp: &Qmp, memory: Kib) -> Result<Pages, QmpError> {
     Ok(Pages(memory.to_bytes_saturating().0.saturating_sub(qmp.query_balloon()?) / 4096))
@@ -154,6 +180,16 @@ mod tests {
         let stats = "order calls pages misses\n0 1199 1199 0\n1 0 0 0\n9 684 350208 2\ndeflated 690\nstore_pages 10\ncache_pages 3\n";
         assert_eq!(hook_pages_served(stats), Some(1199 + 350208));
         assert_eq!(hook_pages_served("nothing"), None);
+    }
+
+    #[test]
+    fn hook_stats_rows_and_totals_are_read() {
+        let stats = "order calls pages misses\n0 1199 1199 0\n9 684 350208 2\ndeflated 690\nstore_pages 10\ndeflating 0\n";
+        assert_eq!(hook_stats_row(stats, 9), Some((684, 350208, 2)));
+        assert_eq!(hook_stats_row(stats, 3), None);
+        assert_eq!((named_value(stats, "store_pages"), named_value(stats, "deflating")), (Some(10), Some(0)));
+        assert_eq!(named_value("thp_fault_alloc 12\nthp_fault_fallback 3\n", "thp_fault_fallback"), Some(3));
+        assert_eq!(named_value(stats, "cache_pages"), None);
     }
 }
 

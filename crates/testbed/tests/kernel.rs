@@ -10,7 +10,7 @@ mod common;
 
 use common::kernel::*;
 
-use autoballoon_testbed::guest::{balloon_to, dmesg_errors, hook_pages_served, hook_stats, kernel_errors, oom_kills, qemu_balloon, tainted};
+use autoballoon_testbed::guest::{balloon_to, dmesg_errors, hook_pages_served, hook_stats, kernel_errors, named_value, oom_kills, qemu_balloon, tainted};
 use autoballoon_testbed::{migrate, wait_for, wait_settled, GuestAgent, GuestImage, Qemu, VmSpec};
 use autoballoon::controller::AgentLink;
 use autoballoon_core::protocol::{HostMessage, MigrationOutcome, PORT_NAME};
@@ -226,8 +226,7 @@ fn zone_pages(q: &Qemu, zone: &str) -> Value {
 /// `hook_stats`.
 fn store_and_deflating(q: &Qemu) -> (Option<u64>, Option<u64>) {
     let stats = hook_stats(q).unwrap_or_default();
-    let field = |k: &str| stats.lines().find_map(|l| l.strip_prefix(k)?.trim().parse().ok());
-    (field("store_pages "), field("deflating "))
+    (named_value(&stats, "store_pages"), named_value(&stats, "deflating"))
 }
 
 /// Memory offlining with ballooned pages in the memory that goes offline (kernel issue 9,

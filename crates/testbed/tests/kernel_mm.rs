@@ -6,20 +6,19 @@
 //! guest's own log and taint flag, not only the `quiet` console.
 mod common;
 
-use autoballoon_testbed::guest::{balloon_to, hook_pages_served, hook_stats, oom_kills, qemu_balloon};
+use autoballoon_testbed::guest::{self, balloon_to, hook_pages_served, hook_stats, hook_stats_row, oom_kills, qemu_balloon};
 use autoballoon_testbed::{migrate, wait_for, GuestAgent, Qemu, VmSpec};
 use common::kernel::*;
 use serde_json::json;
 use std::time::Duration;
 
-/// One row of `hook_stats` (`order calls pages misses`): (calls, pages, misses).
+/// One row of `hook_stats`: (calls, pages, misses), zeros for an order it does not list.
 fn hook_row(stats: &str, order: u32) -> (u64, u64, u64) {
-    let row = stats.lines().map(|l| l.split_whitespace().filter_map(|w| w.parse::<u64>().ok()).collect::<Vec<_>>()).find(|f| f.len() == 4 && f[0] == u64::from(order));
-    row.map_or((0, 0, 0), |f| (f[1], f[2], f[3]))
+    hook_stats_row(stats, order).unwrap_or((0, 0, 0))
 }
 
 fn vmstat(q: &Qemu, key: &str) -> u64 {
-    sh(q, &format!("grep '^{key} ' /proc/vmstat")).split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no {key} in /proc/vmstat"))
+    guest::vmstat(q, key).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// THP faults outside madvised ranges (`GFP_TRANSHUGE_LIGHT`: no direct reclaim) have a
