@@ -71,11 +71,8 @@ pub fn boot(test: &str, image: &GuestImage, spec: VmSpec) -> Qemu {
 /// console runs with `quiet`, which drops warnings), or tainted itself (running KUnit
 /// aside).
 pub fn assert_clean(q: &Qemu) {
-    let text = q.console.transcript();
-    let mut errors: Vec<String> = kernel_errors(&text).into_iter().map(str::to_string).collect();
-    if errors.is_empty() {
-        errors = dmesg_errors(q).unwrap_or_else(|e| vec![format!("dmesg: {e}")]);
-    }
+    assert_console_clean(q);
+    let errors = dmesg_errors(q).unwrap_or_else(|e| vec![format!("dmesg: {e}")]);
     // TAINT_TEST (bit 18): KUnit ran, which the KUnit scenario does on purpose.
     let taint = tainted(q).unwrap_or(u64::MAX) & !(1 << 18);
     assert!(errors.is_empty() && taint == 0, "{} reported kernel errors (taint {taint}; console log {}):\n{}", q.spec.name, q.console.log_path().display(), errors.join("\n"));
