@@ -83,23 +83,10 @@ fn vmstat(q: &Qemu, key: &str) -> Result<u64, String> {
     autoballoon_testbed::guest::vmstat(q, key).map_err(|e| e.to_string())
 }
 
-/// Pageblocks per migratetype, all zones (`/proc/pagetypeinfo`'s
-/// "Number of blocks type" table): (unmovable, movable).
+/// Pageblocks per migratetype, all zones: (unmovable, movable).
 fn pageblocks(q: &Qemu) -> Result<(u64, u64), String> {
-    let text = sh(q, "cat /proc/pagetypeinfo")?;
-    let mut lines = text.lines().skip_while(|l| !l.starts_with("Number of blocks type"));
-    // "Number of blocks type     Unmovable      Movable  Reclaimable ..." then one row per
-    // zone: "Node    0, zone    DMA32          3          761          0 ...".
-    let header: Vec<&str> = lines.next().ok_or("no pageblock table in /proc/pagetypeinfo")?.split_whitespace().skip(4).collect();
-    let col = |name: &str| header.iter().position(|h| *h == name);
-    let (u, m) = (col("Unmovable").ok_or("no Unmovable column")?, col("Movable").ok_or("no Movable column")?);
-    let (mut unmovable, mut movable) = (0, 0);
-    for l in lines.take_while(|l| l.starts_with("Node")) {
-        let n: Vec<u64> = l.split_whitespace().skip(4).filter_map(|w| w.parse().ok()).collect();
-        unmovable += n.get(u).copied().unwrap_or(0);
-        movable += n.get(m).copied().unwrap_or(0);
-    }
-    Ok((unmovable, movable))
+    let b = autoballoon_testbed::guest::pageblocks(q).map_err(|e| e.to_string())?;
+    Ok((b.unmovable, b.movable))
 }
 
 /// Fragmentation after balloon churn: `cycles` times balloon to 256 MiB, a 2 x 300 MiB

@@ -119,6 +119,38 @@ pub fn vmstat(q: &Qemu, key: &str) -> Result<u64, ConsoleError> {
     named_value(&out.text, key).ok_or_else(|| ConsoleError::Unexpected { command: format!("cat /proc/vmstat (no {key})"), output: out.text })
 }
 
+/// Pageblocks per migratetype, summed over every zone (`/proc/pagetypeinfo`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pageblocks {
+    pub unmovable: u64,
+    pub movable: u64,
+    pub cma: u64,
+}
+
+/// Reads `/proc/pagetypeinfo`'s "Number of blocks type" table: a header row naming the
+/// migratetypes, then one row per zone ("Node    0, zone    DMA32     3    761 ...").
+pub fn parse_pageblocks(text: &str) -> Option<Pageblocks> {
+    let mut lines = text.lines().skip_while(|l| !l.starts_with("Number of blocks type"));
+    let header: Vec<&str> = lines.next()?.split_whitespace().skip(4).collect();
+    let col = |name: &str| header.iter().position(|h| *h == name);
+    let (u, m, c) = (col("Unmovable")?, col("Movable")?, col("CMA"));
+    let mut blocks = Pageblocks::default();
+    for l in lines.take_while(|l| l.starts_with("Node")) {
+        let n: Vec<u64> = l.split_whitespace().skip(4).map(|w| w.parse().ok()).collect::<Option<_>>()?;
+        let at = |i: usize| n.get(i).copied();
+        blocks.unmovable += at(u)?;
+        blocks.movable += at(m)?;
+        blocks.cma += c.and_then(at).unwrap_or(0);
+    }
+    Some(blocks)
+}
+
+/// The guest's pageblocks per migratetype (see [`parse_pageblocks`]).
+pub fn pageblocks(q: &Qemu) -> Result<Pageblocks, ConsoleError> {
+    let out = q.console.run("cat /proc/pagetypeinfo", Duration::from_secs(60))?;
+    parse_pageblocks(&out.text).ok_or_else(|| ConsoleError::Unexpected { command: "cat /proc/pagetypeinfo (no pageblock table)".into(), output: out.text })
+}
+
 /// Pages in the balloon as QEMU counts them: `memory` minus the guest size `query-balloon` reports.
 pub fn qemu_balloon(qmp: &Qmp, memory: Kib) -> Result<Pages, QmpError> {
     Ok(Pages(memory.to_bytes_saturating().0.saturating_sub(qmp.query_balloon()?) / 4096))
@@ -180,6 +212,16 @@ mod tests {
         let stats = "order calls pages misses\n0 1199 1199 0\n1 0 0 0\n9 684 350208 2\ndeflated 690\nstore_pages 10\ncache_pages 3\n";
         assert_eq!(hook_pages_served(stats), Some(1199 + 350208));
         assert_eq!(hook_pages_served("nothing"), None);
+    }
+
+    #[test]
+    fn pageblocks_are_summed_over_zones() {
+        let text = include_str!("../tests/fixtures/pagetypeinfo-patched.txt");
+        let b = parse_pageblocks(text).expect("the table");
+        assert!(b.unmovable > 0 && b.movable > b.unmovable, "{b:?}");
+        let two = "Number of blocks type     Unmovable      Movable  Reclaimable   HighAtomic          CMA      Isolate \nNode 0, zone      DMA            1            7            0            0            0            0 \nNode 0, zone    DMA32           20          700            3            0           64            0 \n";
+        assert_eq!(parse_pageblocks(two), Some(Pageblocks { unmovable: 21, movable: 707, cma: 64 }));
+        assert_eq!(parse_pageblocks("Page block order: 9\n"), None);
     }
 
     #[test]

@@ -82,11 +82,13 @@ pub struct VmSpec {
     /// an ACPI memory device the guest adds at boot and leaves offline
     /// (`/sys/devices/system/memory`), for memory hotplug tests.
     pub dimm: Option<Kib>,
+    /// The vCPU has 1 GiB pages (`pdpe1gb`), so the guest has a gigantic hugetlb size.
+    pub gigantic_pages: bool,
 }
 
 impl VmSpec {
     pub fn new(name: &str, memory: Kib) -> VmSpec {
-        VmSpec { qemu: qemu_binary(), name: name.into(), memory, cpus: 1, deflate_on_oom: true, agent: GuestAgent::Host, append: String::new(), incoming_port: None, free_page_reporting: false, free_page_hint: false, numa_nodes: 0, dimm: None }
+        VmSpec { qemu: qemu_binary(), name: name.into(), memory, cpus: 1, deflate_on_oom: true, agent: GuestAgent::Host, append: String::new(), incoming_port: None, free_page_reporting: false, free_page_hint: false, numa_nodes: 0, dimm: None, gigantic_pages: false }
     }
 }
 
@@ -175,7 +177,7 @@ impl Qemu {
             Ok(t) => format!("tcg,thread={t}"),
             Err(_) => "tcg".to_string(),
         };
-        cmd.args(["-accel", &accel, "-machine", "pc", "-cpu", "qemu64", "-nodefaults", "-display", "none", "-no-reboot"])
+        cmd.args(["-accel", &accel, "-machine", "pc", "-cpu", if spec.gigantic_pages { "qemu64,+pdpe1gb" } else { "qemu64" }, "-nodefaults", "-display", "none", "-no-reboot"])
             .args(["-name", &spec.name])
             .args(["-m", &memory_arg(&spec), "-smp", &smp_arg(&spec)])
             .arg("-kernel").arg(image.dir.join("vmlinuz"))

@@ -6,7 +6,8 @@
 //! guest's own log and taint flag, not only the `quiet` console.
 mod common;
 
-use autoballoon_testbed::guest::{self, balloon_to, hook_pages_served, hook_stats, hook_stats_row, oom_kills, qemu_balloon};
+use autoballoon_core::Kib;
+use autoballoon_testbed::guest::{self, balloon_to, hook_pages_served, hook_stats, hook_stats_row, named_value, oom_kills, pageblocks, qemu_balloon};
 use autoballoon_testbed::{migrate, wait_for, GuestAgent, Qemu, VmSpec};
 use common::kernel::*;
 use serde_json::json;
@@ -146,4 +147,80 @@ fn patched_with_free_page_reporting_and_hinting() {
     let s = spike(&dst);
     assert!(s.completed, "the spike on the destination failed: {s:?}");
     assert_clean(&dst);
+}
+
+/// Ballooned 2 MiB units are whole pageblocks taken from movable ones: inflating the balloon,
+/// a spike it serves and a second inflation must not turn movable pageblocks unmovable (an
+/// unmovable unit steals its pageblock and converts it, which fragments the guest).
+#[test]
+#[ignore = "needs the patched kernel: make kernel-test"]
+fn patched_balloon_units_leave_pageblocks_movable() {
+    let q = boot("kernel_mm_pageblocks", &patched(), spec("pageblocks", GuestAgent::None, true));
+    let qmp = ctl(&q);
+    let blocks = || pageblocks(&q).unwrap_or_else(|e| panic!("{e}"));
+    let booted = blocks();
+    shrink(&qmp);
+    let inflated = blocks();
+    let s = spike(&q);
+    assert!(s.completed, "the spike failed: {s:?}");
+    balloon_to(&qmp, GUEST, Duration::from_secs(120)).expect("QMP").expect("the balloon empties in 2 min");
+    shrink(&qmp);
+    let again = blocks();
+    record("patched", "pageblocks", json!({ "booted_unmovable": booted.unmovable, "inflated_unmovable": inflated.unmovable, "again_unmovable": again.unmovable, "again_movable": again.movable }));
+    for (when, b) in [("inflated", inflated), ("inflated again", again)] {
+        assert!(b.unmovable <= booted.unmovable + 16, "{when}: {} unmovable pageblocks, {} after boot", b.unmovable, booted.unmovable);
+    }
+    assert_clean(&q);
+}
+
+/// A guest booted with `movablecore`: the balloon can take memory from ZONE_MOVABLE (its
+/// units are movable allocations), so the host can balloon it below what the other zones
+/// hold, and the hook serves a spike from there.
+#[test]
+#[ignore = "needs the patched kernel: make kernel-test"]
+fn patched_balloon_takes_memory_from_zone_movable() {
+    let q = boot("kernel_mm_movable", &patched(), VmSpec { append: "movablecore=1G".into(), ..spec("movable", GuestAgent::None, true) });
+    let qmp = ctl(&q);
+    let reached = balloon_to(&qmp, SHRUNK, Duration::from_secs(120)).expect("QMP");
+    let balloon = qemu_balloon(&qmp, GUEST).expect("query-balloon");
+    record("patched", "zone_movable", json!({ "movable_balloon_mib": mib(balloon), "movable_reached_s": reached.map(|d| d.as_secs_f64()) }));
+    assert!(reached.is_some(), "the balloon stopped at {:.0} MiB of {} (movablecore=1G)", mib(balloon), (GUEST.0 - SHRUNK.0) / 1024);
+    let s = spike(&q);
+    assert!(s.completed, "the spike failed: {s:?}");
+    assert_eq!(oom_kills(&q), 0, "OOM kills");
+    assert_clean(&q);
+}
+
+/// Contiguous allocations on memory the balloon holds units in: two 1 GiB gigantic pages at
+/// run time in a 5 GiB guest booted with `hugetlb_cma=1G` whose balloon holds 512 MiB,
+/// spread over all of its memory first. The first page comes from the CMA area
+/// (`cma_alloc()`), the second from the rest (`alloc_contig_pages()`). The balloon gives
+/// its units in those ranges back (the `released` count) and inflates again elsewhere, to
+/// the size the host asked for.
+#[test]
+#[ignore = "needs the patched kernel: make kernel-test"]
+fn patched_contiguous_allocations_get_ballooned_units_back() {
+    // 5 GiB: the CMA area needs a free, aligned 1 GiB at boot: on the pc machine, RAM
+    // above 4 GiB below the top, where the kernel's early allocations are.
+    let memory = Kib::from_mib_saturating(5120);
+    let q = boot("kernel_mm_contig", &patched(), VmSpec { memory, append: "hugetlb_cma=1G".into(), gigantic_pages: true, ..spec("contig", GuestAgent::None, true) });
+    let qmp = ctl(&q);
+    let to = |mib: u64| balloon_to(&qmp, Kib::from_mib_saturating(mib), Duration::from_secs(180)).expect("QMP").unwrap_or_else(|| panic!("the balloon did not reach a guest size of {mib} MiB"));
+    // Units everywhere first (1.75 GiB), then 512 MiB of them left.
+    to(3328);
+    to(4608);
+    let gigantic = "/sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages";
+    sh(&q, &format!("echo 2 > {gigantic}"));
+    let huge = read_u64(&q, gigantic);
+    // hook_stats mounts debugfs, where the CMA area's counters are too.
+    let released = hook_stats(&q).ok().and_then(|s| named_value(&s, "released")).unwrap_or(0);
+    let cma_used = read_u64(&q, "/sys/kernel/debug/cma/hugetlb0/used");
+    let back = wait_for(Duration::from_secs(120), Duration::from_millis(200), || qemu_balloon(&qmp, memory).map(|b| mib(b) >= 512.0 - 8.0).unwrap_or(false));
+    let balloon = qemu_balloon(&qmp, memory).expect("query-balloon");
+    record("patched", "contig", json!({ "gigantic_pages": huge, "cma_pages_used": cma_used, "released_pages": released, "balloon_after_mib": mib(balloon) }));
+    assert_eq!(huge, 2, "{huge} of 2 gigantic pages allocated ({cma_used} pages from the CMA area)");
+    assert_eq!(cma_used, 1 << 18, "the gigantic page did not come from the CMA area");
+    assert!(released > 0, "the balloon gave nothing back to the contiguous allocations");
+    assert!(back.is_some(), "the balloon stayed at {:.0} MiB after giving units back (512 asked)", mib(balloon));
+    assert_clean(&q);
 }
