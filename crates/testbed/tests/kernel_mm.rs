@@ -224,3 +224,74 @@ fn patched_contiguous_allocations_get_ballooned_units_back() {
     assert!(back.is_some(), "the balloon stayed at {:.0} MiB after giving units back (512 asked)", mib(balloon));
     assert_clean(&q);
 }
+
+/// Suspend to RAM and back with a full balloon: the PM core freezes the balloon device
+/// (`virtballoon_freeze()`: the hook off, every page deflated, the queues deleted) and
+/// restores it (queues again, the hook on, the balloon inflated back to the host's target).
+/// The same driver callbacks serve hibernation, which needs a swap device this guest has
+/// not. Afterwards the hook serves a spike again.
+#[test]
+#[ignore = "needs the patched kernel: make kernel-test"]
+fn patched_suspend_and_resume_with_a_full_balloon() {
+    let q = boot("kernel_mm_suspend", &patched(), spec("suspend", GuestAgent::None, true));
+    let qmp = ctl(&q);
+    shrink(&qmp);
+    let states = sh(&q, "cat /sys/power/state");
+    assert!(states.contains("mem"), "the guest cannot suspend to RAM: /sys/power/state has {states:?}");
+    sh(&q, "sh -c '(sleep 1; echo mem > /sys/power/state) > /dev/null 2>&1 &'");
+    let status = || qmp.query_status().unwrap_or_else(|e| panic!("query-status: {e}"));
+    let suspended = wait_for(Duration::from_secs(60), Duration::from_millis(100), || status() == "suspended");
+    assert!(suspended.is_some(), "the guest did not suspend (status {})", status());
+    qmp.execute("system_wakeup", None).expect("system_wakeup");
+    let running = wait_for(Duration::from_secs(60), Duration::from_millis(100), || status() == "running");
+    assert!(running.is_some(), "the guest did not wake up (status {})", status());
+    // The serial port loses what is typed while the guest resumes: retry until it answers.
+    let answers = wait_for(Duration::from_secs(60), Duration::from_millis(100), || q.console.run("true", Duration::from_secs(5)).is_ok());
+    assert!(answers.is_some(), "the guest's shell did not answer after the resume");
+    let back = balloon_to(&qmp, SHRUNK, Duration::from_secs(120)).expect("QMP");
+    let s = spike(&q);
+    let stats = hook_stats(&q).unwrap_or_default();
+    record("patched", "suspend", json!({ "suspend_balloon_back_s": back.map(|d| d.as_secs_f64()), "suspend_spike_completed": s.completed, "suspend_hook_pages": hook_pages_served(&stats) }));
+    assert!(back.is_some(), "the balloon did not come back to 256 MiB after the resume");
+    assert!(s.completed, "the spike after the resume failed: {s:?}");
+    assert!(hook_pages_served(&stats).unwrap_or(0) > 0, "the hook served nothing after the resume:\n{stats}");
+    assert_eq!(oom_kills(&q), 0, "OOM kills");
+    assert_clean(&q);
+}
+
+/// The driver's remove path with hook deflations in flight: unbinding the driver (what a
+/// module unload does) while the hook serves a spike, binding it again (the balloon goes
+/// back to the host's target), then unplugging the device (`device_del`) during a second
+/// spike. Each time the guest must get all of its memory back: the spike completes with no
+/// OOM kill although the host asked for 256 MiB.
+#[test]
+#[ignore = "needs the patched kernel: make kernel-test"]
+fn patched_driver_unbind_and_device_unplug_during_spikes() {
+    let q = boot("kernel_mm_unplug", &patched(), spec("unplug", GuestAgent::None, true));
+    let qmp = ctl(&q);
+    shrink(&qmp);
+    let dev = sh(&q, "basename $(readlink /sys/bus/virtio/drivers/virtio_balloon/virtio*)").trim().to_string();
+    let drv = "/sys/bus/virtio/drivers/virtio_balloon";
+    let spike_then = |action: &dyn Fn()| {
+        sh(&q, "rm -f /tmp/spike.out; sh -c '(spike 4 384 0 0 1; echo EXIT=$?) > /tmp/spike.out 2>&1 &'");
+        action();
+        let done = wait_for(Duration::from_secs(300), Duration::from_millis(500), || sh(&q, "cat /tmp/spike.out").contains("EXIT="));
+        let out = sh(&q, "cat /tmp/spike.out");
+        assert!(done.is_some() && out.contains("EXIT=0") && out.contains("failed=0"), "the spike failed: {out}");
+    };
+    spike_then(&|| {
+        sh(&q, &format!("echo {dev} > {drv}/unbind"));
+    });
+    sh(&q, &format!("echo {dev} > {drv}/bind"));
+    let back = balloon_to(&qmp, SHRUNK, Duration::from_secs(120)).expect("QMP");
+    assert!(back.is_some(), "the balloon did not come back to 256 MiB after binding the driver again");
+    spike_then(&|| {
+        qmp.execute("device_del", Some(json!({ "id": "balloon0" }))).expect("device_del");
+        let deleted = wait_for(Duration::from_secs(120), Duration::from_millis(100), || qmp.poll_events().iter().any(|e| e.name == "DEVICE_DELETED"));
+        assert!(deleted.is_some(), "the guest did not release the balloon device");
+    });
+    let kills = oom_kills(&q);
+    record("patched", "unplug", json!({ "unplug_oom_kills": kills, "rebind_balloon_back_s": back.map(|d| d.as_secs_f64()) }));
+    assert_eq!(kills, 0, "OOM kills");
+    assert_clean(&q);
+}
