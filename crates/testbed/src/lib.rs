@@ -6,6 +6,7 @@
 
 mod console;
 pub mod daemon;
+pub mod fleet;
 pub mod demo;
 pub mod guest;
 pub mod hostlimit;
