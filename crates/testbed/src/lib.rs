@@ -9,6 +9,7 @@ pub mod daemon;
 pub mod fleet;
 pub mod demo;
 pub mod guest;
+pub mod hostbench;
 pub mod hostlimit;
 pub mod libvirt;
 mod migrate;
