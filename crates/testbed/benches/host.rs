@@ -98,6 +98,11 @@ fn today() -> String {
     std::process::Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]).output().ok().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default()
 }
 
+/// The first three fields of `/proc/loadavg`.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg").map(|t| t.split_whitespace().take(3).collect::<Vec<_>>().join(" ")).unwrap_or_default()
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -118,6 +123,7 @@ fn run(run_dir: &Path, out: &Path, cost_on: bool, mixed_on: bool) -> Result<(), 
     }
     let image = GuestImage::from_env().map_err(|e| e.to_string())?;
     let t0 = Instant::now();
+    let load0 = loadavg();
     let cost = if cost_on { cost_rows(run_dir, &image)? } else { Vec::new() };
     let setup = Setup::default();
     let mixed = if mixed_on {
@@ -127,7 +133,7 @@ fn run(run_dir: &Path, out: &Path, cost_on: bool, mixed_on: bool) -> Result<(), 
     } else {
         None
     };
-    let results = Results { cost, cost_window_s: cost::window().as_secs_f64(), mixed, setup, qemu: qemu_version(), cores: std::thread::available_parallelism().map_or(0, |n| n.get()), date: today(), duration_s: t0.elapsed().as_secs_f64() };
+    let results = Results { cost, cost_window_s: cost::window().as_secs_f64(), mixed, setup, qemu: qemu_version(), cores: std::thread::available_parallelism().map_or(0, |n| n.get()), date: today(), duration_s: t0.elapsed().as_secs_f64(), loadavg: (load0, loadavg()) };
     results.write(out)?;
     print!("{}", results.markdown());
     eprintln!("hostbench: wrote {} and {}", out.join("RESULTS.md").display(), out.join("results.json").display());

@@ -119,7 +119,7 @@ pub struct WorkLine {
 
 impl WorkLine {
     pub fn parse(line: &str) -> Option<WorkLine> {
-        let mut words = line.trim().split_whitespace();
+        let mut words = line.split_whitespace();
         if words.next()? != "WORK" {
             return None;
         }

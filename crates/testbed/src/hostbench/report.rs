@@ -20,6 +20,9 @@ pub struct Results {
     pub cores: usize,
     pub date: String,
     pub duration_s: f64,
+    /// `/proc/loadavg` at the start and at the end: other work on the machine (other
+    /// QEMUs) shares its two cores with the guests and shows here.
+    pub loadavg: (String, String),
 }
 
 /// A number for JSON: NaN and infinities (an undefined ratio) are `null`.
@@ -85,6 +88,7 @@ impl Results {
         });
         json!({
             "benchmark": "make bench-host", "date": self.date, "qemu": self.qemu, "cores": self.cores, "duration_s": num(self.duration_s),
+            "loadavg_start": self.loadavg.0, "loadavg_end": self.loadavg.1,
             "controller_cost": {"interval_ms": 1000, "balancer": "iballoon", "window_s": num(self.cost_window_s), "rows": cost, "marginal_per_vm": marginal},
             "mixed_workload": mixed,
         })
@@ -93,7 +97,7 @@ impl Results {
     pub fn markdown(&self) -> String {
         let mut m = String::new();
         let _ = writeln!(m, "# Host controller benchmark (`make bench-host`)\n");
-        let _ = writeln!(m, "Written by `crates/testbed/benches/host.rs` on {} ({} host cores, {}, TCG); the run took {:.0} s. Numbers: `results.json`. What is measured and how: `docs/balancers.md`, section *Benchmark*.\n", self.date, self.cores, self.qemu, self.duration_s);
+        let _ = writeln!(m, "Written by `crates/testbed/benches/host.rs` on {} ({} host cores, {}, TCG); the run took {:.0} s; `/proc/loadavg` {} at the start, {} at the end. Numbers: `results.json`. What is measured and how: `docs/balancers.md`, section *Benchmark*.\n", self.date, self.cores, self.qemu, self.duration_s, self.loadavg.0, self.loadavg.1);
         if !self.cost.is_empty() {
             let _ = writeln!(m, "## The controller's cost per managed VM\n");
             let _ = writeln!(m, "`autoballoon host` (release build), iBalloon balancer, default 1 s interval, status socket and metrics endpoint on. CPU = utime + stime of `/proc/PID/stat` over a {:.0} s window, as % of one core; RSS = `VmRSS` at the end of the window, HWM = `VmHWM`. Fake VMs: `crates/fakes` QEMUs (QMP) and agents reporting once a second, each guest's use moving on a 60 s sine so that the balancer acts. The iBalloon seed: about 1 % CPU at a 1 s interval (4-20 VMs).\n", self.cost_window_s);
