@@ -9,7 +9,7 @@ AGENT := target/$(TRIPLE)/release/autoballoon-guest
 DEMOBIN := target/release/autoballoon-demo
 IMAGE_PATH := run/image.path
 
-.PHONY: all qemu10 test-qemu10 deps build agent host testbed image demo migbench test unit-test integration-test test-host-pressure bench clean help guest-deb packaging-test
+.PHONY: all qemu10 test-qemu10 deps build agent host testbed image demo migbench test unit-test integration-test test-host-pressure bench bench-host clean help guest-deb packaging-test
 
 all: build
 
@@ -17,6 +17,7 @@ help:
 	@echo "make demo   - boot a guest, spike it, migrate it without autoballoon, with it, and with free page reporting"
 	@echo "make test   - the whole suite (unit, property and QEMU integration tests, make kernel-test)"
 	@echo "make bench  - the patched kernel against the stock one: spike times, balloon GB/s, ratios"
+	@echo "make bench-host - the host controller's CPU and RSS per VM (1/4/16 VMs) and iBalloon's mixed workloads, static vs balancer (bench/host/RESULTS.md)"
 	@echo "make migbench - migrations idle and after a spike against free page reporting (MIGBENCH_ARGS='--runs 2')"
 	@echo "make image  - build the guest image (cached under $(CACHE))"
 	@echo "make kernel / kernel-test / kernel-deb - the patched guest kernel (see kernel/README.md)"
@@ -105,6 +106,14 @@ bench: agent
 	@images=$$(kernel/scripts/images.sh $(AGENT)) && \
 	AUTOBALLOON_PATCHED_IMAGE=$$(sed -n 1p <<< "$$images") AUTOBALLOON_STOCK_IMAGE=$$(sed -n 2p <<< "$$images") \
 	  cargo bench --locked -p autoballoon-testbed --bench kernel
+
+# The host controller's own CPU and RSS per managed VM (1, 4, 16 fake VMs and one real guest)
+# and the iBalloon seed's mixed-workload experiment on four real guests, static sizes against
+# the balancer; writes bench/host/RESULTS.md and bench/host/results.json (docs/balancers.md,
+# Benchmark). About 20 min; root (cgroups). BENCH_HOST_ARGS='--cost-only' or '--mixed-only'.
+bench-host: host image
+	AUTOBALLOON_BIN="$(CURDIR)/target/release/autoballoon" AUTOBALLOON_IMAGE="$$(cat $(IMAGE_PATH))" \
+	  cargo bench --locked -p autoballoon-testbed --bench host -- $(BENCH_HOST_ARGS)
 
 clean:
 	cargo clean

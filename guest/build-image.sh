@@ -33,6 +33,13 @@ GUEST_DIR="$(dirname "$SELF")"
 CACHE="${AUTOBALLOON_CACHE:-$HOME/.cache/autoballoon}"
 # Load order; each module's own dependencies are checked against this list at build time.
 MODULES=(virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_balloon virtio_console)
+# Shipped but not loaded at boot (/lib/modules/autoballoon/extra/, load order in
+# /etc/autoballoon/extra-modules): zram for swap on a ramdisk (`zram-swap MIB`). Skipped when
+# the kernel has neither the module nor it built in (e.g. a --vmlinuz kernel without zram).
+EXTRA_MODULES=(zsmalloc zram)
+# The kernel cache's completeness marker: a cache extracted before the extra modules were
+# taken lacks them and is extracted again (.complete alone is what older scripts check).
+KCACHE_MARK=.complete-zram
 
 agent=""
 kernel_pkg="6.1"
@@ -136,7 +143,7 @@ if [ -n "$vmlinuz_in" ]; then
         [ -d "$modules_dir_in" ] || die "--modules-dir: no such directory: $modules_dir_in"
         modules_dir_in="$(readlink -f "$modules_dir_in")"
         # Hash the modules we would take, so a rebuilt module makes a new image.
-        mods_sha="$(for m in "${MODULES[@]}"; do find "$modules_dir_in" -name "$m.ko*" -type f -print0 | sort -z | xargs -0r sha256sum; done | sha256sum | cut -d' ' -f1)"
+        mods_sha="$(for m in "${MODULES[@]}" "${EXTRA_MODULES[@]}"; do find "$modules_dir_in" -name "$m.ko*" -type f -print0 | sort -z | xargs -0r sha256sum; done | sha256sum | cut -d' ' -f1)"
         kernel_pkg_version="$kernel_pkg_version modules:$mods_sha"
     fi
 else
@@ -162,6 +169,7 @@ trap 'rm -f "$inputs_file"' EXIT
 {
     echo "format 1"
     echo "modules ${MODULES[*]}"
+    echo "extra_modules ${EXTRA_MODULES[*]}"
     echo "kernel_pkg $kernel_pkg $kernel_pkg_version"
     echo "agent_sha256 $agent_sha"
     echo "busybox_sha256 $busybox_sha"
@@ -199,7 +207,7 @@ if [ -n "$vmlinuz_in" ]; then
     [ -n "$kver" ] || kver="unknown"
     : > "$kdir/modules.builtin"
     if [ -n "$modules_dir_in" ]; then
-        for m in "${MODULES[@]}"; do
+        for m in "${MODULES[@]}" "${EXTRA_MODULES[@]}"; do
             f="$(find "$modules_dir_in" -name "$m.ko" -o -name "$m.ko.xz" -o -name "$m.ko.zst" -o -name "$m.ko.gz" | head -n1)"
             [ -n "$f" ] && cp "$f" "$kdir/modules/"
         done
@@ -208,7 +216,7 @@ if [ -n "$vmlinuz_in" ]; then
     echo "$kver" > "$kdir/kernel-version"
 else
     kdir="$CACHE/kernels/${kernel_pkg}_${kernel_pkg_version//:/%3a}"
-    if [ ! -f "$kdir/.complete" ]; then
+    if [ ! -f "$kdir/$KCACHE_MARK" ]; then
         debdir="$CACHE/debs/${kernel_pkg}_${kernel_pkg_version//:/%3a}"
         deb="$(ls "$debdir"/*.deb 2>/dev/null | head -n1 || true)"
         if [ -z "$deb" ]; then
@@ -236,6 +244,7 @@ else
         if ! dpkg-deb --fsys-tarfile "$deb" | tar -x -C "$kdir.part/x" --wildcards \
                 './boot/vmlinuz-*' './boot/config-*' '*/modules/*/modules.builtin' \
                 '*/modules/*/kernel/drivers/virtio/*' '*/modules/*/kernel/drivers/char/virtio_console.ko*' \
+                '*/modules/*/kernel/mm/zsmalloc.ko*' '*/modules/*/kernel/drivers/block/zram/*' \
                 2> "$kdir.part/tar.err"; then
             if grep -v -e 'Not found in archive' -e 'Exiting with failure status' "$kdir.part/tar.err" | grep -q .; then
                 cat "$kdir.part/tar.err" >&2
@@ -252,7 +261,7 @@ else
         cp "$kv_dir/modules.builtin" "$kdir.part/modules.builtin" 2>/dev/null || : > "$kdir.part/modules.builtin"
         find "$kv_dir" -name '*.ko*' -type f -exec mv {} "$kdir.part/modules/" \;
         rm -rf "$kdir.part/x"
-        touch "$kdir.part/.complete"
+        touch "$kdir.part/.complete" "$kdir.part/$KCACHE_MARK"
         mv "$kdir.part" "$kdir"
         # The extracted kernel is all we use again; the .deb (70-110 MB) is not worth keeping.
         [ "${AUTOBALLOON_KEEP_DEBS:-0}" = 1 ] || rm -rf "$debdir"
@@ -300,10 +309,30 @@ for m in "${MODULES[@]}"; do
     loaded="$loaded$m "
 done
 
+# Extra modules: decompressed into extra/, in load order, when the kernel has them.
+mkdir -p "$stage/lib/modules/autoballoon/extra"
+: > "$stage/etc/autoballoon/extra-modules"
+for m in "${EXTRA_MODULES[@]}"; do
+    src="$(ls "$kdir/modules/$m.ko" "$kdir/modules/$m.ko."* 2>/dev/null | head -n1 || true)"
+    if [ -z "$src" ]; then
+        grep -q "/$m\.ko\$" "$kdir/modules.builtin" 2>/dev/null && step "  $m: built in" || step "  $m: not in this kernel (optional, skipped)"
+        continue
+    fi
+    dst="$stage/lib/modules/autoballoon/extra/$m.ko"
+    case "$src" in
+        *.ko) cp "$src" "$dst" ;;
+        *.ko.xz) xz -dc "$src" > "$dst" ;;
+        *.ko.zst) zstd -qdc "$src" > "$dst" ;;
+        *.ko.gz) gzip -dc "$src" > "$dst" ;;
+        *) die "unknown module compression: $src" ;;
+    esac
+    echo "$m" >> "$stage/etc/autoballoon/extra-modules"
+done
+
 # --- workloads ------------------------------------------------------------------------------
-step "building workloads (spike, fill)"
+step "building workloads (spike, fill, work)"
 mkdir -p "$stage/usr/bin"
-for w in spike fill; do
+for w in spike fill work; do
     gcc -O2 -Wall -static -pthread -o "$stage/usr/bin/$w" "$GUEST_DIR/workloads/$w.c"
     strip "$stage/usr/bin/$w" 2>/dev/null || true
 done

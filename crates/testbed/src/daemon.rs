@@ -122,6 +122,11 @@ impl Daemon {
         self.log_text().lines().filter(|l| l.contains(what)).map(str::to_string).collect()
     }
 
+    /// The daemon's process id (its `/proc/PID` for the host benchmark's CPU and RSS).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }

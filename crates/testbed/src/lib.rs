@@ -6,8 +6,10 @@
 
 mod console;
 pub mod daemon;
+pub mod fleet;
 pub mod demo;
 pub mod guest;
+pub mod hostbench;
 pub mod hostlimit;
 pub mod libvirt;
 mod migrate;
