@@ -137,6 +137,7 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         ],
         fixed_mib: a.fixed_mib,
         kernel: std::fs::read_to_string(&a.kernel_json).ok().and_then(|t| serde_json::from_str(&t).ok()),
+        kernel_written: sh("date", &["-u", "-r", &a.kernel_json.to_string_lossy(), "+%Y-%m-%d %H:%M UTC"]),
         wall_min: 0.0,
     };
     if let Some(from) = &a.report_from {

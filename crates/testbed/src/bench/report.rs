@@ -19,6 +19,8 @@ pub struct Meta {
     /// `make bench`'s kernel benchmark (`run/bench/kernel.json`), if it ran.
     #[serde(skip)]
     pub kernel: Option<serde_json::Value>,
+    /// When that file was written.
+    pub kernel_written: String,
 }
 
 /// The done-when thresholds of issue 10 for the product's configurations.
@@ -131,7 +133,7 @@ pub fn markdown(meta: &Meta, records: &[Record]) -> String {
     let (ms, fp) = split(records);
     let mut o = String::new();
     let _ = writeln!(o, "# Benchmark results\n");
-    let _ = writeln!(o, "Written by `make bench` ({}), {}, commit {}; regenerated on every run, never edited by hand.", meta.command, meta.generated, meta.commit);
+    let _ = writeln!(o, "Written by `{}` on {}, commit {}; regenerated on every run, never edited by hand.", meta.command, meta.generated, meta.commit);
     let _ = writeln!(o, "The benchmark took {:.0} min. Records: `bench/results.json`; plots: `bench/*.svg`.\n", meta.wall_min);
     for s in &meta.setup {
         let _ = writeln!(o, "- {s}");
@@ -151,7 +153,8 @@ pub fn markdown(meta: &Meta, records: &[Record]) -> String {
         let _ = writeln!(o, "## Migrations, {}\n", line_title(&ms, &fp, line));
         let _ = writeln!(o, "### MiB sent (`ram.transferred`): median [min–max], ×F, ×N\n");
         table(&mut o, &ms, line, &|c, fpr, none| {
-            format!("{} [{}–{}] {} F {} N", f(c.sent_mib, 0), f(c.sent_spread.0, 0), f(c.sent_spread.1, 0), x(vs(c.sent_mib, fpr, |x| x.sent_mib)), x(vs(c.sent_mib, none, |x| x.sent_mib)))
+            let spread = if c.completed > 1 { format!(" [{}–{}]", f(c.sent_spread.0, 0), f(c.sent_spread.1, 0)) } else { String::new() };
+            format!("{}{spread} {} F {} N", f(c.sent_mib, 0), x(vs(c.sent_mib, fpr, |x| x.sent_mib)), x(vs(c.sent_mib, none, |x| x.sent_mib)))
         });
         let _ = writeln!(o, "### Total time (QEMU `total-time`), s: median, ×F, ×N\n");
         table(&mut o, &ms, line, &|c, fpr, none| format!("{} {} F {} N", f(c.total_s, 2), x(vs(c.total_s, fpr, |x| x.total_s)), x(vs(c.total_s, none, |x| x.total_s))));
@@ -184,7 +187,7 @@ pub fn markdown(meta: &Meta, records: &[Record]) -> String {
     }
     footprint_section(&mut o, &fp);
     problems(&mut o, &ms, &fp);
-    kernel_section(&mut o, meta.kernel.as_ref());
+    kernel_section(&mut o, meta.kernel.as_ref(), &meta.kernel_written);
     o
 }
 
@@ -264,10 +267,10 @@ fn problems(o: &mut String, ms: &[MigrationRecord], fp: &[FootprintRecord]) {
     o.push('\n');
 }
 
-fn kernel_section(o: &mut String, k: Option<&serde_json::Value>) {
+fn kernel_section(o: &mut String, k: Option<&serde_json::Value>, written: &str) {
     let Some(k) = k else { return };
     let g = |key: &str| k.get(key).and_then(|v| v.as_f64()).unwrap_or(f64::NAN);
-    let _ = writeln!(o, "## Kernel benchmark (`cargo bench --bench kernel`, `run/bench/kernel.json`)\n");
+    let _ = writeln!(o, "## Kernel benchmark (`cargo bench --bench kernel`, `run/bench/kernel.json` written {written})\n");
     let _ = writeln!(o, "QEMU {}, {} round(s), 2 GiB guest, 2 vCPUs.\n", k.get("qemu").and_then(|v| v.as_str()).unwrap_or("?"), k.get("reps").and_then(|v| v.as_u64()).unwrap_or(0));
     let _ = writeln!(o, "| figure | value |\n|---|---|");
     for (name, key, unit) in [

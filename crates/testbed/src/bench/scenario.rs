@@ -119,10 +119,12 @@ fn migrate_at(m: Moment, setup: &Setup, ctl: &Qmp, q: &crate::Qemu, port: u16) -
     step("migration", wait_migration(ctl, start, timeout))
 }
 
-/// The spike started during the migration, read on the destination once it ended.
+/// The spike started during the migration, read on the destination once it ended; `None`
+/// if the destination's shell does not answer (a crashed guest: no long wait).
 fn during_spike(dest: &crate::Qemu) -> Option<SpikeRun> {
+    dest.console.run("true", Duration::from_secs(20)).ok()?;
     let cmd = format!("(while [ ! -e {DURING_RC} ]; do sleep 0.2; done; cat {DURING_LOG}; exit $(cat {DURING_RC}))");
-    dest.console.run(&cmd, Duration::from_secs(300)).ok().map(|o| SpikeRun::parse(&o.text, o.status))
+    dest.console.run(&cmd, Duration::from_secs(180)).ok().map(|o| SpikeRun::parse(&o.text, o.status))
 }
 
 /// One migration of `c`'s guest at moment `m`. Failures become records (not completed,
