@@ -4,6 +4,7 @@
 //! configurations that use it.
 
 use super::model::{Config, Kernel, QemuLine};
+use crate::guest::Health;
 use crate::{step, wait_for, GuestImage, Qemu, TcgThread, VmSpec};
 use autoballoon::config::{Config as CtlConfig, ControllerConfig, LogFormat, PolicyConfig, VmConfig};
 use autoballoon::controller::{Controller, VmCommand, VmHandle, VmState};
@@ -34,8 +35,34 @@ pub struct Guest {
     /// Migrations so far and boots so far (for the next QEMU's name).
     pub hops: u32,
     pub boots: u32,
-    /// OOM kills in the guest's log at the last look (the log travels with migrations).
-    pub oom_seen: usize,
+    /// The last look at the guest's log.
+    pub seen: Seen,
+}
+
+/// At the last look at a guest's log (it travels with migrations): OOM kills, kernel error
+/// lines, taint flags; what a measurement adds is counted against it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Seen {
+    pub oom_kills: usize,
+    pub errors: usize,
+    pub taint: u64,
+}
+
+impl Seen {
+    /// What `h` adds to the last look (errors as lines, taint as newly set flags, OOM
+    /// kills), and takes `h` as the new last look. A guest whose shell did not answer is
+    /// judged on what its console printed, all of it.
+    pub fn news(&mut self, h: &Health) -> (Vec<String>, Option<u64>, usize) {
+        let errors: Vec<String> = if h.shell { h.kernel_errors.iter().skip(self.errors).cloned().collect() } else { h.kernel_errors.clone() };
+        let taint = h.tainted.map(|t| t & !self.taint);
+        let kills = h.oom_kills.saturating_sub(self.oom_kills);
+        if h.shell {
+            self.errors = h.kernel_errors.len();
+            self.oom_kills = h.oom_kills;
+        }
+        self.taint |= h.tainted.unwrap_or(0);
+        (errors, taint, kills)
+    }
 }
 
 pub struct Fleet {
@@ -79,7 +106,7 @@ impl Fleet {
         for (c, q) in started {
             let t = step(&format!("booting {}", c.key()), q.wait_booted(BOOT))?;
             println!("[bench]   {} booted in {:.0} s", c.key(), t.as_secs_f64());
-            guests.push(Guest { config: c, q, hops: 0, boots: 1, oom_seen: 0 });
+            guests.push(Guest { config: c, q, hops: 0, boots: 1, seen: Seen::default() });
         }
         let version = match guests.first() {
             Some(g) => step("QMP", Qmp::connect_with_retry(&g.q.qmp_ctl, Instant::now() + Duration::from_secs(10)))?.version().to_string(),
@@ -162,7 +189,7 @@ impl Fleet {
         g.q.kill();
         g.boots += 1;
         g.hops = 0;
-        g.oom_seen = 0;
+        g.seen = Seen::default();
         let name = format!("{}-b{}", c.key(), g.boots);
         println!("[bench]   rebooting {} as {name}", c.key());
         let q = step("starting QEMU", Qemu::start(images.of(c.kernel())?, spec(c, &name, memory, &qemu), &out))?;
@@ -183,5 +210,21 @@ impl Fleet {
         for g in &mut self.guests {
             g.q.kill();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn news_are_what_came_since_the_last_look() {
+        let h = |shell, errors: &[&str], tainted, oom_kills| Health { shell, kernel_errors: errors.iter().map(|e| e.to_string()).collect(), tainted, oom_kills };
+        let mut s = Seen::default();
+        assert_eq!(s.news(&h(true, &["[1] WARNING: x"], Some(512), 1)), (vec!["[1] WARNING: x".to_string()], Some(512), 1));
+        assert_eq!(s.news(&h(true, &["[1] WARNING: x"], Some(512), 1)), (vec![], Some(0), 0), "nothing new");
+        assert_eq!(s.news(&h(true, &["[1] WARNING: x", "[9] BUG: y"], Some(512 | 4096), 3)), (vec!["[9] BUG: y".to_string()], Some(4096), 2));
+        // A crashed destination: its console's lines, all of them.
+        assert_eq!(s.news(&h(false, &["[1] Oops: z"], None, 0)).0, vec!["[1] Oops: z".to_string()]);
     }
 }

@@ -4,7 +4,7 @@
 use super::fleet::Fleet;
 use super::model::{Config, FootprintRecord};
 use super::stats::gib_min;
-use crate::guest::{balloon_to, oom_kills};
+use crate::guest::{balloon_to, health};
 use crate::{rss_of, step};
 use autoballoon_core::Kib;
 use autoballoon_qmp::Qmp;
@@ -31,7 +31,6 @@ pub fn measure(fleet: &mut Fleet, c: Config, fixed_mib: u64, run: u32) -> Result
         let ctl = step("QMP", Qmp::connect_with_retry(&g.q.qmp_ctl, Instant::now() + Duration::from_secs(10)))?;
         step("balloon", balloon_to(&ctl, Kib::from_mib_saturating(fixed_mib), Duration::from_secs(60)))?;
     }
-    let oom_before = oom_kills(&g.q);
     let pid = g.q.pid();
     let stop = Arc::new(AtomicBool::new(false));
     let samples = Arc::new(Mutex::new(Vec::new()));
@@ -58,8 +57,7 @@ pub fn measure(fleet: &mut Fleet, c: Config, fixed_mib: u64, run: u32) -> Result
     stop.store(true, Ordering::Relaxed);
     let _ = sampler.join();
     let samples = std::mem::take(&mut *samples.lock().unwrap());
-    let kills = oom_kills(&g.q).saturating_sub(oom_before);
-    g.oom_seen = oom_before + kills;
+    let (kernel_errors, tainted, kills) = g.seen.news(&health(&g.q, Duration::from_secs(30)));
     Ok(FootprintRecord {
         qemu: line,
         config: c,
@@ -68,6 +66,8 @@ pub fn measure(fleet: &mut Fleet, c: Config, fixed_mib: u64, run: u32) -> Result
         seconds: t0.elapsed().as_secs_f64(),
         peak_mib: samples.iter().map(|s| s.1).fold(0.0, f64::max),
         oom_kills: kills,
+        kernel_errors,
+        tainted,
         completed,
         samples,
         phases,

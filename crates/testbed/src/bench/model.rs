@@ -229,7 +229,8 @@ pub struct MigrationRecord {
     pub spike_completed: Option<bool>,
     /// OOM kills in the guest during this point (spike and migration).
     pub oom_kills: usize,
-    /// The destination: its shell answered, kernel error lines, taint flags.
+    /// The destination: its shell answered; the kernel error lines and taint flags that
+    /// appeared since the guest's previous measurement (its log travels with it).
     pub shell: bool,
     pub kernel_errors: Vec<String>,
     pub tainted: Option<u64>,
@@ -253,6 +254,11 @@ pub struct FootprintRecord {
     pub seconds: f64,
     pub peak_mib: f64,
     pub oom_kills: usize,
+    /// Kernel error lines and taint flags that appeared during the workload.
+    #[serde(default)]
+    pub kernel_errors: Vec<String>,
+    #[serde(default)]
+    pub tainted: Option<u64>,
     /// Whether every phase's command succeeded.
     pub completed: bool,
     /// (seconds since the workload started, RSS MiB).
@@ -305,7 +311,7 @@ mod tests {
         let line = serde_json::to_string(&m).unwrap();
         assert!(line.contains(r#""kind":"migration""#) && line.contains(r#""config":"ab-patched-fpr""#) && line.contains(r#""after-spike":500"#), "{line}");
         assert_eq!(serde_json::from_str::<Record>(&line).unwrap(), m);
-        let f = Record::Footprint(FootprintRecord { qemu: QemuLine::Qemu10, config: Config::Fpr, run: 0, gib_min: 1.5, seconds: 90.0, peak_mib: 1400.0, oom_kills: 0, completed: true, samples: vec![(0.0, 200.0)], phases: vec![(0.0, 5.0, "fill".into())] });
+        let f = Record::Footprint(FootprintRecord { qemu: QemuLine::Qemu10, config: Config::Fpr, run: 0, gib_min: 1.5, seconds: 90.0, peak_mib: 1400.0, oom_kills: 0, kernel_errors: vec![], tainted: Some(0), completed: true, samples: vec![(0.0, 200.0)], phases: vec![(0.0, 5.0, "fill".into())] });
         assert_eq!(serde_json::from_str::<Record>(&serde_json::to_string(&f).unwrap()).unwrap(), f);
     }
 }

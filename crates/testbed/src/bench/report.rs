@@ -233,7 +233,7 @@ fn footprint_section(o: &mut String, fp: &[FootprintRecord]) {
 
 fn problems(o: &mut String, ms: &[MigrationRecord], fp: &[FootprintRecord]) {
     let bad: Vec<&MigrationRecord> = ms.iter().filter(|r| !r.healthy() || r.spike_completed == Some(false)).collect();
-    let fbad: Vec<&FootprintRecord> = fp.iter().filter(|r| !r.completed || r.oom_kills > 0).collect();
+    let fbad: Vec<&FootprintRecord> = fp.iter().filter(|r| !r.completed || r.oom_kills > 0 || !r.kernel_errors.is_empty() || r.tainted.is_some_and(|t| t != 0)).collect();
     let _ = writeln!(o, "## Problems\n");
     if bad.is_empty() && fbad.is_empty() {
         let _ = writeln!(o, "None: every migration completed to a healthy destination, every spike completed, no OOM kill.\n");
@@ -262,7 +262,8 @@ fn problems(o: &mut String, ms: &[MigrationRecord], fp: &[FootprintRecord]) {
         let _ = writeln!(o, "- {} {}, {}, run {}: {}", r.qemu.label(), r.config.key(), r.moment, r.run, what.join("; "));
     }
     for r in fbad {
-        let _ = writeln!(o, "- footprint {} {}, run {}: completed {}, {} OOM kill(s)", r.qemu.label(), r.config.key(), r.run, r.completed, r.oom_kills);
+        let first = r.kernel_errors.first().map_or(String::new(), |l| format!(", {} kernel error line(s), first: `{}`", r.kernel_errors.len(), l.trim()));
+        let _ = writeln!(o, "- footprint {} {}, run {}: completed {}, {} OOM kill(s), tainted {:?}{first}", r.qemu.label(), r.config.key(), r.run, r.completed, r.oom_kills, r.tainted);
     }
     o.push('\n');
 }

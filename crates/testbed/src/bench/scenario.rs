@@ -150,7 +150,6 @@ pub fn point(fleet: &mut Fleet, images: &Images, setup: &Setup, c: Config, m: Mo
         migrate_at(m, setup, &ctl, &g.q, port)
     })();
     fleet.resume(c);
-    let oom_before = fleet.guest(c).oom_seen;
     match outcome {
         Ok(done) => {
             rec.completed = true;
@@ -163,13 +162,10 @@ pub fn point(fleet: &mut Fleet, images: &Images, setup: &Setup, c: Config, m: Mo
                 rec.spike_completed = Some(s.is_some_and(|s| s.completed));
             }
             let h = health(&dest, Duration::from_secs(30));
-            rec.shell = h.shell;
-            rec.kernel_errors = h.kernel_errors.clone();
-            rec.tainted = h.tainted;
-            rec.oom_kills = h.oom_kills.saturating_sub(oom_before);
             fleet.moved(c, dest);
-            fleet.guest(c).oom_seen = h.oom_kills;
-            if !h.clean() {
+            rec.shell = h.shell;
+            (rec.kernel_errors, rec.tainted, rec.oom_kills) = fleet.guest(c).seen.news(&h);
+            if !rec.healthy() {
                 fleet.reboot(c, images)?;
             }
         }
@@ -178,9 +174,7 @@ pub fn point(fleet: &mut Fleet, images: &Images, setup: &Setup, c: Config, m: Mo
             drop(dest);
             let h = health(&fleet.guest(c).q, Duration::from_secs(30));
             rec.shell = h.shell;
-            rec.kernel_errors = h.kernel_errors;
-            rec.tainted = h.tainted;
-            rec.oom_kills = h.oom_kills.saturating_sub(oom_before);
+            (rec.kernel_errors, rec.tainted, rec.oom_kills) = fleet.guest(c).seen.news(&h);
             // The source may still be mid-migration or hurt: start over from a fresh boot.
             fleet.reboot(c, images)?;
         }
