@@ -16,7 +16,7 @@ all: build
 help:
 	@echo "make demo   - boot a guest, spike it, migrate it without autoballoon, with it, and with free page reporting"
 	@echo "make test   - the whole suite (unit, property and QEMU integration tests, make kernel-test)"
-	@echo "make bench  - the patched kernel against the stock one: spike times, balloon GB/s, ratios"
+	@echo "make bench  - writes bench/RESULTS.md: migrations at every moment and footprint per configuration against FPR, and the kernel bench (BENCH_QUICK=1, BENCH_RUNS=N)"
 	@echo "make bench-host - the host controller's CPU and RSS per VM (1/4/16 VMs) and iBalloon's mixed workloads, static vs balancer (bench/host/RESULTS.md)"
 	@echo "make migbench - migrations idle and after a spike against free page reporting (MIGBENCH_ARGS='--runs 2')"
 	@echo "make image  - build the guest image (cached under $(CACHE))"
@@ -102,10 +102,24 @@ test-qemu10: image
 	  cargo test --locked --workspace --tests -- --test-threads=1
 
 # Benchmarks (not tests): printed ratios, measured side by side in one run.
-bench: agent
+# `make bench` writes bench/RESULTS.md, bench/results.json and bench/*.svg (never edit them by
+# hand): first the kernel benchmark (run/bench/kernel.json), then autoballoon-bench, the
+# migrations at every moment and the footprint for each configuration side by side
+# (crates/testbed/src/bench/). BENCH_RUNS=N runs per point (2); BENCH_QUICK=1 one run, fewer
+# moments, a short kernel bench (development); BENCH_KERNEL=0 skips the kernel bench;
+# BENCH_ARGS passes options to autoballoon-bench (--help).
+BENCH_KERNEL ?= 1
+bench: agent testbed image
 	@images=$$(kernel/scripts/images.sh $(AGENT)) && \
-	AUTOBALLOON_PATCHED_IMAGE=$$(sed -n 1p <<< "$$images") AUTOBALLOON_STOCK_IMAGE=$$(sed -n 2p <<< "$$images") \
-	  cargo bench --locked -p autoballoon-testbed --bench kernel
+	patched=$$(sed -n 1p <<< "$$images") && stock=$$(sed -n 2p <<< "$$images") && \
+	if [ "$(BENCH_KERNEL)" = 1 ]; then \
+	  if [ -n "$$BENCH_QUICK" ] && [ "$$BENCH_QUICK" != 0 ]; then export AUTOBALLOON_BENCH_REPS=$${AUTOBALLOON_BENCH_REPS:-1} AUTOBALLOON_BENCH_CHURN=$${AUTOBALLOON_BENCH_CHURN:-2}; fi; \
+	  AUTOBALLOON_PATCHED_IMAGE="$$patched" AUTOBALLOON_STOCK_IMAGE="$$stock" \
+	    cargo bench --locked -p autoballoon-testbed --bench kernel || exit 1; \
+	fi && \
+	target/release/autoballoon-bench --image "$$(cat $(IMAGE_PATH))" --patched-image "$$patched" \
+	  --qemu10 "$$(scripts/install-qemu10.sh)" --kernel-json run/bench/kernel.json \
+	  --out run/bench/migration --results bench $(BENCH_ARGS)
 
 # The host controller's own CPU and RSS per managed VM (1, 4, 16 fake VMs and one real guest)
 # and the iBalloon seed's mixed-workload experiment on four real guests, static sizes against

@@ -61,9 +61,50 @@ pub fn kernel_errors(text: &str) -> Vec<&str> {
 /// travels with it. Beyond [`kernel_errors`]: general protection faults, RCU stalls, hung
 /// tasks, stack overflows and page poison found overwritten.
 pub fn dmesg_errors(q: &Qemu) -> Result<Vec<String>, ConsoleError> {
-    const MORE: [&str; 6] = ["general protection fault", "detected stall", "stall on CPU", "blocked for more than", "stack guard page", "pagealloc: memory corruption"];
     let out = q.console.run("dmesg", Duration::from_secs(60))?;
-    Ok(out.text.lines().filter(|l| !kernel_errors(l).is_empty() || MORE.iter().any(|m| l.contains(m))).map(str::to_string).collect())
+    Ok(dmesg_error_lines(&out.text).into_iter().map(str::to_string).collect())
+}
+
+/// The lines of a guest's `dmesg` that [`dmesg_errors`] reports.
+pub fn dmesg_error_lines(dmesg: &str) -> Vec<&str> {
+    const MORE: [&str; 6] = ["general protection fault", "detected stall", "stall on CPU", "blocked for more than", "stack guard page", "pagealloc: memory corruption"];
+    dmesg.lines().filter(|l| !kernel_errors(l).is_empty() || MORE.iter().any(|m| l.contains(m))).collect()
+}
+
+/// A guest's health as a benchmark records it (e.g. a migration's destination): whether
+/// its shell answers, what its kernel log holds that a healthy guest never logs
+/// ([`dmesg_error_lines`]), its taint flags and its OOM kills so far. One `dmesg` read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Health {
+    pub shell: bool,
+    pub kernel_errors: Vec<String>,
+    /// `None` if it could not be read.
+    pub tainted: Option<u64>,
+    /// OOM kills in the guest's log since it booted (the log travels with migrations).
+    pub oom_kills: usize,
+}
+
+impl Health {
+    /// Shell answers, no kernel error, not tainted.
+    pub fn clean(&self) -> bool {
+        self.shell && self.kernel_errors.is_empty() && self.tainted == Some(0)
+    }
+}
+
+/// Reads [`Health`]: a shell command within `timeout`, then `dmesg` and the taint flags.
+/// A guest whose shell does not answer gets no further questions.
+pub fn health(q: &Qemu, timeout: Duration) -> Health {
+    let shell = q.console.run("true", timeout).is_ok_and(|o| o.status == 0);
+    if !shell {
+        let text = q.console.transcript();
+        return Health { shell, kernel_errors: kernel_errors(&text).into_iter().map(String::from).collect(), tainted: None, oom_kills: count_oom_kills(&text) };
+    }
+    let dmesg = q.console.run("dmesg", Duration::from_secs(60)).map(|o| o.text);
+    let (kernel_errors, oom_kills) = match &dmesg {
+        Ok(t) => (dmesg_error_lines(t).into_iter().map(String::from).collect(), count_oom_kills(t)),
+        Err(e) => (vec![format!("dmesg: {e}")], q.console.oom_kills()),
+    };
+    Health { shell, kernel_errors, tainted: tainted(q).ok(), oom_kills }
 }
 
 /// The kernel's taint flags (`/proc/sys/kernel/tainted`): 0 for a kernel that never
@@ -205,6 +246,9 @@ mod tests {
         let t = "[ 1.0] ok\n[29.3] Oops: general protection fault, probably for non-canonical address 0xdead000000000108\n[ 2.0] WARNING: CPU: 0 PID: 1 at mm/page_alloc.c:1 x\n";
         assert_eq!(kernel_errors(t).len(), 2);
         assert!(kernel_errors("[ 1.0] all fine\n").is_empty());
+        let dmesg = "[ 1.0] ok\n[ 9.1] general protection fault, probably for non-canonical address\n[ 9.2] rcu: INFO: rcu_sched detected stalls on CPUs\n[ 9.3] BUG: unable to handle page fault\n";
+        assert_eq!(dmesg_error_lines(dmesg).len(), 3);
+        assert!(dmesg_error_lines("[ 1.0] virtio_balloon: ok\n").is_empty());
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! guest printed. The controller the demo and the tests drive is the daemon's library,
 //! `autoballoon`.
 
+pub mod bench;
 mod console;
 pub mod daemon;
 pub mod fleet;
@@ -18,8 +19,8 @@ pub mod plot;
 mod qemu;
 
 pub use console::{count_oom_kills, Console, ConsoleError};
-pub use migrate::{free_port, migrate, Migrated};
-pub use qemu::{qemu_binary, rss_of, GuestAgent, GuestImage, Qemu, QemuError, VmSpec, QEMU_ENV};
+pub use migrate::{free_port, migrate, start_migration, wait_migration, Migrated};
+pub use qemu::{qemu_binary, rss_of, GuestAgent, GuestImage, Qemu, QemuError, TcgThread, VmSpec, QEMU_ENV};
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -1,6 +1,6 @@
 use super::wait_for;
 use autoballoon_qmp::{MigrationInfo, MigrationStatus, Qmp, QmpError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A free TCP port on 127.0.0.1 for `-incoming` (bound, read, released).
 pub fn free_port() -> std::io::Result<u16> {
@@ -32,9 +32,23 @@ impl Migrated {
 /// Migrates the VM behind `source` to a QEMU listening on 127.0.0.1:`port`, with the
 /// bandwidth cap given (bytes/s), and waits until it completes or fails.
 pub fn migrate(source: &Qmp, port: u16, max_bandwidth: u64, timeout: Duration) -> Result<Migrated, QmpError> {
+    let start = start_migration(source, port, max_bandwidth)?;
+    wait_migration(source, start, timeout)
+}
+
+/// The first half of [`migrate`]: sets the bandwidth cap and sends `migrate`; returns when
+/// it was sent, for [`wait_migration`]. Between the two the caller may act on the guest
+/// (a spike during the migration).
+pub fn start_migration(source: &Qmp, port: u16, max_bandwidth: u64) -> Result<Instant, QmpError> {
     source.migrate_set_max_bandwidth(max_bandwidth)?;
-    let start = std::time::Instant::now();
+    let start = Instant::now();
     source.migrate(&format!("tcp:127.0.0.1:{port}"))?;
+    Ok(start)
+}
+
+/// The second half of [`migrate`]: waits until the migration sent at `start` completes
+/// (`Ok`) or fails, polling `query-migrate` every 100 ms.
+pub fn wait_migration(source: &Qmp, start: Instant, timeout: Duration) -> Result<Migrated, QmpError> {
     let mut last = None;
     let mut err = None;
     wait_for(timeout, Duration::from_millis(100), || match source.query_migrate() {

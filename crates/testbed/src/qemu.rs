@@ -84,11 +84,45 @@ pub struct VmSpec {
     pub dimm: Option<Kib>,
     /// The vCPU has 1 GiB pages (`pdpe1gb`), so the guest has a gigantic hugetlb size.
     pub gigantic_pages: bool,
+    /// TCG's threading (`-accel tcg,thread=...`); `None`: QEMU's default (multi-threaded
+    /// for a guest whose architecture allows it). [`VmSpec::new`] reads
+    /// `$AUTOBALLOON_TCG_THREAD` (`single` or `multi`) for it.
+    pub tcg_thread: Option<TcgThread>,
+}
+
+/// QEMU's TCG threading: one host thread for all vCPUs, or one per vCPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TcgThread {
+    Single,
+    Multi,
+}
+
+impl TcgThread {
+    /// `single` or `multi`, as `-accel tcg,thread=` and `$AUTOBALLOON_TCG_THREAD` spell it.
+    pub fn parse(s: &str) -> Option<TcgThread> {
+        match s {
+            "single" => Some(TcgThread::Single),
+            "multi" => Some(TcgThread::Multi),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TcgThread::Single => "single",
+            TcgThread::Multi => "multi",
+        }
+    }
+
+    /// `$AUTOBALLOON_TCG_THREAD`, if set to a known value.
+    pub fn from_env() -> Option<TcgThread> {
+        std::env::var("AUTOBALLOON_TCG_THREAD").ok().and_then(|t| TcgThread::parse(&t))
+    }
 }
 
 impl VmSpec {
     pub fn new(name: &str, memory: Kib) -> VmSpec {
-        VmSpec { qemu: qemu_binary(), name: name.into(), memory, cpus: 1, deflate_on_oom: true, agent: GuestAgent::Host, append: String::new(), incoming_port: None, free_page_reporting: false, free_page_hint: false, numa_nodes: 0, dimm: None, gigantic_pages: false }
+        VmSpec { qemu: qemu_binary(), name: name.into(), memory, cpus: 1, deflate_on_oom: true, agent: GuestAgent::Host, append: String::new(), incoming_port: None, free_page_reporting: false, free_page_hint: false, numa_nodes: 0, dimm: None, gigantic_pages: false, tcg_thread: TcgThread::from_env() }
     }
 }
 
@@ -172,10 +206,9 @@ impl Qemu {
         );
         // The flags below work unchanged on QEMU 7.2 and 10.0 (docs/qemu-versions.md).
         let mut cmd = Command::new(&spec.qemu);
-        // AUTOBALLOON_TCG_THREAD=single|multi picks QEMU's TCG threading (default: QEMU's).
-        let accel = match std::env::var("AUTOBALLOON_TCG_THREAD") {
-            Ok(t) => format!("tcg,thread={t}"),
-            Err(_) => "tcg".to_string(),
+        let accel = match spec.tcg_thread {
+            Some(t) => format!("tcg,thread={}", t.as_str()),
+            None => "tcg".to_string(),
         };
         cmd.args(["-accel", &accel, "-machine", "pc", "-cpu", if spec.gigantic_pages { "qemu64,+pdpe1gb" } else { "qemu64" }, "-nodefaults", "-display", "none", "-no-reboot"])
             .args(["-name", &spec.name])

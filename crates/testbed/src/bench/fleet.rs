@@ -1,0 +1,230 @@
+//! The guests of one QEMU line: one per configuration, booted together, each migrated
+//! from QEMU to QEMU (the destination becomes the next source), replaced by a fresh boot
+//! when a destination is unhealthy; and the in-process host controller for the
+//! configurations that use it.
+
+use super::model::{Config, Kernel, QemuLine};
+use crate::guest::Health;
+use crate::{step, wait_for, GuestImage, Qemu, TcgThread, VmSpec};
+use autoballoon::config::{Config as CtlConfig, ControllerConfig, LogFormat, PolicyConfig, VmConfig};
+use autoballoon::controller::{Controller, VmCommand, VmHandle, VmState};
+use autoballoon::log::Logger;
+use autoballoon_core::Kib;
+use autoballoon_qmp::Qmp;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The guest images: the project's (stock kernel) and the patched kernel's.
+pub struct Images {
+    pub stock: GuestImage,
+    pub patched: Option<GuestImage>,
+}
+
+impl Images {
+    pub fn of(&self, k: Kernel) -> Result<&GuestImage, String> {
+        match k {
+            Kernel::Stock => Ok(&self.stock),
+            Kernel::Patched => self.patched.as_ref().ok_or_else(|| "no patched image (--patched-image)".into()),
+        }
+    }
+}
+
+pub struct Guest {
+    pub config: Config,
+    pub q: Qemu,
+    /// Migrations so far and boots so far (for the next QEMU's name).
+    pub hops: u32,
+    pub boots: u32,
+    /// The last look at the guest's log.
+    pub seen: Seen,
+}
+
+/// At the last look at a guest's log (it travels with migrations): OOM kills, kernel error
+/// lines, taint flags; what a measurement adds is counted against it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Seen {
+    pub oom_kills: usize,
+    pub errors: usize,
+    pub taint: u64,
+}
+
+impl Seen {
+    /// What `h` adds to the last look (errors as lines, taint as newly set flags, OOM
+    /// kills), and takes `h` as the new last look. A guest whose shell did not answer is
+    /// judged on what its console printed, all of it.
+    pub fn news(&mut self, h: &Health) -> (Vec<String>, Option<u64>, usize) {
+        let errors: Vec<String> = if h.shell { h.kernel_errors.iter().skip(self.errors).cloned().collect() } else { h.kernel_errors.clone() };
+        let taint = h.tainted.map(|t| t & !self.taint);
+        let kills = h.oom_kills.saturating_sub(self.oom_kills);
+        if h.shell {
+            self.errors = h.kernel_errors.len();
+            self.oom_kills = h.oom_kills;
+        }
+        self.taint |= h.tainted.unwrap_or(0);
+        (errors, taint, kills)
+    }
+}
+
+pub struct Fleet {
+    pub line: QemuLine,
+    pub qemu: PathBuf,
+    pub version: String,
+    pub memory: Kib,
+    pub out: PathBuf,
+    pub guests: Vec<Guest>,
+    ctl: Option<Controller>,
+}
+
+const BOOT: Duration = Duration::from_secs(240);
+
+/// How a configuration's guests are started (sources and destinations alike).
+pub fn spec(config: Config, name: &str, memory: Kib, qemu: &Path) -> VmSpec {
+    VmSpec {
+        qemu: qemu.to_path_buf(),
+        agent: config.agent(),
+        free_page_reporting: config.fpr(),
+        deflate_on_oom: true,
+        // Under QEMU 7.2's multi-threaded TCG even guests without a balloon crashed after
+        // migrations (SPEC part 5); the bench measures with one TCG thread.
+        tcg_thread: Some(TcgThread::Single),
+        ..VmSpec::new(name, memory)
+    }
+}
+
+impl Fleet {
+    /// Boots one guest per configuration (all at once, then waits for each) and starts the
+    /// controller for those it runs.
+    pub fn boot(line: QemuLine, qemu: &Path, configs: &[Config], images: &Images, memory: Kib, out: &Path) -> Result<Fleet, String> {
+        std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+        let mut started = Vec::new();
+        for &c in configs {
+            let image = images.of(c.kernel())?;
+            let q = step(&format!("starting {}", c.key()), Qemu::start(image, spec(c, &format!("{}-b1", c.key()), memory, qemu), out))?;
+            started.push((c, q));
+        }
+        let mut guests = Vec::new();
+        for (c, q) in started {
+            let t = step(&format!("booting {}", c.key()), q.wait_booted(BOOT))?;
+            println!("[bench]   {} booted in {:.0} s", c.key(), t.as_secs_f64());
+            guests.push(Guest { config: c, q, hops: 0, boots: 1, seen: Seen::default() });
+        }
+        let version = match guests.first() {
+            Some(g) => step("QMP", Qmp::connect_with_retry(&g.q.qmp_ctl, Instant::now() + Duration::from_secs(10)))?.version().to_string(),
+            None => String::new(),
+        };
+        let mut f = Fleet { line, qemu: qemu.to_path_buf(), version, memory, out: out.to_path_buf(), guests, ctl: None };
+        f.start_controller()?;
+        Ok(f)
+    }
+
+    fn start_controller(&mut self) -> Result<(), String> {
+        let vms: Vec<VmConfig> =
+            self.guests.iter().filter(|g| g.config.controlled()).map(|g| VmConfig { agent: Some(g.q.agent.clone()), ..VmConfig::new(g.config.key(), g.q.qmp.clone()) }).collect();
+        if vms.is_empty() {
+            return Ok(());
+        }
+        let config = CtlConfig { controller: ControllerConfig::default(), defaults: PolicyConfig::default(), vms };
+        config.validate().map_err(|e| e.to_string())?;
+        let log = self.out.join(format!("controller-{}.log", self.line_key()));
+        let logger = Logger::new(LogFormat::Text, false).to_file(&log).map_err(|e| e.to_string())?;
+        self.ctl = Some(Controller::start(&config, logger));
+        Ok(())
+    }
+
+    fn line_key(&self) -> &'static str {
+        match self.line {
+            QemuLine::System => "system",
+            QemuLine::Qemu10 => "qemu10",
+        }
+    }
+
+    pub fn guest(&mut self, c: Config) -> &mut Guest {
+        self.guests.iter_mut().find(|g| g.config == c).expect("a guest per configuration")
+    }
+
+    /// The controller's handle of a controlled configuration's VM.
+    pub fn vm(&self, c: Config) -> Option<&VmHandle> {
+        self.ctl.as_ref().and_then(|ctl| ctl.vm(c.key()))
+    }
+
+    /// Pauses the controller for `c` (no-op for others) and waits until it took it.
+    pub fn pause(&self, c: Config) -> Result<(), String> {
+        if let Some(vm) = self.vm(c) {
+            vm.command(VmCommand::Pause);
+            wait_for(Duration::from_secs(10), Duration::from_millis(50), || vm.snapshot().state == VmState::Paused).ok_or("the controller did not pause")?;
+        }
+        Ok(())
+    }
+
+    pub fn resume(&self, c: Config) {
+        if let Some(vm) = self.vm(c) {
+            vm.command(VmCommand::Resume);
+        }
+    }
+
+    /// The guest of `c` now runs in `dest` (after a migration): the controller follows.
+    pub fn moved(&mut self, c: Config, dest: Qemu) {
+        let g = self.guest(c);
+        g.q = dest;
+        g.hops += 1;
+        let (qmp, agent) = (g.q.qmp.clone(), g.q.agent.clone());
+        if let Some(vm) = self.vm(c) {
+            vm.command(VmCommand::Retarget { qmp, agent: Some(agent) });
+        }
+    }
+
+    /// A destination for `c`'s next migration: a QEMU waiting on a free port.
+    pub fn destination(&mut self, c: Config, images: &Images) -> Result<(Qemu, u16), String> {
+        let (memory, qemu, out) = (self.memory, self.qemu.clone(), self.out.clone());
+        let g = self.guest(c);
+        let name = format!("{}-b{}m{}", c.key(), g.boots, g.hops + 1);
+        step("starting the destination", Qemu::start_incoming(images.of(c.kernel())?, spec(c, &name, memory, &qemu), &out))
+    }
+
+    /// Replaces `c`'s guest by a fresh boot (after an unhealthy destination or a failed
+    /// migration), so that one crash does not spoil the next measurements.
+    pub fn reboot(&mut self, c: Config, images: &Images) -> Result<(), String> {
+        let (memory, qemu, out) = (self.memory, self.qemu.clone(), self.out.clone());
+        let g = self.guest(c);
+        g.q.kill();
+        g.boots += 1;
+        g.hops = 0;
+        g.seen = Seen::default();
+        let name = format!("{}-b{}", c.key(), g.boots);
+        println!("[bench]   rebooting {} as {name}", c.key());
+        let q = step("starting QEMU", Qemu::start(images.of(c.kernel())?, spec(c, &name, memory, &qemu), &out))?;
+        step("booting", q.wait_booted(BOOT))?;
+        let (qmp, agent) = (q.qmp.clone(), q.agent.clone());
+        g.q = q;
+        if let Some(vm) = self.vm(c) {
+            vm.command(VmCommand::Retarget { qmp, agent: Some(agent) });
+        }
+        Ok(())
+    }
+
+    /// Stops the controller and every guest.
+    pub fn shutdown(mut self) {
+        if let Some(ctl) = self.ctl.take() {
+            ctl.stop();
+        }
+        for g in &mut self.guests {
+            g.q.kill();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn news_are_what_came_since_the_last_look() {
+        let h = |shell, errors: &[&str], tainted, oom_kills| Health { shell, kernel_errors: errors.iter().map(|e| e.to_string()).collect(), tainted, oom_kills };
+        let mut s = Seen::default();
+        assert_eq!(s.news(&h(true, &["[1] WARNING: x"], Some(512), 1)), (vec!["[1] WARNING: x".to_string()], Some(512), 1));
+        assert_eq!(s.news(&h(true, &["[1] WARNING: x"], Some(512), 1)), (vec![], Some(0), 0), "nothing new");
+        assert_eq!(s.news(&h(true, &["[1] WARNING: x", "[9] BUG: y"], Some(512 | 4096), 3)), (vec!["[9] BUG: y".to_string()], Some(4096), 2));
+        // A crashed destination: its console's lines, all of them.
+        assert_eq!(s.news(&h(false, &["[1] Oops: z"], None, 0)).0, vec!["[1] Oops: z".to_string()]);
+    }
+}

@@ -1,0 +1,219 @@
+//! `autoballoon-bench` (`make bench`): migrations at every moment of a guest's life and the
+//! memory footprint over a workload, for each configuration side by side (no balloon, free
+//! page reporting, a fixed stock balloon, autoballoon on the stock and on the patched
+//! kernel), interleaved and repeated; writes `bench/RESULTS.md`, `bench/results.json` and
+//! the plots. Every figure is shown as a ratio to FPR and to no balloon of the same run.
+//!
+//! Roles: [`model`] (configurations, moments, records), [`fleet`] (the guests and the
+//! controller), [`scenario`] (one migration at one moment), [`footprint`] (RSS over a
+//! workload), [`stats`] and [`report`] (pure: medians, tables, plots).
+
+pub mod fleet;
+pub mod footprint;
+pub mod model;
+pub mod report;
+pub mod scenario;
+pub mod stats;
+
+use fleet::{Fleet, Images};
+use model::{Config, Moment, QemuLine, Record};
+use scenario::Setup;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// The project's guest image (stock kernel); default: $AUTOBALLOON_IMAGE.
+    #[arg(long)]
+    pub image: Option<PathBuf>,
+    /// The patched kernel's guest image (`kernel/scripts/images.sh`, line 1); without it the
+    /// patched configurations are left out.
+    #[arg(long)]
+    pub patched_image: Option<PathBuf>,
+    /// QEMU 10's binary or wrapper (`scripts/install-qemu10.sh`); without it no QEMU 10 table.
+    #[arg(long)]
+    pub qemu10: Option<PathBuf>,
+    /// Runs per point [default: $BENCH_RUNS, else 2; 1 with --quick].
+    #[arg(long)]
+    pub runs: Option<u32>,
+    /// Development: 1 run, moments idle, spike+1s and during, a short QEMU 10 table
+    /// [default: $BENCH_QUICK=1].
+    #[arg(long)]
+    pub quick: bool,
+    /// Configurations, comma-separated [default: none,fpr,doo,ab-stock,ab-patched,ab-patched+fpr].
+    #[arg(long, value_delimiter = ',')]
+    pub configs: Vec<Config>,
+    /// Moments on the system QEMU: idle, spikeN (N seconds after the spike's free), during.
+    #[arg(long, value_delimiter = ',', value_parser = Moment::parse)]
+    pub moments: Vec<Moment>,
+    /// Moments on QEMU 10 [default: idle,spike1,during].
+    #[arg(long, value_delimiter = ',', value_parser = Moment::parse)]
+    pub qemu10_moments: Vec<Moment>,
+    /// Runs on QEMU 10 [default: 1].
+    #[arg(long, default_value_t = 1)]
+    pub qemu10_runs: u32,
+    /// Skip the footprint workload.
+    #[arg(long)]
+    pub no_footprint: bool,
+    #[arg(long, default_value_t = 2048)]
+    pub memory_mib: u64,
+    #[arg(long, default_value_t = 128)]
+    pub bandwidth_mib: u64,
+    /// The link of the spike-during-a-migration moment, MiB/s.
+    #[arg(long, default_value_t = 32)]
+    pub slow_mib: u64,
+    /// The fixed balloon size of the `doo` configuration, MiB.
+    #[arg(long, default_value_t = 512)]
+    pub fixed_mib: u64,
+    /// Sockets, logs and `results.jsonl`.
+    #[arg(long, default_value = "run/bench/migration")]
+    pub out: PathBuf,
+    /// Where RESULTS.md, results.json and the plots go.
+    #[arg(long, default_value = "bench")]
+    pub results: PathBuf,
+    /// The kernel benchmark's figures to include, if the file exists.
+    #[arg(long, default_value = "run/bench/kernel.json")]
+    pub kernel_json: PathBuf,
+    /// Write the report from an existing `results.jsonl` instead of measuring.
+    #[arg(long)]
+    pub report_from: Option<PathBuf>,
+}
+
+fn env_flag(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+fn sh(cmd: &str, args: &[&str]) -> String {
+    std::process::Command::new(cmd).args(args).output().ok().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default()
+}
+
+/// Reads `results.jsonl` back.
+pub fn read_records(path: &Path) -> Result<Vec<Record>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    text.lines().filter(|l| !l.trim().is_empty()).enumerate().map(|(i, l)| serde_json::from_str(l).map_err(|e| format!("{}:{}: {e}", path.display(), i + 1))).collect()
+}
+
+fn write_report(a: &BenchArgs, meta: &report::Meta, records: &[Record]) -> Result<(), String> {
+    std::fs::create_dir_all(&a.results).map_err(|e| format!("{}: {e}", a.results.display()))?;
+    let w = |name: &str, text: String| std::fs::write(a.results.join(name), text).map_err(|e| format!("{name}: {e}"));
+    w("RESULTS.md", report::markdown(meta, records))?;
+    w("results.json", format!("{:#}\n", report::json(meta, records)))?;
+    if let Some(s) = report::after_spike_svg(records) {
+        w("migration-after-spike.svg", s)?;
+    }
+    if let Some(s) = report::footprint_svg(records) {
+        w("footprint.svg", s)?;
+    }
+    println!("[bench] wrote {}", a.results.join("RESULTS.md").display());
+    Ok(())
+}
+
+pub fn run(a: BenchArgs) -> Result<(), String> {
+    let t0 = Instant::now();
+    let quick = a.quick || env_flag("BENCH_QUICK");
+    let runs = a.runs.or_else(|| std::env::var("BENCH_RUNS").ok().and_then(|v| v.parse().ok())).unwrap_or(if quick { 1 } else { 2 });
+    let mut configs = if a.configs.is_empty() { Config::DEFAULT.to_vec() } else { a.configs.clone() };
+    if a.patched_image.is_none() {
+        configs.retain(|c| c.kernel() == model::Kernel::Stock);
+    }
+    let moments = match (a.moments.is_empty(), quick) {
+        (false, _) => a.moments.clone(),
+        (true, true) => Moment::QUICK.to_vec(),
+        (true, false) => Moment::DEFAULT.to_vec(),
+    };
+    let moments10 = if a.qemu10_moments.is_empty() { if quick { vec![Moment::Idle] } else { Moment::QUICK.to_vec() } } else { a.qemu10_moments.clone() };
+    let setup = Setup { fill_mib: 1536, idle_s: 10, spike_threads: 3, spike_mib: 400, spike_hold_s: 2, bandwidth_mib: a.bandwidth_mib, slow_mib: a.slow_mib, fixed_mib: a.fixed_mib };
+    let mut meta = report::Meta {
+        generated: sh("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+        commit: sh("git", &["rev-parse", "--short", "HEAD"]),
+        command: if quick { "BENCH_QUICK=1 make bench".into() } else { "make bench".into() },
+        setup: vec![
+            format!("{} MiB guests, 1 vCPU, QEMU TCG single-threaded (`-accel tcg,thread=single`), `deflate-on-oom=on` everywhere, no KVM; host: {} CPUs", a.memory_mib, std::thread::available_parallelism().map_or(0, |n| n.get())),
+            format!("Every migration goes by plain QMP `migrate` (as another tool would start it) to a new QEMU on 127.0.0.1, at {} MiB/s ({} MiB/s for the spike during a migration); the destination becomes the next source", a.bandwidth_mib, a.slow_mib),
+            format!("Moments: idle = `fill {}` (dirty and free), then {} s idle (host-controlled guests start it at full size, the controller paused, as in docs/migration.md); spike+N s = the guest settled, `{}`, N s after it returned; during = the guest settled, the migration becomes active, then the same spike starts", setup.fill_mib, setup.idle_s, format_args!("spike {} {} {} 0 1", setup.spike_threads, setup.spike_mib, setup.spike_hold_s)),
+            format!("Runs: {runs} per point on the system QEMU, {} on QEMU 10; every (run, moment) visits all configurations before the next, in an order rotated per run; medians, [min–max] spreads", a.qemu10_runs.min(runs)),
+            "A destination that is not healthy is replaced by a fresh boot of its configuration".into(),
+        ],
+        fixed_mib: a.fixed_mib,
+        kernel: std::fs::read_to_string(&a.kernel_json).ok().and_then(|t| serde_json::from_str(&t).ok()),
+        kernel_written: sh("date", &["-u", "-r", &a.kernel_json.to_string_lossy(), "+%Y-%m-%d %H:%M UTC"]),
+        wall_min: 0.0,
+    };
+    if let Some(from) = &a.report_from {
+        let records = read_records(from)?;
+        meta.command = format!("--report-from {}", from.display());
+        return write_report(&a, &meta, &records);
+    }
+    let image = match &a.image {
+        Some(d) => crate::GuestImage::at(d),
+        None => crate::GuestImage::from_env(),
+    }
+    .map_err(|e| e.to_string())?;
+    let patched = a.patched_image.as_deref().map(crate::GuestImage::at).transpose().map_err(|e| e.to_string())?;
+    let images = Images { stock: image, patched };
+    std::fs::create_dir_all(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
+    let out = a.out.canonicalize().unwrap_or(a.out.clone());
+    let jsonl = out.join("results.jsonl");
+    let mut sink = std::fs::File::create(&jsonl).map_err(|e| format!("{}: {e}", jsonl.display()))?;
+    let mut records: Vec<Record> = Vec::new();
+    let mut lines = vec![(QemuLine::System, crate::qemu_binary(), moments.clone(), runs)];
+    if let Some(q) = &a.qemu10 {
+        lines.push((QemuLine::Qemu10, q.clone(), moments10, a.qemu10_runs.min(runs)));
+    }
+    let memory = autoballoon_core::Kib::from_mib_saturating(a.memory_mib);
+    let total: usize = lines.iter().map(|l| l.2.len() * l.3 as usize * configs.len()).sum();
+    let mut done = 0;
+    println!("[bench] {} configuration(s) {:?}, {total} migrations; records in {}", configs.len(), configs.iter().map(|c| c.key()).collect::<Vec<_>>(), jsonl.display());
+    let mut push = |records: &mut Vec<Record>, r: Record| {
+        let _ = writeln!(sink, "{}", serde_json::to_string(&r).expect("a record serializes"));
+        records.push(r);
+    };
+    let outcome = (|| -> Result<(), String> {
+        for (line, qemu, moments, runs) in &lines {
+            println!("[bench] {}: booting {} guests ({})", line.label(), configs.len(), qemu.display());
+            let dir = out.join(match line {
+                QemuLine::System => "system",
+                QemuLine::Qemu10 => "qemu10",
+            });
+            let mut fleet = Fleet::boot(*line, qemu, &configs, &images, memory, &dir)?;
+            println!("[bench] {} is QEMU {}", line.label(), fleet.version);
+            let r = (|| -> Result<(), String> {
+                if !a.no_footprint && *line == QemuLine::System {
+                    for &c in &configs {
+                        println!("[bench] footprint workload: {} ({:.0} min so far)", c.key(), t0.elapsed().as_secs_f64() / 60.0);
+                        let f = footprint::measure(&mut fleet, c, a.fixed_mib, 0)?;
+                        println!("[bench]   {:.3} GiB·min over {:.0} s, peak {:.0} MiB, completed {}", f.gib_min, f.seconds, f.peak_mib, f.completed);
+                        push(&mut records, Record::Footprint(f));
+                    }
+                }
+                for run in 0..*runs {
+                    for &m in moments {
+                        let n = configs.len();
+                        for i in 0..n {
+                            let c = configs[(i + run as usize) % n];
+                            done += 1;
+                            println!("[bench] {done}/{total} {} run {}/{runs} {m} {} ({:.0} min so far)", line.label(), run + 1, c.key(), t0.elapsed().as_secs_f64() / 60.0);
+                            let r = scenario::point(&mut fleet, &images, &setup, c, m, run)?;
+                            println!(
+                                "[bench]   {:.1} MiB sent, {:.2} s, downtime {:?} ms, size {:.0} MiB, healthy {}{}",
+                                r.sent_mib, r.total_s, r.downtime_ms, r.size_mib, r.healthy(), r.error.as_deref().map(|e| format!(" ({e})")).unwrap_or_default()
+                            );
+                            push(&mut records, Record::Migration(r));
+                        }
+                    }
+                }
+                Ok(())
+            })();
+            fleet.shutdown();
+            r?;
+        }
+        Ok(())
+    })();
+    meta.wall_min = t0.elapsed().as_secs_f64() / 60.0;
+    if let Err(e) = &outcome {
+        meta.setup.push(format!("**The run stopped early**: {e}"));
+    }
+    write_report(&a, &meta, &records)?;
+    outcome
+}

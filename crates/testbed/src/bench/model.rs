@@ -1,0 +1,317 @@
+//! What `make bench` compares and records: configurations, moments, QEMU lines, and one
+//! record per measurement (a JSON line each in `results.jsonl`, read back by the report).
+
+use crate::GuestAgent;
+use serde::{Deserialize, Serialize};
+
+/// The guest kernel a configuration boots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kernel {
+    /// The project's guest image (`make image`): Debian's kernel.
+    Stock,
+    /// The patched kernel (`kernel/scripts/images.sh`, line 1).
+    Patched,
+}
+
+/// One way to run a guest, compared side by side. Every configuration has its own guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Config {
+    /// No balloon activity, no free page reporting: what a plain VM sends.
+    #[value(name = "none")]
+    NoBalloon,
+    /// QEMU's free page reporting alone: the bar.
+    #[value(name = "fpr")]
+    Fpr,
+    /// Stock virtio-balloon at a fixed size with deflate-on-oom: the operator sets the size
+    /// (re-asserted before every measurement), the guest deflates under pressure.
+    #[value(name = "doo")]
+    DooFixed,
+    /// autoballoon's default on a stock kernel: the host controller (in-process), the agent
+    /// `--backend host`, free page reporting on; migrations by plain QMP.
+    #[value(name = "ab-stock")]
+    AbStock,
+    /// The same without free page reporting.
+    #[value(name = "ab-stock-nofpr")]
+    AbStockNoFpr,
+    /// The patched kernel, the agent on its kernel interface (no host controller).
+    #[value(name = "ab-patched")]
+    AbPatched,
+    /// The same with free page reporting on.
+    #[value(name = "ab-patched+fpr")]
+    AbPatchedFpr,
+}
+
+impl Config {
+    /// The configurations `make bench` measures, in the tables' column order.
+    pub const DEFAULT: [Config; 6] = [Config::NoBalloon, Config::Fpr, Config::DooFixed, Config::AbStock, Config::AbPatched, Config::AbPatchedFpr];
+
+    pub fn key(self) -> &'static str {
+        match self {
+            Config::NoBalloon => "none",
+            Config::Fpr => "fpr",
+            Config::DooFixed => "doo",
+            Config::AbStock => "ab-stock",
+            Config::AbStockNoFpr => "ab-stock-nofpr",
+            Config::AbPatched => "ab-patched",
+            Config::AbPatchedFpr => "ab-patched+fpr",
+        }
+    }
+
+    /// A column heading.
+    pub fn label(self) -> &'static str {
+        match self {
+            Config::NoBalloon => "no balloon",
+            Config::Fpr => "FPR",
+            Config::DooFixed => "balloon fixed + d-o-o",
+            Config::AbStock => "autoballoon, stock kernel (+FPR)",
+            Config::AbStockNoFpr => "autoballoon, stock kernel, no FPR",
+            Config::AbPatched => "autoballoon, patched kernel",
+            Config::AbPatchedFpr => "autoballoon, patched kernel +FPR",
+        }
+    }
+
+    /// One sentence on how it runs, for the report's legend.
+    pub fn describe(self, fixed_mib: u64) -> String {
+        match self {
+            Config::NoBalloon => "balloon device present, never moved; no free page reporting".into(),
+            Config::Fpr => "`free-page-reporting=on`, no agent, balloon never moved".into(),
+            Config::DooFixed => format!("stock balloon set to {fixed_mib} MiB over QMP before every measurement, `deflate-on-oom=on`, no agent"),
+            Config::AbStock => "stock kernel, agent `--backend host`, the host controller in-process with the default policy, `free-page-reporting=on`; migrated by plain QMP".into(),
+            Config::AbStockNoFpr => "as ab-stock without free page reporting".into(),
+            Config::AbPatched => "patched kernel, agent `--backend kernel` (default policy, no host controller); migrated by plain QMP".into(),
+            Config::AbPatchedFpr => "as ab-patched with `free-page-reporting=on`".into(),
+        }
+    }
+
+    pub fn kernel(self) -> Kernel {
+        match self {
+            Config::AbPatched | Config::AbPatchedFpr => Kernel::Patched,
+            _ => Kernel::Stock,
+        }
+    }
+
+    pub fn fpr(self) -> bool {
+        matches!(self, Config::Fpr | Config::AbStock | Config::AbPatchedFpr)
+    }
+
+    pub fn agent(self) -> GuestAgent {
+        match self {
+            Config::AbStock | Config::AbStockNoFpr => GuestAgent::Host,
+            Config::AbPatched | Config::AbPatchedFpr => GuestAgent::Kernel,
+            _ => GuestAgent::None,
+        }
+    }
+
+    /// Run by the in-process host controller.
+    pub fn controlled(self) -> bool {
+        self.agent() == GuestAgent::Host
+    }
+
+    /// Whether something moves the balloon on its own (wait for it to settle).
+    pub fn ballooning(self) -> bool {
+        self.agent() != GuestAgent::None
+    }
+
+    /// The product's default configuration on a kernel: the rows the issue's done-when
+    /// checks (at most 0.8× FPR's bytes, 1.0× its time).
+    pub fn product(self) -> bool {
+        matches!(self, Config::AbStock | Config::AbPatched | Config::AbPatchedFpr)
+    }
+}
+
+/// When a migration starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Moment {
+    /// The guest dirtied 1.5 GiB and freed it (`fill`), then 10 s idle.
+    Idle,
+    /// This many ms after the spike (3 × 400 MiB, held 2 s) freed its memory.
+    AfterSpike(u32),
+    /// The spike starts once a slow migration is under way.
+    DuringSpike,
+}
+
+impl Moment {
+    pub const DEFAULT: [Moment; 7] =
+        [Moment::Idle, Moment::AfterSpike(500), Moment::AfterSpike(1000), Moment::AfterSpike(2000), Moment::AfterSpike(4000), Moment::AfterSpike(8000), Moment::DuringSpike];
+    pub const QUICK: [Moment; 3] = [Moment::Idle, Moment::AfterSpike(1000), Moment::DuringSpike];
+
+    /// `idle`, `spike+0.5s` (also `spike0.5`, `spike1`), `during`.
+    pub fn parse(s: &str) -> Result<Moment, String> {
+        match s {
+            "idle" => return Ok(Moment::Idle),
+            "during" => return Ok(Moment::DuringSpike),
+            _ => {}
+        }
+        let secs = s.strip_prefix("spike").map(|r| r.trim_start_matches('+').trim_end_matches('s'));
+        match secs.and_then(|v| v.parse::<f64>().ok()) {
+            Some(v) if (0.0..3600.0).contains(&v) => Ok(Moment::AfterSpike((v * 1000.0).round() as u32)),
+            _ => Err(format!("unknown moment {s:?} (idle, spikeN with N seconds, during)")),
+        }
+    }
+
+    /// Seconds after the spike's free, for the after-spike moments.
+    pub fn after_s(self) -> Option<f64> {
+        match self {
+            Moment::AfterSpike(ms) => Some(f64::from(ms) / 1000.0),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Moment {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            Moment::Idle => write!(f, "idle"),
+            Moment::AfterSpike(ms) => write!(f, "spike+{}s", f64::from(*ms) / 1000.0),
+            Moment::DuringSpike => write!(f, "during"),
+        }
+    }
+}
+
+impl Moment {
+    /// A row heading.
+    pub fn label(self) -> String {
+        match self {
+            Moment::Idle => "idle, after 1.5 GiB written and freed".into(),
+            Moment::AfterSpike(ms) => format!("{} s after a 3 × 400 MiB spike was freed", f64::from(ms) / 1000.0),
+            Moment::DuringSpike => "a 3 × 400 MiB spike during a slow migration".into(),
+        }
+    }
+}
+
+/// Which QEMU ran the guests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum QemuLine {
+    /// The system's QEMU (Debian 12: 7.2).
+    System,
+    /// QEMU 10 (`scripts/install-qemu10.sh`).
+    Qemu10,
+}
+
+impl QemuLine {
+    pub fn label(self) -> &'static str {
+        match self {
+            QemuLine::System => "system QEMU",
+            QemuLine::Qemu10 => "QEMU 10",
+        }
+    }
+}
+
+/// One migration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MigrationRecord {
+    pub qemu: QemuLine,
+    /// QEMU's version as QMP reports it.
+    pub qemu_version: String,
+    pub config: Config,
+    pub moment: Moment,
+    pub run: u32,
+    /// The migration's bandwidth cap, MiB/s.
+    pub bandwidth_mib: u64,
+    /// Whether QEMU reported the migration completed.
+    pub completed: bool,
+    /// Why not, if it did not (or the point failed before).
+    pub error: Option<String>,
+    /// `ram.transferred`, MiB.
+    pub sent_mib: f64,
+    /// QEMU's `total-time`, s.
+    pub total_s: f64,
+    pub downtime_ms: Option<u64>,
+    /// The guest's size (QMP `actual`) and the source QEMU's RSS when the migration started.
+    pub size_mib: f64,
+    pub rss_mib: Option<f64>,
+    /// The spike of this point: `spike`'s allocation time and whether it completed.
+    pub spike_alloc_s: Option<f64>,
+    pub spike_completed: Option<bool>,
+    /// OOM kills in the guest during this point (spike and migration).
+    pub oom_kills: usize,
+    /// The destination: its shell answered; the kernel error lines and taint flags that
+    /// appeared since the guest's previous measurement (its log travels with it).
+    pub shell: bool,
+    pub kernel_errors: Vec<String>,
+    pub tainted: Option<u64>,
+}
+
+impl MigrationRecord {
+    /// Completed, the shell answers, no kernel error, not tainted, no OOM kill.
+    pub fn healthy(&self) -> bool {
+        self.completed && self.shell && self.kernel_errors.is_empty() && self.tainted == Some(0) && self.oom_kills == 0
+    }
+}
+
+/// Host RSS of one guest's QEMU over the footprint workload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FootprintRecord {
+    pub qemu: QemuLine,
+    pub config: Config,
+    pub run: u32,
+    /// ∫ RSS dt, GiB·min.
+    pub gib_min: f64,
+    pub seconds: f64,
+    pub peak_mib: f64,
+    pub oom_kills: usize,
+    /// Kernel error lines and taint flags that appeared during the workload.
+    #[serde(default)]
+    pub kernel_errors: Vec<String>,
+    #[serde(default)]
+    pub tainted: Option<u64>,
+    /// Whether every phase's command succeeded.
+    pub completed: bool,
+    /// (seconds since the workload started, RSS MiB).
+    pub samples: Vec<(f64, f64)>,
+    /// (start s, end s, phase name).
+    pub phases: Vec<(f64, f64, String)>,
+}
+
+/// One line of `results.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Record {
+    Migration(MigrationRecord),
+    Footprint(FootprintRecord),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn moments_parse_and_print() {
+        assert_eq!(Moment::parse("idle"), Ok(Moment::Idle));
+        assert_eq!(Moment::parse("during"), Ok(Moment::DuringSpike));
+        assert_eq!(Moment::parse("spike0.5"), Ok(Moment::AfterSpike(500)));
+        assert_eq!(Moment::parse("spike+8s"), Ok(Moment::AfterSpike(8000)));
+        assert!(Moment::parse("spike").is_err() && Moment::parse("soon").is_err() && Moment::parse("spike-1").is_err());
+        for m in Moment::DEFAULT {
+            assert_eq!(Moment::parse(&m.to_string()), Ok(m), "{m} reads back");
+        }
+        assert!(Moment::AfterSpike(500) < Moment::AfterSpike(1000) && Moment::Idle < Moment::AfterSpike(500));
+    }
+
+    #[test]
+    fn configurations_are_what_they_say() {
+        assert!(Config::Fpr.fpr() && !Config::Fpr.ballooning() && Config::AbStock.fpr() && Config::AbStock.controlled());
+        assert!(!Config::AbPatched.fpr() && Config::AbPatched.kernel() == Kernel::Patched && !Config::AbPatched.controlled());
+        assert!(Config::DEFAULT.iter().filter(|c| c.product()).count() == 3);
+        let keys: std::collections::HashSet<_> = [Config::NoBalloon, Config::Fpr, Config::DooFixed, Config::AbStock, Config::AbStockNoFpr, Config::AbPatched, Config::AbPatchedFpr].iter().map(|c| c.key()).collect();
+        assert_eq!(keys.len(), 7);
+    }
+
+    #[test]
+    fn records_round_trip_through_json() {
+        let m = Record::Migration(MigrationRecord {
+            qemu: QemuLine::System, qemu_version: "7.2.22".into(), config: Config::AbPatchedFpr, moment: Moment::AfterSpike(500), run: 1, bandwidth_mib: 128,
+            completed: true, error: None, sent_mib: 101.5, total_s: 1.2, downtime_ms: Some(20), size_mib: 300.0, rss_mib: Some(900.0),
+            spike_alloc_s: Some(0.6), spike_completed: Some(true), oom_kills: 0, shell: true, kernel_errors: vec![], tainted: Some(0),
+        });
+        let line = serde_json::to_string(&m).unwrap();
+        assert!(line.contains(r#""kind":"migration""#) && line.contains(r#""config":"ab-patched-fpr""#) && line.contains(r#""after-spike":500"#), "{line}");
+        assert_eq!(serde_json::from_str::<Record>(&line).unwrap(), m);
+        let f = Record::Footprint(FootprintRecord { qemu: QemuLine::Qemu10, config: Config::Fpr, run: 0, gib_min: 1.5, seconds: 90.0, peak_mib: 1400.0, oom_kills: 0, kernel_errors: vec![], tainted: Some(0), completed: true, samples: vec![(0.0, 200.0)], phases: vec![(0.0, 5.0, "fill".into())] });
+        assert_eq!(serde_json::from_str::<Record>(&serde_json::to_string(&f).unwrap()).unwrap(), f);
+    }
+}

@@ -1,0 +1,410 @@
+//! `bench/RESULTS.md`, `bench/results.json` and the plots, from the records alone (so a
+//! report can be written again from `results.jsonl` with `--report-from`).
+
+use super::model::{Config, FootprintRecord, MigrationRecord, Moment, QemuLine, Record};
+use super::stats::{cell, footprint, median, ratio, Cell};
+use crate::plot::{svg, Series, Span};
+use std::fmt::Write;
+
+/// What the report says about the run besides the records.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Meta {
+    pub generated: String,
+    pub commit: String,
+    pub command: String,
+    /// One line per setting (guest size, link, runs, ...).
+    pub setup: Vec<String>,
+    pub wall_min: f64,
+    pub fixed_mib: u64,
+    /// `make bench`'s kernel benchmark (`run/bench/kernel.json`), if it ran.
+    #[serde(skip)]
+    pub kernel: Option<serde_json::Value>,
+    /// When that file was written.
+    pub kernel_written: String,
+}
+
+/// The done-when thresholds of issue 10 for the product's configurations.
+pub const MAX_BYTES_VS_FPR: f64 = 0.8;
+pub const MAX_TIME_VS_FPR: f64 = 1.0;
+
+/// A configuration's colour in the plots.
+fn color(c: Config) -> &'static str {
+    match c {
+        Config::NoBalloon => "#7f7f7f",
+        Config::Fpr => "#1f77b4",
+        Config::DooFixed => "#8c564b",
+        Config::AbStock => "#d62728",
+        Config::AbStockNoFpr => "#ff9896",
+        Config::AbPatched => "#2ca02c",
+        Config::AbPatchedFpr => "#9467bd",
+    }
+}
+
+fn f(v: f64, digits: usize) -> String {
+    if v.is_nan() {
+        "–".into()
+    } else {
+        format!("{v:.digits$}")
+    }
+}
+
+fn x(v: f64) -> String {
+    if v.is_nan() {
+        "–".into()
+    } else {
+        format!("{v:.2}×")
+    }
+}
+
+/// The configurations and moments present for a QEMU line, in their canonical order.
+fn axes(ms: &[MigrationRecord], line: QemuLine) -> (Vec<Config>, Vec<Moment>) {
+    let mut cs: Vec<Config> = ms.iter().filter(|r| r.qemu == line).map(|r| r.config).collect();
+    let mut mo: Vec<Moment> = ms.iter().filter(|r| r.qemu == line).map(|r| r.moment).collect();
+    cs.sort();
+    cs.dedup();
+    mo.sort();
+    mo.dedup();
+    (cs, mo)
+}
+
+fn split(records: &[Record]) -> (Vec<MigrationRecord>, Vec<FootprintRecord>) {
+    let mut m = Vec::new();
+    let mut fp = Vec::new();
+    for r in records {
+        match r {
+            Record::Migration(x) => m.push(x.clone()),
+            Record::Footprint(x) => fp.push(x.clone()),
+        }
+    }
+    (m, fp)
+}
+
+/// Renders one cell from itself, FPR's cell and no balloon's at the same moment.
+type ShowCell<'a> = &'a dyn Fn(&Cell, Option<&Cell>, Option<&Cell>) -> String;
+
+/// One table: rows the moments, columns the configurations, each cell `show(cell, fpr, none)`.
+fn table(o: &mut String, ms: &[MigrationRecord], line: QemuLine, show: ShowCell) {
+    let (cs, mo) = axes(ms, line);
+    let _ = writeln!(o, "| moment | {} |", cs.iter().map(|c| c.label()).collect::<Vec<_>>().join(" | "));
+    let _ = writeln!(o, "|---|{}", "---|".repeat(cs.len()));
+    for m in mo {
+        let fpr = cell(ms, line, m, Config::Fpr);
+        let none = cell(ms, line, m, Config::NoBalloon);
+        let cells: Vec<String> = cs.iter().map(|&c| cell(ms, line, m, c).map_or("".into(), |x| show(&x, fpr.as_ref(), none.as_ref()))).collect();
+        let _ = writeln!(o, "| {} | {} |", m.label(), cells.join(" | "));
+    }
+    o.push('\n');
+}
+
+fn vs(a: f64, base: Option<&Cell>, get: fn(&Cell) -> f64) -> f64 {
+    base.map_or(f64::NAN, |b| ratio(a, get(b)))
+}
+
+/// The done-when verdict of one product cell against FPR at the same moment.
+pub fn verdict(c: &Cell, fpr: Option<&Cell>) -> (bool, String) {
+    let b = vs(c.sent_mib, fpr, |x| x.sent_mib);
+    let t = vs(c.total_s, fpr, |x| x.total_s);
+    let mut why = Vec::new();
+    // NaN (no FPR figure) fails too.
+    if b.is_nan() || b > MAX_BYTES_VS_FPR {
+        why.push(format!("bytes {}", x(b)));
+    }
+    if t.is_nan() || t > MAX_TIME_VS_FPR {
+        why.push(format!("time {}", x(t)));
+    }
+    if c.healthy < c.n {
+        why.push(format!("{} of {} unhealthy", c.n - c.healthy, c.n));
+    }
+    if c.oom_kills > 0 {
+        why.push(format!("{} OOM kill(s)", c.oom_kills));
+    }
+    (why.is_empty(), if why.is_empty() { format!("pass ({}, {})", x(b), x(t)) } else { format!("**FAIL** ({})", why.join(", ")) })
+}
+
+fn line_title(ms: &[MigrationRecord], fp: &[FootprintRecord], line: QemuLine) -> String {
+    let v = ms.iter().find(|r| r.qemu == line).map(|r| r.qemu_version.clone()).unwrap_or_default();
+    let runs = ms.iter().filter(|r| r.qemu == line).map(|r| r.run).max().map_or(0, |r| r + 1);
+    let _ = fp;
+    format!("{} ({v}), {runs} run(s)", line.label())
+}
+
+/// The whole `RESULTS.md`.
+pub fn markdown(meta: &Meta, records: &[Record]) -> String {
+    let (ms, fp) = split(records);
+    let mut o = String::new();
+    let _ = writeln!(o, "# Benchmark results\n");
+    let _ = writeln!(o, "Written by `{}` on {}, commit {}; regenerated on every run, never edited by hand.", meta.command, meta.generated, meta.commit);
+    let _ = writeln!(o, "The benchmark took {:.0} min. Records: `bench/results.json`; plots: `bench/*.svg`.\n", meta.wall_min);
+    for s in &meta.setup {
+        let _ = writeln!(o, "- {s}");
+    }
+    let _ = writeln!(o, "\nConfigurations (each its own guest; ratios are against FPR (`F`) and no balloon (`N`) at the same moment, same QEMU, same runs):\n");
+    let mut all: Vec<Config> = ms.iter().map(|r| r.config).chain(fp.iter().map(|r| r.config)).collect();
+    all.sort();
+    all.dedup();
+    for c in &all {
+        let _ = writeln!(o, "- **{}** (`{}`): {}", c.label(), c.key(), c.describe(meta.fixed_mib));
+    }
+    o.push('\n');
+    let mut lines: Vec<QemuLine> = ms.iter().map(|r| r.qemu).collect();
+    lines.sort();
+    lines.dedup();
+    for &line in &lines {
+        let _ = writeln!(o, "## Migrations, {}\n", line_title(&ms, &fp, line));
+        let _ = writeln!(o, "### MiB sent (`ram.transferred`): median [min–max], ×F, ×N\n");
+        table(&mut o, &ms, line, &|c, fpr, none| {
+            let spread = if c.completed > 1 { format!(" [{}–{}]", f(c.sent_spread.0, 0), f(c.sent_spread.1, 0)) } else { String::new() };
+            format!("{}{spread} {} F {} N", f(c.sent_mib, 0), x(vs(c.sent_mib, fpr, |x| x.sent_mib)), x(vs(c.sent_mib, none, |x| x.sent_mib)))
+        });
+        let _ = writeln!(o, "### Total time (QEMU `total-time`), s: median, ×F, ×N\n");
+        table(&mut o, &ms, line, &|c, fpr, none| format!("{} {} F {} N", f(c.total_s, 2), x(vs(c.total_s, fpr, |x| x.total_s)), x(vs(c.total_s, none, |x| x.total_s))));
+        let _ = writeln!(o, "### Health and downtime: destinations healthy / migrations, OOM kills, median downtime ms, median guest size MiB at the start\n");
+        let _ = writeln!(o, "Healthy: the migration completed, the destination's shell answers, its dmesg has no BUG/Oops/panic/WARNING/GPF/stall, `/proc/sys/kernel/tainted` is 0, and no OOM kill during the point.\n");
+        table(&mut o, &ms, line, &|c, _, _| format!("{}/{}{}, {} ms, {} MiB", c.healthy, c.n, if c.oom_kills > 0 { format!(", **{} OOM**", c.oom_kills) } else { String::new() }, f(c.downtime_ms, 0), f(c.size_mib, 0)));
+        let (cs, mo) = axes(&ms, line);
+        let product: Vec<Config> = cs.iter().copied().filter(|c| c.product()).collect();
+        if !product.is_empty() && cs.contains(&Config::Fpr) {
+            let _ = writeln!(o, "### Done-when check: at most {MAX_BYTES_VS_FPR}× FPR's bytes, {MAX_TIME_VS_FPR}× its time, all healthy, no OOM kill\n");
+            let _ = writeln!(o, "| moment | {} |", product.iter().map(|c| c.label()).collect::<Vec<_>>().join(" | "));
+            let _ = writeln!(o, "|---|{}", "---|".repeat(product.len()));
+            let mut fails = 0;
+            for m in mo {
+                let fpr = cell(&ms, line, m, Config::Fpr);
+                let v: Vec<String> = product
+                    .iter()
+                    .map(|&c| {
+                        cell(&ms, line, m, c).map_or("".into(), |x| {
+                            let (ok, s) = verdict(&x, fpr.as_ref());
+                            fails += usize::from(!ok);
+                            s
+                        })
+                    })
+                    .collect();
+                let _ = writeln!(o, "| {} | {} |", m.label(), v.join(" | "));
+            }
+            let _ = writeln!(o, "\n{fails} failing cell(s).\n");
+        }
+    }
+    footprint_section(&mut o, &fp);
+    problems(&mut o, &ms, &fp);
+    kernel_section(&mut o, meta.kernel.as_ref(), &meta.kernel_written);
+    o
+}
+
+fn footprint_section(o: &mut String, fp: &[FootprintRecord]) {
+    if fp.is_empty() {
+        return;
+    }
+    let mut lines: Vec<QemuLine> = fp.iter().map(|r| r.qemu).collect();
+    lines.sort();
+    lines.dedup();
+    for line in lines {
+        let _ = writeln!(o, "## Footprint, {}: source QEMU RSS integrated over the workload\n", line.label());
+        let phases: Vec<&str> = super::footprint::PHASES.iter().map(|p| p.0).collect();
+        let _ = writeln!(o, "Workload, on a fresh guest before the migrations: {}. RSS sampled every 0.5 s. Plot: `bench/footprint.svg`.\n", phases.join(", "));
+        let _ = writeln!(o, "| configuration | GiB·min [min–max] | ×F | ×N | peak MiB | seconds | OOM kills | completed |");
+        let _ = writeln!(o, "|---|---|---|---|---|---|---|---|");
+        let base = |c| footprint(fp, line, c).map_or(f64::NAN, |v| v.1);
+        let mut cs: Vec<Config> = fp.iter().filter(|r| r.qemu == line).map(|r| r.config).collect();
+        cs.sort();
+        cs.dedup();
+        for c in cs {
+            let rs: Vec<&FootprintRecord> = fp.iter().filter(|r| r.qemu == line && r.config == c).collect();
+            let (g, (lo, hi)) = footprint(fp, line, c).map_or((f64::NAN, (f64::NAN, f64::NAN)), |v| (v.1, v.2));
+            let _ = writeln!(
+                o,
+                "| {} | {} [{}–{}] | {} | {} | {} | {} | {} | {}/{} |",
+                c.label(),
+                f(g, 3),
+                f(lo, 3),
+                f(hi, 3),
+                x(ratio(g, base(Config::Fpr))),
+                x(ratio(g, base(Config::NoBalloon))),
+                f(median(&rs.iter().map(|r| r.peak_mib).collect::<Vec<_>>()), 0),
+                f(median(&rs.iter().map(|r| r.seconds).collect::<Vec<_>>()), 0),
+                rs.iter().map(|r| r.oom_kills).sum::<usize>(),
+                rs.iter().filter(|r| r.completed).count(),
+                rs.len()
+            );
+        }
+        o.push('\n');
+    }
+}
+
+fn problems(o: &mut String, ms: &[MigrationRecord], fp: &[FootprintRecord]) {
+    let bad: Vec<&MigrationRecord> = ms.iter().filter(|r| !r.healthy() || r.spike_completed == Some(false)).collect();
+    let fbad: Vec<&FootprintRecord> = fp.iter().filter(|r| !r.completed || r.oom_kills > 0 || !r.kernel_errors.is_empty() || r.tainted.is_some_and(|t| t != 0)).collect();
+    let _ = writeln!(o, "## Problems\n");
+    if bad.is_empty() && fbad.is_empty() {
+        let _ = writeln!(o, "None: every migration completed to a healthy destination, every spike completed, no OOM kill.\n");
+        return;
+    }
+    for r in bad {
+        let mut what = Vec::new();
+        if let Some(e) = &r.error {
+            what.push(format!("error: {e}"));
+        }
+        if r.completed && !r.shell {
+            what.push("the destination's shell did not answer".into());
+        }
+        if let Some(l) = r.kernel_errors.first() {
+            what.push(format!("{} kernel error line(s), first: `{}`", r.kernel_errors.len(), l.trim()));
+        }
+        if r.tainted.is_some_and(|t| t != 0) {
+            what.push(format!("tainted {}", r.tainted.unwrap_or(0)));
+        }
+        if r.oom_kills > 0 {
+            what.push(format!("{} OOM kill(s)", r.oom_kills));
+        }
+        if r.spike_completed == Some(false) {
+            what.push("the spike did not complete".into());
+        }
+        let _ = writeln!(o, "- {} {}, {}, run {}: {}", r.qemu.label(), r.config.key(), r.moment, r.run, what.join("; "));
+    }
+    for r in fbad {
+        let first = r.kernel_errors.first().map_or(String::new(), |l| format!(", {} kernel error line(s), first: `{}`", r.kernel_errors.len(), l.trim()));
+        let _ = writeln!(o, "- footprint {} {}, run {}: completed {}, {} OOM kill(s), tainted {:?}{first}", r.qemu.label(), r.config.key(), r.run, r.completed, r.oom_kills, r.tainted);
+    }
+    o.push('\n');
+}
+
+fn kernel_section(o: &mut String, k: Option<&serde_json::Value>, written: &str) {
+    let Some(k) = k else { return };
+    let g = |key: &str| k.get(key).and_then(|v| v.as_f64()).unwrap_or(f64::NAN);
+    let _ = writeln!(o, "## Kernel benchmark (`cargo bench --bench kernel`, `run/bench/kernel.json` written {written})\n");
+    let _ = writeln!(o, "QEMU {}, {} round(s), 2 GiB guest, 2 vCPUs.\n", k.get("qemu").and_then(|v| v.as_str()).unwrap_or("?"), k.get("reps").and_then(|v| v.as_u64()).unwrap_or(0));
+    let _ = writeln!(o, "| figure | value |\n|---|---|");
+    for (name, key, unit) in [
+        ("spike 4×384 MiB, no balloon", "spike_no_balloon_s", "s"),
+        ("spike from a 1.75 GiB balloon, patched kernel's hook", "spike_hook_s", "s"),
+        ("the same, stock deflate-on-oom", "spike_stock_doo_s", "s"),
+        ("hook / no balloon", "hook_over_no_balloon", "×"),
+        ("inflate 2 MiB units / 4 KiB pages", "inflate_ratio", "×"),
+        ("deflate 2 MiB units / 4 KiB pages", "deflate_ratio", "×"),
+    ] {
+        let _ = writeln!(o, "| {name} | {} {unit} |", f(g(key), 2));
+    }
+    o.push('\n');
+}
+
+/// MiB sent against the seconds after the spike, one line per configuration (system QEMU,
+/// or the first line present).
+pub fn after_spike_svg(records: &[Record]) -> Option<String> {
+    let (ms, _) = split(records);
+    let line = ms.iter().map(|r| r.qemu).min()?;
+    let (cs, mo) = axes(&ms, line);
+    let after: Vec<Moment> = mo.into_iter().filter(|m| m.after_s().is_some()).collect();
+    if after.is_empty() {
+        return None;
+    }
+    let series: Vec<Series> = cs
+        .iter()
+        .map(|&c| Series { name: c.label(), color: color(c), points: after.iter().filter_map(|&m| Some((m.after_s()?, cell(&ms, line, m, c)?.sent_mib))).collect() })
+        .collect();
+    let y_max = series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).filter(|v| !v.is_nan()).fold(100.0, f64::max) * 1.1;
+    Some(svg(&format!("MiB sent by a migration started N seconds after a 3×400 MiB spike was freed ({})", line.label()), &series, &[], y_max))
+}
+
+/// The footprint workload's RSS over time, one line per configuration (first run).
+pub fn footprint_svg(records: &[Record]) -> Option<String> {
+    let (_, fp) = split(records);
+    let line = fp.iter().map(|r| r.qemu).min()?;
+    let mut firsts: Vec<&FootprintRecord> = fp.iter().filter(|r| r.qemu == line && r.run == 0).collect();
+    firsts.sort_by_key(|r| r.config);
+    let series: Vec<Series> = firsts.iter().map(|r| Series { name: r.config.label(), color: color(r.config), points: r.samples.clone() }).collect();
+    // The phases of the first configuration: they take about as long in every one.
+    let spans: Vec<Span> = firsts.first().map_or(vec![], |r| r.phases.iter().filter(|p| p.2 != "idle").map(|p| Span { from: p.0, to: p.1, label: &p.2 }).collect());
+    let y_max = fp.iter().map(|r| r.peak_mib).fold(256.0, f64::max) * 1.05;
+    Some(svg(&format!("Source QEMU RSS over the footprint workload ({})", line.label()), &series, &spans, y_max))
+}
+
+/// `results.json`: the setup, the summary cells with their ratios, every record.
+pub fn json(meta: &Meta, records: &[Record]) -> serde_json::Value {
+    let (ms, fp) = split(records);
+    let mut cells = Vec::new();
+    let mut lines: Vec<QemuLine> = ms.iter().map(|r| r.qemu).collect();
+    lines.sort();
+    lines.dedup();
+    for line in lines {
+        let (cs, mo) = axes(&ms, line);
+        for m in mo {
+            let fpr = cell(&ms, line, m, Config::Fpr);
+            let none = cell(&ms, line, m, Config::NoBalloon);
+            for &c in &cs {
+                let Some(x) = cell(&ms, line, m, c) else { continue };
+                let num = |v: f64| if v.is_nan() { serde_json::Value::Null } else { serde_json::json!(v) };
+                cells.push(serde_json::json!({
+                    "qemu": line, "moment": m, "moment_label": m.to_string(), "config": c, "n": x.n, "completed": x.completed, "healthy": x.healthy, "oom_kills": x.oom_kills,
+                    "sent_mib": num(x.sent_mib), "sent_min": num(x.sent_spread.0), "sent_max": num(x.sent_spread.1), "total_s": num(x.total_s), "downtime_ms": num(x.downtime_ms),
+                    "sent_vs_fpr": num(vs(x.sent_mib, fpr.as_ref(), |y| y.sent_mib)), "sent_vs_none": num(vs(x.sent_mib, none.as_ref(), |y| y.sent_mib)),
+                    "time_vs_fpr": num(vs(x.total_s, fpr.as_ref(), |y| y.total_s)), "time_vs_none": num(vs(x.total_s, none.as_ref(), |y| y.total_s)),
+                }));
+            }
+        }
+    }
+    let footprints: Vec<serde_json::Value> = fp.iter().map(|r| serde_json::json!({"qemu": r.qemu, "config": r.config, "run": r.run, "gib_min": r.gib_min, "peak_mib": r.peak_mib, "seconds": r.seconds, "oom_kills": r.oom_kills, "completed": r.completed})).collect();
+    serde_json::json!({ "meta": meta, "kernel": meta.kernel, "cells": cells, "footprints": footprints, "records": records })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::model::MigrationRecord;
+
+    fn rec(config: Config, moment: Moment, run: u32, sent: f64, secs: f64) -> Record {
+        Record::Migration(MigrationRecord {
+            qemu: QemuLine::System, qemu_version: "7.2.22".into(), config, moment, run, bandwidth_mib: 128, completed: true, error: None,
+            sent_mib: sent, total_s: secs, downtime_ms: Some(20), size_mib: 300.0, rss_mib: None, spike_alloc_s: None, spike_completed: None,
+            oom_kills: 0, shell: true, kernel_errors: vec![], tainted: Some(0),
+        })
+    }
+
+    fn records() -> Vec<Record> {
+        let mut v = Vec::new();
+        for run in 0..2 {
+            for m in [Moment::Idle, Moment::AfterSpike(1000)] {
+                v.push(rec(Config::NoBalloon, m, run, 1600.0, 13.0));
+                v.push(rec(Config::Fpr, m, run, 200.0 + f64::from(run) * 100.0, 2.0));
+                v.push(rec(Config::AbStock, m, run, 100.0, 1.0));
+            }
+        }
+        // One bad migration: a crashed destination after the spike.
+        if let Record::Migration(r) = &mut v[5] {
+            r.kernel_errors = vec!["[ 9.1] BUG: kernel NULL pointer dereference".into()];
+            r.tainted = Some(4096);
+        }
+        v
+    }
+
+    #[test]
+    fn markdown_has_ratios_verdicts_and_problems() {
+        let md = markdown(&Meta { generated: "now".into(), commit: "abc".into(), command: "make bench".into(), fixed_mib: 512, ..Meta::default() }, &records());
+        // FPR's median at idle is 250 MiB: the product sends 0.40× of it, no balloon 6.40×.
+        assert!(md.contains("| idle, after 1.5 GiB written and freed | 1600 [1600–1600] 6.40× F 1.00× N | 250 [200–300] 1.00× F 0.16× N | 100 [100–100] 0.40× F 0.06× N |"), "{md}");
+        assert!(md.contains("pass (0.40×, 0.50×)"), "{md}");
+        assert!(md.contains("**FAIL** (1 of 2 unhealthy)"), "{md}");
+        assert!(md.contains("1 failing cell(s)"));
+        assert!(md.contains("ab-stock, spike+1s, run 0: 1 kernel error line(s), first: `[ 9.1] BUG: kernel NULL pointer dereference`; tainted 4096"), "{md}");
+    }
+
+    #[test]
+    fn verdict_fails_on_each_threshold() {
+        let base = Cell { n: 2, completed: 2, healthy: 2, oom_kills: 0, sent_mib: 100.0, sent_spread: (90.0, 110.0), total_s: 2.0, downtime_ms: 10.0, size_mib: 300.0 };
+        assert!(verdict(&Cell { sent_mib: 80.0, total_s: 2.0, ..base.clone() }, Some(&base)).0);
+        assert!(!verdict(&Cell { sent_mib: 81.0, ..base.clone() }, Some(&base)).0);
+        assert!(!verdict(&Cell { sent_mib: 10.0, total_s: 2.1, ..base.clone() }, Some(&base)).0);
+        assert!(!verdict(&Cell { sent_mib: 10.0, oom_kills: 1, ..base.clone() }, Some(&base)).0);
+        assert!(!verdict(&Cell { sent_mib: 10.0, ..base.clone() }, None).0, "no FPR figure: no pass");
+    }
+
+    #[test]
+    fn plots_and_json() {
+        let r = records();
+        let s = after_spike_svg(&r).expect("an after-spike moment");
+        assert!(s.starts_with("<svg") && s.contains("FPR"));
+        assert!(footprint_svg(&r).is_none());
+        let j = json(&Meta::default(), &r);
+        assert_eq!(j["cells"].as_array().unwrap().len(), 6);
+        assert_eq!(j["cells"][1]["sent_vs_fpr"], serde_json::json!(1.0));
+    }
+}

@@ -1,0 +1,183 @@
+//! One migration at one moment of a guest's life: bring the guest to the moment, migrate it
+//! by plain QMP (as another tool would), and check the destination.
+
+use super::fleet::{Fleet, Images};
+use super::model::{Config, MigrationRecord, Moment};
+use crate::guest::{balloon_to, fill, health, SpikeRun};
+use crate::{start_migration, step, wait_for, wait_migration, wait_settled, wait_vm_settled, Migrated};
+use autoballoon_core::Kib;
+use autoballoon_qmp::{MigrationStatus, Qmp};
+use std::time::{Duration, Instant};
+
+/// The workload and link settings shared by every point.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    pub fill_mib: u64,
+    pub idle_s: u64,
+    pub spike_threads: u32,
+    pub spike_mib: u64,
+    pub spike_hold_s: u64,
+    /// The link for the idle and after-spike moments, and the slow one for the spike
+    /// during a migration, MiB/s.
+    pub bandwidth_mib: u64,
+    pub slow_mib: u64,
+    /// The fixed balloon size of [`Config::DooFixed`], MiB.
+    pub fixed_mib: u64,
+}
+
+impl Setup {
+    fn spike_cmd(&self) -> String {
+        format!("spike {} {} {} 0 1", self.spike_threads, self.spike_mib, self.spike_hold_s)
+    }
+}
+
+/// Where the spike started during a migration writes its output in the guest.
+const DURING_LOG: &str = "/tmp/bench-spike.log";
+const DURING_RC: &str = "/tmp/bench-spike.rc";
+
+fn qmp(q: &crate::Qemu) -> Result<Qmp, String> {
+    step("QMP", Qmp::connect_with_retry(&q.qmp_ctl, Instant::now() + Duration::from_secs(10)))
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / 1048576.0
+}
+
+/// Waits until the balloon stops moving, for the configurations that move it; a guest that
+/// does not settle is measured anyway (with a note).
+fn settle(fleet: &Fleet, c: Config, ctl: &Qmp) {
+    let r = match fleet.vm(c) {
+        Some(vm) => wait_vm_settled(vm, Duration::from_secs(90)).map(|_| ()),
+        None if c.ballooning() => wait_settled(Duration::from_secs(90), || Kib(ctl.query_balloon().unwrap_or(0) / 1024)).map(|_| ()).ok_or_else(|| "did not settle in 90 s".to_string()),
+        None => Ok(()),
+    };
+    if let Err(e) = r {
+        println!("[bench]   note: {}: {e}; measuring anyway", c.key());
+    }
+}
+
+/// The fixed size of [`Config::DooFixed`], asked for again (deflate-on-oom gave pages back).
+fn fixed_size(setup: &Setup, ctl: &Qmp) -> Result<(), String> {
+    let r = step("balloon", balloon_to(ctl, Kib::from_mib_saturating(setup.fixed_mib), Duration::from_secs(60)))?;
+    if r.is_none() {
+        println!("[bench]   note: doo: the balloon did not reach {} MiB in 60 s", setup.fixed_mib);
+    }
+    Ok(())
+}
+
+fn run_spike(q: &crate::Qemu, setup: &Setup) -> Result<SpikeRun, String> {
+    let o = step("spike", q.console.run(&setup.spike_cmd(), Duration::from_secs(300)))?;
+    Ok(SpikeRun::parse(&o.text, o.status))
+}
+
+/// Brings `c`'s guest to moment `m` (for [`Moment::DuringSpike`]: settled, the spike comes
+/// later). Returns the spike's run, if one ran.
+fn reach(fleet: &Fleet, c: Config, m: Moment, setup: &Setup, ctl: &Qmp, q: &crate::Qemu) -> Result<Option<SpikeRun>, String> {
+    if c == Config::DooFixed {
+        fixed_size(setup, ctl)?;
+    }
+    match m {
+        Moment::Idle => {
+            // Host-controlled guests start from full size like the others (the controller
+            // paused, the balloon emptied), dirty and free, then the controller runs again.
+            if c.controlled() {
+                fleet.pause(c)?;
+                let full = fleet.memory;
+                step("balloon", balloon_to(ctl, full, Duration::from_secs(60)))?.ok_or("the guest did not get back to full size in 60 s")?;
+            }
+            let filled = fill(q, setup.fill_mib);
+            fleet.resume(c);
+            filled?;
+            std::thread::sleep(Duration::from_secs(setup.idle_s));
+            Ok(None)
+        }
+        Moment::AfterSpike(ms) => {
+            settle(fleet, c, ctl);
+            let s = run_spike(q, setup)?;
+            // The moment itself: a deliberate delay after the spike's free.
+            std::thread::sleep(Duration::from_millis(u64::from(ms)));
+            Ok(Some(s))
+        }
+        Moment::DuringSpike => {
+            settle(fleet, c, ctl);
+            Ok(None)
+        }
+    }
+}
+
+/// Starts the migration, and for [`Moment::DuringSpike`] the spike once it is under way.
+fn migrate_at(m: Moment, setup: &Setup, ctl: &Qmp, q: &crate::Qemu, port: u16) -> Result<Migrated, String> {
+    let bw = if m == Moment::DuringSpike { setup.slow_mib } else { setup.bandwidth_mib } << 20;
+    let timeout = Duration::from_secs(900);
+    if m != Moment::DuringSpike {
+        return step("migration", crate::migrate(ctl, port, bw, timeout));
+    }
+    step("spike files", q.console.run(&format!("rm -f {DURING_LOG} {DURING_RC}"), Duration::from_secs(30)))?;
+    let start = step("migration", start_migration(ctl, port, bw))?;
+    wait_for(Duration::from_secs(30), Duration::from_millis(50), || ctl.query_migrate().is_ok_and(|i| i.status == MigrationStatus::Active)).ok_or("the migration did not become active in 30 s")?;
+    step("spike", q.console.spawn(&format!("{} > {DURING_LOG} 2>&1; echo $? > {DURING_RC}", setup.spike_cmd())))?;
+    step("migration", wait_migration(ctl, start, timeout))
+}
+
+/// The spike started during the migration, read on the destination once it ended; `None`
+/// if the destination's shell does not answer (a crashed guest: no long wait).
+fn during_spike(dest: &crate::Qemu) -> Option<SpikeRun> {
+    dest.console.run("true", Duration::from_secs(20)).ok()?;
+    let cmd = format!("(while [ ! -e {DURING_RC} ]; do sleep 0.2; done; cat {DURING_LOG}; exit $(cat {DURING_RC}))");
+    dest.console.run(&cmd, Duration::from_secs(180)).ok().map(|o| SpikeRun::parse(&o.text, o.status))
+}
+
+/// One migration of `c`'s guest at moment `m`. Failures become records (not completed,
+/// with the error); a guest left unhealthy is replaced by a fresh boot.
+pub fn point(fleet: &mut Fleet, images: &Images, setup: &Setup, c: Config, m: Moment, run: u32) -> Result<MigrationRecord, String> {
+    let bandwidth_mib = if m == Moment::DuringSpike { setup.slow_mib } else { setup.bandwidth_mib };
+    let mut rec = MigrationRecord {
+        qemu: fleet.line, qemu_version: fleet.version.clone(), config: c, moment: m, run, bandwidth_mib, completed: false, error: None,
+        sent_mib: f64::NAN, total_s: f64::NAN, downtime_ms: None, size_mib: f64::NAN, rss_mib: None, spike_alloc_s: None, spike_completed: None,
+        oom_kills: 0, shell: false, kernel_errors: vec![], tainted: None,
+    };
+    let (dest, port) = fleet.destination(c, images)?;
+    let outcome = (|| -> Result<Migrated, String> {
+        let g = fleet.guests.iter().find(|g| g.config == c).expect("a guest per configuration");
+        let ctl = qmp(&g.q)?;
+        let spike = reach(fleet, c, m, setup, &ctl, &g.q)?;
+        if let Some(s) = &spike {
+            rec.spike_alloc_s = s.alloc_s;
+            rec.spike_completed = Some(s.completed);
+        }
+        rec.size_mib = mib(ctl.query_balloon().unwrap_or(0));
+        rec.rss_mib = g.q.rss().map(|k| k.mib_f64());
+        migrate_at(m, setup, &ctl, &g.q, port)
+    })();
+    fleet.resume(c);
+    match outcome {
+        Ok(done) => {
+            rec.completed = true;
+            rec.sent_mib = mib(done.bytes_sent());
+            rec.total_s = done.seconds();
+            rec.downtime_ms = done.info.downtime_ms;
+            if m == Moment::DuringSpike {
+                let s = during_spike(&dest);
+                rec.spike_alloc_s = s.as_ref().and_then(|s| s.alloc_s);
+                rec.spike_completed = Some(s.is_some_and(|s| s.completed));
+            }
+            let h = health(&dest, Duration::from_secs(30));
+            fleet.moved(c, dest);
+            rec.shell = h.shell;
+            (rec.kernel_errors, rec.tainted, rec.oom_kills) = fleet.guest(c).seen.news(&h);
+            if !rec.healthy() {
+                fleet.reboot(c, images)?;
+            }
+        }
+        Err(e) => {
+            rec.error = Some(e);
+            drop(dest);
+            let h = health(&fleet.guest(c).q, Duration::from_secs(30));
+            rec.shell = h.shell;
+            (rec.kernel_errors, rec.tainted, rec.oom_kills) = fleet.guest(c).seen.news(&h);
+            // The source may still be mid-migration or hurt: start over from a fresh boot.
+            fleet.reboot(c, images)?;
+        }
+    }
+    Ok(rec)
+}
