@@ -37,6 +37,8 @@ pub struct Guest {
     pub boots: u32,
     /// The last look at the guest's log.
     pub seen: Seen,
+    /// Its last migration: (moment, run).
+    pub last: Option<(super::model::Moment, u32)>,
 }
 
 /// At the last look at a guest's log (it travels with migrations): OOM kills, kernel error
@@ -106,7 +108,7 @@ impl Fleet {
         for (c, q) in started {
             let t = step(&format!("booting {}", c.key()), q.wait_booted(BOOT))?;
             println!("[bench]   {} booted in {:.0} s", c.key(), t.as_secs_f64());
-            guests.push(Guest { config: c, q, hops: 0, boots: 1, seen: Seen::default() });
+            guests.push(Guest { config: c, q, hops: 0, boots: 1, seen: Seen::default(), last: None });
         }
         let version = match guests.first() {
             Some(g) => step("QMP", Qmp::connect_with_retry(&g.q.qmp_ctl, Instant::now() + Duration::from_secs(10)))?.version().to_string(),

@@ -142,7 +142,16 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
     };
     if let Some(from) = &a.report_from {
         let records = read_records(from)?;
-        meta.command = format!("--report-from {}", from.display());
+        // The measuring run's own facts, from the results.json it wrote, if there is one.
+        let old: Option<serde_json::Value> = std::fs::read_to_string(a.results.join("results.json")).ok().and_then(|t| serde_json::from_str(&t).ok());
+        let m = old.as_ref().map(|o| &o["meta"]);
+        let text = |k: &str| m.and_then(|m| m[k].as_str()).map(str::to_string);
+        meta.wall_min = m.and_then(|m| m["wall_min"].as_f64()).unwrap_or(f64::NAN);
+        let (cmd, when, commit) = (text("command").unwrap_or("?".into()), text("generated").unwrap_or("?".into()), text("commit").unwrap_or("?".into()));
+        meta.command = format!("{cmd}` ({when}, commit {commit}); the report rewritten from its records by `autoballoon-bench --report-from {}", from.display());
+        if let Some(setup) = m.and_then(|m| m["setup"].as_array()) {
+            meta.setup = setup.iter().filter_map(|v| v.as_str().map(str::to_string)).collect();
+        }
         return write_report(&a, &meta, &records);
     }
     let image = match &a.image {
@@ -194,6 +203,10 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
                             let c = configs[(i + run as usize) % n];
                             done += 1;
                             println!("[bench] {done}/{total} {} run {}/{runs} {m} {} ({:.0} min so far)", line.label(), run + 1, c.key(), t0.elapsed().as_secs_f64() / 60.0);
+                            if let Some(x) = scenario::crashed(&mut fleet, &images, c)? {
+                                println!("[bench]   {} had crashed after {:?}: {:?}", c.key(), x.after, x.kernel_errors.first());
+                                push(&mut records, Record::Crash(x));
+                            }
                             let r = scenario::point(&mut fleet, &images, &setup, c, m, run)?;
                             println!(
                                 "[bench]   {:.1} MiB sent, {:.2} s, downtime {:?} ms, size {:.0} MiB, healthy {}{}",

@@ -201,6 +201,11 @@ impl QemuLine {
     }
 }
 
+/// JSON has no NaN: serde_json writes it as `null`, read back as NaN.
+fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
 /// One migration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MigrationRecord {
@@ -217,11 +222,14 @@ pub struct MigrationRecord {
     /// Why not, if it did not (or the point failed before).
     pub error: Option<String>,
     /// `ram.transferred`, MiB.
+    #[serde(deserialize_with = "nan_if_null")]
     pub sent_mib: f64,
     /// QEMU's `total-time`, s.
+    #[serde(deserialize_with = "nan_if_null")]
     pub total_s: f64,
     pub downtime_ms: Option<u64>,
     /// The guest's size (QMP `actual`) and the source QEMU's RSS when the migration started.
+    #[serde(deserialize_with = "nan_if_null")]
     pub size_mib: f64,
     pub rss_mib: Option<f64>,
     /// The spike of this point: `spike`'s allocation time and whether it completed.
@@ -267,12 +275,24 @@ pub struct FootprintRecord {
     pub phases: Vec<(f64, f64, String)>,
 }
 
+/// A guest found dead (its QEMU exited: a kernel panic) when its next measurement was due:
+/// charged to the measurement before, `after`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CrashRecord {
+    pub qemu: QemuLine,
+    pub config: Config,
+    /// The last measurement of that guest: (moment, run); `None` for the footprint workload.
+    pub after: Option<(Moment, u32)>,
+    pub kernel_errors: Vec<String>,
+}
+
 /// One line of `results.jsonl`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Record {
     Migration(MigrationRecord),
     Footprint(FootprintRecord),
+    Crash(CrashRecord),
 }
 
 #[cfg(test)]
@@ -311,6 +331,11 @@ mod tests {
         let line = serde_json::to_string(&m).unwrap();
         assert!(line.contains(r#""kind":"migration""#) && line.contains(r#""config":"ab-patched-fpr""#) && line.contains(r#""after-spike":500"#), "{line}");
         assert_eq!(serde_json::from_str::<Record>(&line).unwrap(), m);
+        // A failed migration's figures are NaN, written as null.
+        let Record::Migration(mut failed) = m else { unreachable!() };
+        failed.sent_mib = f64::NAN;
+        let back: Record = serde_json::from_str(&serde_json::to_string(&Record::Migration(failed)).unwrap()).unwrap();
+        assert!(matches!(back, Record::Migration(r) if r.sent_mib.is_nan() && r.total_s == 1.2));
         let f = Record::Footprint(FootprintRecord { qemu: QemuLine::Qemu10, config: Config::Fpr, run: 0, gib_min: 1.5, seconds: 90.0, peak_mib: 1400.0, oom_kills: 0, kernel_errors: vec![], tainted: Some(0), completed: true, samples: vec![(0.0, 200.0)], phases: vec![(0.0, 5.0, "fill".into())] });
         assert_eq!(serde_json::from_str::<Record>(&serde_json::to_string(&f).unwrap()).unwrap(), f);
     }

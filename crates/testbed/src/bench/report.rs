@@ -1,7 +1,7 @@
 //! `bench/RESULTS.md`, `bench/results.json` and the plots, from the records alone (so a
 //! report can be written again from `results.jsonl` with `--report-from`).
 
-use super::model::{Config, FootprintRecord, MigrationRecord, Moment, QemuLine, Record};
+use super::model::{Config, CrashRecord, FootprintRecord, MigrationRecord, Moment, QemuLine, Record};
 use super::stats::{cell, footprint, median, ratio, Cell};
 use crate::plot::{svg, Series, Span};
 use std::fmt::Write;
@@ -74,26 +74,42 @@ fn split(records: &[Record]) -> (Vec<MigrationRecord>, Vec<FootprintRecord>) {
         match r {
             Record::Migration(x) => m.push(x.clone()),
             Record::Footprint(x) => fp.push(x.clone()),
+            Record::Crash(_) => {}
         }
     }
     (m, fp)
+}
+
+fn crashes(records: &[Record]) -> Vec<CrashRecord> {
+    records.iter().filter_map(|r| if let Record::Crash(c) = r { Some(c.clone()) } else { None }).collect()
+}
+
+/// Crashes found later and charged to the migrations of one configuration at one moment.
+fn later_crashes(cr: &[CrashRecord], line: QemuLine, m: Moment, c: Config) -> usize {
+    cr.iter().filter(|x| x.qemu == line && x.config == c && x.after.is_some_and(|a| a.0 == m)).count()
 }
 
 /// Renders one cell from itself, FPR's cell and no balloon's at the same moment.
 type ShowCell<'a> = &'a dyn Fn(&Cell, Option<&Cell>, Option<&Cell>) -> String;
 
 /// One table: rows the moments, columns the configurations, each cell `show(cell, fpr, none)`.
-fn table(o: &mut String, ms: &[MigrationRecord], line: QemuLine, show: ShowCell) {
+fn table(o: &mut String, ms: &[MigrationRecord], cr: &[CrashRecord], line: QemuLine, show: ShowCell) {
     let (cs, mo) = axes(ms, line);
     let _ = writeln!(o, "| moment | {} |", cs.iter().map(|c| c.label()).collect::<Vec<_>>().join(" | "));
     let _ = writeln!(o, "|---|{}", "---|".repeat(cs.len()));
     for m in mo {
         let fpr = cell(ms, line, m, Config::Fpr);
         let none = cell(ms, line, m, Config::NoBalloon);
-        let cells: Vec<String> = cs.iter().map(|&c| cell(ms, line, m, c).map_or("".into(), |x| show(&x, fpr.as_ref(), none.as_ref()))).collect();
+        let cells: Vec<String> = cs.iter().map(|&c| cell_with(ms, cr, line, m, c).map_or("".into(), |x| show(&x, fpr.as_ref(), none.as_ref()))).collect();
         let _ = writeln!(o, "| {} | {} |", m.label(), cells.join(" | "));
     }
     o.push('\n');
+}
+
+/// [`cell`] with the guest crashes found later charged to it: each makes one of its
+/// migrations unhealthy.
+fn cell_with(ms: &[MigrationRecord], cr: &[CrashRecord], line: QemuLine, m: Moment, c: Config) -> Option<Cell> {
+    cell(ms, line, m, c).map(|x| Cell { healthy: x.healthy.saturating_sub(later_crashes(cr, line, m, c)), ..x })
 }
 
 fn vs(a: f64, base: Option<&Cell>, get: fn(&Cell) -> f64) -> f64 {
@@ -131,6 +147,7 @@ fn line_title(ms: &[MigrationRecord], fp: &[FootprintRecord], line: QemuLine) ->
 /// The whole `RESULTS.md`.
 pub fn markdown(meta: &Meta, records: &[Record]) -> String {
     let (ms, fp) = split(records);
+    let cr = crashes(records);
     let mut o = String::new();
     let _ = writeln!(o, "# Benchmark results\n");
     let _ = writeln!(o, "Written by `{}` on {}, commit {}; regenerated on every run, never edited by hand.", meta.command, meta.generated, meta.commit);
@@ -151,16 +168,21 @@ pub fn markdown(meta: &Meta, records: &[Record]) -> String {
     lines.dedup();
     for &line in &lines {
         let _ = writeln!(o, "## Migrations, {}\n", line_title(&ms, &fp, line));
+        let _ = writeln!(o, "### Main table: MiB sent (× FPR), destinations healthy / migrations\n");
+        table(&mut o, &ms, &cr, line, &|c, fpr, _| {
+            let health = if c.healthy == c.n { format!("{}/{}", c.healthy, c.n) } else { format!("**{}/{}**", c.healthy, c.n) };
+            format!("{} ({}) {health}", f(c.sent_mib, 0), x(vs(c.sent_mib, fpr, |x| x.sent_mib)))
+        });
         let _ = writeln!(o, "### MiB sent (`ram.transferred`): median [min–max], ×F, ×N\n");
-        table(&mut o, &ms, line, &|c, fpr, none| {
+        table(&mut o, &ms, &cr, line, &|c, fpr, none| {
             let spread = if c.completed > 1 { format!(" [{}–{}]", f(c.sent_spread.0, 0), f(c.sent_spread.1, 0)) } else { String::new() };
             format!("{}{spread} {} F {} N", f(c.sent_mib, 0), x(vs(c.sent_mib, fpr, |x| x.sent_mib)), x(vs(c.sent_mib, none, |x| x.sent_mib)))
         });
         let _ = writeln!(o, "### Total time (QEMU `total-time`), s: median, ×F, ×N\n");
-        table(&mut o, &ms, line, &|c, fpr, none| format!("{} {} F {} N", f(c.total_s, 2), x(vs(c.total_s, fpr, |x| x.total_s)), x(vs(c.total_s, none, |x| x.total_s))));
+        table(&mut o, &ms, &cr, line, &|c, fpr, none| format!("{} {} F {} N", f(c.total_s, 2), x(vs(c.total_s, fpr, |x| x.total_s)), x(vs(c.total_s, none, |x| x.total_s))));
         let _ = writeln!(o, "### Health and downtime: destinations healthy / migrations, OOM kills, median downtime ms, median guest size MiB at the start\n");
-        let _ = writeln!(o, "Healthy: the migration completed, the destination's shell answers, its dmesg has no BUG/Oops/panic/WARNING/GPF/stall, `/proc/sys/kernel/tainted` is 0, and no OOM kill during the point.\n");
-        table(&mut o, &ms, line, &|c, _, _| format!("{}/{}{}, {} ms, {} MiB", c.healthy, c.n, if c.oom_kills > 0 { format!(", **{} OOM**", c.oom_kills) } else { String::new() }, f(c.downtime_ms, 0), f(c.size_mib, 0)));
+        let _ = writeln!(o, "Healthy: the migration completed, the destination's shell answers, its dmesg has no BUG/Oops/panic/WARNING/GPF/stall, `/proc/sys/kernel/tainted` is 0, and no OOM kill during the point. Errors are counted since the guest's previous measurement: a guest that crashed while it waited for its next turn is charged to that next point (listed under Problems).\n");
+        table(&mut o, &ms, &cr, line, &|c, _, _| format!("{}/{}{}, {} ms, {} MiB", c.healthy, c.n, if c.oom_kills > 0 { format!(", **{} OOM**", c.oom_kills) } else { String::new() }, f(c.downtime_ms, 0), f(c.size_mib, 0)));
         let (cs, mo) = axes(&ms, line);
         let product: Vec<Config> = cs.iter().copied().filter(|c| c.product()).collect();
         if !product.is_empty() && cs.contains(&Config::Fpr) {
@@ -173,7 +195,7 @@ pub fn markdown(meta: &Meta, records: &[Record]) -> String {
                 let v: Vec<String> = product
                     .iter()
                     .map(|&c| {
-                        cell(&ms, line, m, c).map_or("".into(), |x| {
+                        cell_with(&ms, &cr, line, m, c).map_or("".into(), |x| {
                             let (ok, s) = verdict(&x, fpr.as_ref());
                             fails += usize::from(!ok);
                             s
@@ -186,7 +208,7 @@ pub fn markdown(meta: &Meta, records: &[Record]) -> String {
         }
     }
     footprint_section(&mut o, &fp);
-    problems(&mut o, &ms, &fp);
+    problems(&mut o, &ms, &fp, &cr);
     kernel_section(&mut o, meta.kernel.as_ref(), &meta.kernel_written);
     o
 }
@@ -231,11 +253,11 @@ fn footprint_section(o: &mut String, fp: &[FootprintRecord]) {
     }
 }
 
-fn problems(o: &mut String, ms: &[MigrationRecord], fp: &[FootprintRecord]) {
+fn problems(o: &mut String, ms: &[MigrationRecord], fp: &[FootprintRecord], cr: &[CrashRecord]) {
     let bad: Vec<&MigrationRecord> = ms.iter().filter(|r| !r.healthy() || r.spike_completed == Some(false)).collect();
     let fbad: Vec<&FootprintRecord> = fp.iter().filter(|r| !r.completed || r.oom_kills > 0 || !r.kernel_errors.is_empty() || r.tainted.is_some_and(|t| t != 0)).collect();
     let _ = writeln!(o, "## Problems\n");
-    if bad.is_empty() && fbad.is_empty() {
+    if bad.is_empty() && fbad.is_empty() && cr.is_empty() {
         let _ = writeln!(o, "None: every migration completed to a healthy destination, every spike completed, no OOM kill.\n");
         return;
     }
@@ -260,6 +282,11 @@ fn problems(o: &mut String, ms: &[MigrationRecord], fp: &[FootprintRecord]) {
             what.push("the spike did not complete".into());
         }
         let _ = writeln!(o, "- {} {}, {}, run {}: {}", r.qemu.label(), r.config.key(), r.moment, r.run, what.join("; "));
+    }
+    for x in cr {
+        let after = x.after.map_or("the footprint workload".to_string(), |(m, run)| format!("{m}, run {run}"));
+        let first = x.kernel_errors.iter().find(|l| l.contains("Oops") || l.contains("BUG")).or(x.kernel_errors.first()).map_or(String::new(), |l| format!(": `{}`", l.trim()));
+        let _ = writeln!(o, "- {} {}: the guest crashed (its QEMU exited) after its migration at {after}, before its next measurement{first}", x.qemu.label(), x.config.key());
     }
     for r in fbad {
         let first = r.kernel_errors.first().map_or(String::new(), |l| format!(", {} kernel error line(s), first: `{}`", r.kernel_errors.len(), l.trim()));
@@ -299,7 +326,7 @@ pub fn after_spike_svg(records: &[Record]) -> Option<String> {
     }
     let series: Vec<Series> = cs
         .iter()
-        .map(|&c| Series { name: c.label(), color: color(c), points: after.iter().filter_map(|&m| Some((m.after_s()?, cell(&ms, line, m, c)?.sent_mib))).collect() })
+        .map(|&c| Series { name: c.key(), color: color(c), points: after.iter().filter_map(|&m| Some((m.after_s()?, cell(&ms, line, m, c)?.sent_mib))).collect() })
         .collect();
     let y_max = series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).filter(|v| !v.is_nan()).fold(100.0, f64::max) * 1.1;
     Some(svg(&format!("MiB sent by a migration started N seconds after a 3×400 MiB spike was freed ({})", line.label()), &series, &[], y_max))
@@ -311,7 +338,7 @@ pub fn footprint_svg(records: &[Record]) -> Option<String> {
     let line = fp.iter().map(|r| r.qemu).min()?;
     let mut firsts: Vec<&FootprintRecord> = fp.iter().filter(|r| r.qemu == line && r.run == 0).collect();
     firsts.sort_by_key(|r| r.config);
-    let series: Vec<Series> = firsts.iter().map(|r| Series { name: r.config.label(), color: color(r.config), points: r.samples.clone() }).collect();
+    let series: Vec<Series> = firsts.iter().map(|r| Series { name: r.config.key(), color: color(r.config), points: r.samples.clone() }).collect();
     // The phases of the first configuration: they take about as long in every one.
     let spans: Vec<Span> = firsts.first().map_or(vec![], |r| r.phases.iter().filter(|p| p.2 != "idle").map(|p| Span { from: p.0, to: p.1, label: &p.2 }).collect());
     let y_max = fp.iter().map(|r| r.peak_mib).fold(256.0, f64::max) * 1.05;
@@ -321,6 +348,7 @@ pub fn footprint_svg(records: &[Record]) -> Option<String> {
 /// `results.json`: the setup, the summary cells with their ratios, every record.
 pub fn json(meta: &Meta, records: &[Record]) -> serde_json::Value {
     let (ms, fp) = split(records);
+    let cr = crashes(records);
     let mut cells = Vec::new();
     let mut lines: Vec<QemuLine> = ms.iter().map(|r| r.qemu).collect();
     lines.sort();
@@ -335,6 +363,7 @@ pub fn json(meta: &Meta, records: &[Record]) -> serde_json::Value {
                 let num = |v: f64| if v.is_nan() { serde_json::Value::Null } else { serde_json::json!(v) };
                 cells.push(serde_json::json!({
                     "qemu": line, "moment": m, "moment_label": m.to_string(), "config": c, "n": x.n, "completed": x.completed, "healthy": x.healthy, "oom_kills": x.oom_kills,
+                    "later_crashes": later_crashes(&cr, line, m, c),
                     "sent_mib": num(x.sent_mib), "sent_min": num(x.sent_spread.0), "sent_max": num(x.sent_spread.1), "total_s": num(x.total_s), "downtime_ms": num(x.downtime_ms),
                     "sent_vs_fpr": num(vs(x.sent_mib, fpr.as_ref(), |y| y.sent_mib)), "sent_vs_none": num(vs(x.sent_mib, none.as_ref(), |y| y.sent_mib)),
                     "time_vs_fpr": num(vs(x.total_s, fpr.as_ref(), |y| y.total_s)), "time_vs_none": num(vs(x.total_s, none.as_ref(), |y| y.total_s)),
@@ -388,6 +417,17 @@ mod tests {
     }
 
     #[test]
+    fn later_crashes_are_charged_to_the_moment_before() {
+        let mut r = records();
+        r.push(Record::Crash(CrashRecord { qemu: QemuLine::System, config: Config::AbStock, after: Some((Moment::Idle, 1)), kernel_errors: vec!["[5] Oops: general protection fault".into()] }));
+        let md = markdown(&Meta::default(), &r);
+        assert!(md.contains("**FAIL** (1 of 2 unhealthy)"), "idle now fails too: {md}");
+        assert!(md.contains("2 failing cell(s)"), "{md}");
+        assert!(md.contains("ab-stock: the guest crashed (its QEMU exited) after its migration at idle, run 1, before its next measurement: `[5] Oops: general protection fault`"), "{md}");
+        assert_eq!(json(&Meta::default(), &r)["cells"][2]["later_crashes"], serde_json::json!(1));
+    }
+
+    #[test]
     fn verdict_fails_on_each_threshold() {
         let base = Cell { n: 2, completed: 2, healthy: 2, oom_kills: 0, sent_mib: 100.0, sent_spread: (90.0, 110.0), total_s: 2.0, downtime_ms: 10.0, size_mib: 300.0 };
         assert!(verdict(&Cell { sent_mib: 80.0, total_s: 2.0, ..base.clone() }, Some(&base)).0);
@@ -401,7 +441,7 @@ mod tests {
     fn plots_and_json() {
         let r = records();
         let s = after_spike_svg(&r).expect("an after-spike moment");
-        assert!(s.starts_with("<svg") && s.contains("FPR"));
+        assert!(s.starts_with("<svg") && s.contains(">fpr<"), "short names in the legend");
         assert!(footprint_svg(&r).is_none());
         let j = json(&Meta::default(), &r);
         assert_eq!(j["cells"].as_array().unwrap().len(), 6);

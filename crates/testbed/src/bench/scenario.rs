@@ -2,7 +2,7 @@
 //! by plain QMP (as another tool would), and check the destination.
 
 use super::fleet::{Fleet, Images};
-use super::model::{Config, MigrationRecord, Moment};
+use super::model::{Config, CrashRecord, MigrationRecord, Moment};
 use crate::guest::{balloon_to, fill, health, SpikeRun};
 use crate::{start_migration, step, wait_for, wait_migration, wait_settled, wait_vm_settled, Migrated};
 use autoballoon_core::Kib;
@@ -127,6 +127,21 @@ fn during_spike(dest: &crate::Qemu) -> Option<SpikeRun> {
     dest.console.run(&cmd, Duration::from_secs(180)).ok().map(|o| SpikeRun::parse(&o.text, o.status))
 }
 
+/// If `c`'s guest died since its last measurement (its QEMU exited: `panic=-1`,
+/// `-no-reboot`), a record of it, charged to that measurement, and a fresh boot.
+pub fn crashed(fleet: &mut Fleet, images: &Images, c: Config) -> Result<Option<CrashRecord>, String> {
+    let line = fleet.line;
+    let g = fleet.guest(c);
+    if g.q.alive() {
+        return Ok(None);
+    }
+    let h = health(&g.q, Duration::from_secs(1));
+    let (kernel_errors, _, _) = g.seen.news(&h);
+    let rec = CrashRecord { qemu: line, config: c, after: g.last, kernel_errors };
+    fleet.reboot(c, images)?;
+    Ok(Some(rec))
+}
+
 /// One migration of `c`'s guest at moment `m`. Failures become records (not completed,
 /// with the error); a guest left unhealthy is replaced by a fresh boot.
 pub fn point(fleet: &mut Fleet, images: &Images, setup: &Setup, c: Config, m: Moment, run: u32) -> Result<MigrationRecord, String> {
@@ -150,6 +165,7 @@ pub fn point(fleet: &mut Fleet, images: &Images, setup: &Setup, c: Config, m: Mo
         migrate_at(m, setup, &ctl, &g.q, port)
     })();
     fleet.resume(c);
+    fleet.guest(c).last = Some((m, run));
     match outcome {
         Ok(done) => {
             rec.completed = true;
