@@ -324,8 +324,17 @@ fn memory_arg(spec: &VmSpec) -> String {
 /// A process' resident memory (VmRSS), for a thread that only has its pid.
 pub fn rss_of(pid: u32) -> Option<Kib> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = s.lines().find(|l| l.starts_with("VmRSS:"))?;
-    line.split_whitespace().nth(1)?.parse().ok().map(Kib)
+    status_kib(&s, "VmRSS").map(Kib)
+}
+
+/// A `Key:   N kB` line of `/proc/PID/status` (`VmRSS`, `VmHWM`), in KiB.
+pub fn status_kib(status: &str, key: &str) -> Option<u64> {
+    status.lines().find_map(|l| {
+        let v = l.strip_prefix(key)?.strip_prefix(':')?;
+        let mut w = v.split_whitespace();
+        let n = w.next()?.parse().ok()?;
+        (w.next() == Some("kB")).then_some(n)
+    })
 }
 
 impl Drop for Qemu {
@@ -341,5 +350,19 @@ impl Drop for KillOnDrop {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_lines_are_read_in_kib() {
+        let s = "Name:\tautoballoon\nVmPeak:\t  100 kB\nVmHWM:\t    9876 kB\nVmRSS:\t    5432 kB\nThreads:\t7\n";
+        assert_eq!(status_kib(s, "VmRSS"), Some(5432));
+        assert_eq!(status_kib(s, "VmHWM"), Some(9876));
+        assert_eq!(status_kib(s, "Threads"), None, "no kB unit");
+        assert_eq!(status_kib(s, "VmRS"), None, "the whole key");
     }
 }

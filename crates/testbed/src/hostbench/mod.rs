@@ -13,6 +13,7 @@ pub mod cost;
 pub mod mixed;
 pub mod report;
 
+use crate::status_kib;
 use std::time::Instant;
 
 /// CPU time of a process so far, from `/proc/PID/stat`, in clock ticks.
@@ -40,16 +41,6 @@ impl CpuTicks {
     pub fn total(self) -> u64 {
         self.utime + self.stime
     }
-}
-
-/// A `Key:   N kB` line of `/proc/PID/status` (`VmRSS`, `VmHWM`), in KiB.
-pub fn status_kib(status: &str, key: &str) -> Option<u64> {
-    status.lines().find_map(|l| {
-        let v = l.strip_prefix(key)?.strip_prefix(':')?;
-        let mut w = v.split_whitespace();
-        let n = w.next()?.parse().ok()?;
-        (w.next() == Some("kB")).then_some(n)
-    })
 }
 
 /// Clock ticks per second (`sysconf(_SC_CLK_TCK)`, 100 on Linux).
@@ -119,15 +110,6 @@ mod tests {
         assert_eq!(CpuTicks::parse(odd).map(CpuTicks::total), Some(1750));
         assert_eq!(CpuTicks::parse("42 (short) S 1 2"), None);
         assert_eq!(CpuTicks::parse("no name here"), None);
-    }
-
-    #[test]
-    fn status_lines_are_read_in_kib() {
-        let s = "Name:\tautoballoon\nVmPeak:\t  100 kB\nVmHWM:\t    9876 kB\nVmRSS:\t    5432 kB\nThreads:\t7\n";
-        assert_eq!(status_kib(s, "VmRSS"), Some(5432));
-        assert_eq!(status_kib(s, "VmHWM"), Some(9876));
-        assert_eq!(status_kib(s, "Threads"), None, "no kB unit");
-        assert_eq!(status_kib(s, "VmRS"), None, "the whole key");
     }
 
     #[test]
