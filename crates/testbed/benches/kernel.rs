@@ -15,6 +15,13 @@
 //!   pageblocks by migratetype (`/proc/pagetypeinfo`) and the share of THP faults that
 //!   got a huge page when 1 GiB is touched with `defrag=always`.
 //!
+//! * The slow path with an empty balloon (the hook registered, nothing to give): two
+//!   readers stream `AUTOBALLOON_BENCH_SCRATCH_MIB` (6144) of a sparse virtio-blk disk
+//!   through the page cache of the full guest, then 2 threads touch 2 × 700 MiB over the
+//!   full cache, so that allocations miss the free lists and reclaim; seconds of each,
+//!   direct-reclaim stalls (`allocstall_*`) and, on the patched kernel, the hook's calls,
+//!   stock against patched.
+//!
 //! Prints medians and ratios; writes them to `run/bench/kernel.json`. Needs the images
 //! `make bench` builds (`AUTOBALLOON_PATCHED_IMAGE`, `AUTOBALLOON_STOCK_IMAGE`);
 //! `AUTOBALLOON_BENCH_REPS` sets the repetitions (3). The guests run under `$AUTOBALLOON_QEMU`
@@ -38,6 +45,8 @@ struct Bench {
     boots: usize,
     /// The QEMU version the guests ran under ($AUTOBALLOON_QEMU, else the system's).
     qemu: String,
+    /// The size of every guest's scratch disk (the slow-path figure reads it whole).
+    scratch: Kib,
 }
 
 impl Bench {
@@ -47,7 +56,7 @@ impl Bench {
 
     fn boot_with(&mut self, image: &GuestImage, name: &str, cpus: u32) -> Result<(Qemu, Qmp), String> {
         self.boots += 1;
-        let spec = VmSpec { cpus, agent: GuestAgent::None, deflate_on_oom: true, ..VmSpec::new(&format!("{name}-{}", self.boots), GUEST) };
+        let spec = VmSpec { cpus, agent: GuestAgent::None, deflate_on_oom: true, scratch_disk: Some(self.scratch), ..VmSpec::new(&format!("{name}-{}", self.boots), GUEST) };
         let q = Qemu::start(image, spec, &self.run_dir).map_err(|e| e.to_string())?;
         q.wait_booted(Duration::from_secs(120)).map_err(|e| e.to_string())?;
         let qmp = Qmp::connect_with_retry(&q.qmp_ctl, Instant::now() + Duration::from_secs(10)).map_err(|e| e.to_string())?;
@@ -112,6 +121,55 @@ fn fragmentation(q: &Qemu, qmp: &Qmp, cycles: usize) -> Result<Fragmentation, St
     Ok(Fragmentation { unmovable_blocks: unmovable, movable_blocks: movable, thp_success: a as f64 / (a + f).max(1) as f64 })
 }
 
+/// Direct-reclaim stalls so far: `allocstall_*` summed over zones.
+fn allocstalls(q: &Qemu) -> Result<u64, String> {
+    let text = sh(q, "cat /proc/vmstat")?;
+    Ok(text.lines().filter(|l| l.starts_with("allocstall_")).filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok()).sum())
+}
+
+/// The hook's calls so far, summed over orders (0 on a kernel without the hook).
+fn hook_calls(q: &Qemu) -> u64 {
+    autoballoon_testbed::guest::hook_stats(q).ok().map(|t| (0..=10).filter_map(|o| autoballoon_testbed::guest::hook_stats_row(&t, o)).map(|r| r.0).sum()).unwrap_or(0)
+}
+
+#[derive(Debug, Clone, Copy)]
+struct SlowPath {
+    /// Reading the scratch disk through the page cache (it fills the guest, then evicts).
+    read_s: f64,
+    /// The spike's allocation time over the full page cache.
+    spike_s: f64,
+    /// Direct-reclaim stalls over both.
+    stalls: u64,
+    hook_calls: u64,
+}
+
+/// Allocations that miss the free lists of a guest whose balloon is empty: two readers stream
+/// the scratch disk (`/dev/vda`, half each) through the page cache until it has filled the
+/// guest many times over (timed by the guest's uptime), then 2 threads touch 2 × 700 MiB over
+/// that full page cache, every page of which must be reclaimed first.
+fn slow_path(q: &Qemu, scratch: Kib) -> Result<SlowPath, String> {
+    let half = scratch.0 / 1024 / 2;
+    sh(q, "sync; echo 3 > /proc/sys/vm/drop_caches")?;
+    let (stalls0, calls0) = (allocstalls(q)?, hook_calls(q));
+    let cmd = format!(
+        "a=$(cut -d' ' -f1 /proc/uptime); dd if=/dev/vda of=/dev/null bs=1M count={half} 2>/dev/null & dd if=/dev/vda of=/dev/null bs=1M skip={half} count={half} 2>/dev/null & wait; b=$(cut -d' ' -f1 /proc/uptime); echo \"SLOWPATH $a $b\""
+    );
+    let out = sh(q, &cmd)?;
+    let (a, b) = out
+        .lines()
+        .find_map(|l| {
+            let mut w = l.strip_prefix("SLOWPATH ")?.split_whitespace();
+            Some((w.next()?.parse::<f64>().ok()?, w.next()?.parse::<f64>().ok()?))
+        })
+        .ok_or_else(|| format!("slow path: no timing in {out:?}"))?;
+    let spike = run_spike(q, 2, 700, Duration::from_secs(600));
+    let spike_s = match (spike.completed, spike.alloc_s) {
+        (true, Some(t)) => t,
+        _ => return Err(format!("slow path: the spike over the page cache failed: {spike:?}")),
+    };
+    Ok(SlowPath { read_s: b - a, spike_s, stalls: allocstalls(q)? - stalls0, hook_calls: hook_calls(q) - calls0 })
+}
+
 #[derive(Debug)]
 struct Fragmentation {
     unmovable_blocks: u64,
@@ -137,6 +195,8 @@ struct Samples {
     deflate_2m: Vec<f64>,
     inflate_4k: Vec<f64>,
     deflate_4k: Vec<f64>,
+    slow_patched: Vec<SlowPath>,
+    slow_stock: Vec<SlowPath>,
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -166,12 +226,26 @@ fn run() -> Result<(), String> {
     // `cargo bench` runs in the package folder; the outputs go to the workspace's run/.
     let run_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../run/bench");
     std::fs::create_dir_all(&run_dir).map_err(|e| format!("cannot create {}: {e}", run_dir.display()))?;
-    let mut b = Bench { run_dir: run_dir.clone(), boots: 0, qemu: String::new() };
+    let scratch_mib: u64 = std::env::var("AUTOBALLOON_BENCH_SCRATCH_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(6144);
+    let scratch = Kib::from_mib_saturating(scratch_mib);
+    let mut b = Bench { run_dir: run_dir.clone(), boots: 0, qemu: String::new(), scratch };
     let run_dir = run_dir.canonicalize().unwrap_or(run_dir);
     let mut s = Samples::default();
+    // AUTOBALLOON_BENCH_ONLY=slow-path: only the empty-balloon slow-path figure, printed.
+    if std::env::var("AUTOBALLOON_BENCH_ONLY").as_deref() == Ok("slow-path") {
+        for rep in 1..=reps {
+            for (image, name) in [(&patched, "slow-patched"), (&stock, "slow-stock")] {
+                let (q, _qmp) = b.boot(image, name)?;
+                let r = slow_path(&q, scratch)?;
+                eprintln!("[bench] round {rep} of {reps}: {name}: {r:?}");
+            }
+        }
+        return Ok(());
+    }
     for rep in 1..=reps {
         eprintln!("[bench] round {rep} of {reps}: patched kernel (2 MiB units, hook)");
         let (q, qmp) = b.boot(&patched, "patched")?;
+        s.slow_patched.push(slow_path(&q, scratch)?);
         s.inflate_2m.push(timed_balloon(&qmp, SHRUNK)?);
         s.deflate_2m.push(timed_balloon(&qmp, GUEST)?);
         s.spike_nob.push(spike(&q, "patched, no balloon")?);
@@ -181,6 +255,7 @@ fn run() -> Result<(), String> {
 
         eprintln!("[bench] round {rep} of {reps}: stock kernel (4 KiB pages, deflate-on-oom)");
         let (q, qmp) = b.boot(&stock, "stock")?;
+        s.slow_stock.push(slow_path(&q, scratch)?);
         s.inflate_4k.push(timed_balloon(&qmp, SHRUNK)?);
         s.deflate_4k.push(timed_balloon(&qmp, GUEST)?);
         timed_balloon(&qmp, SHRUNK)?;
@@ -214,6 +289,13 @@ fn run() -> Result<(), String> {
     println!("  hook vs stock deflate-on-oom   {:8.2}x faster", doo / hook);
     let (nob4, hook4) = (median(&s.spike_nob_4cpu), median(&s.spike_hook_4cpu));
     println!("  4 vCPUs: no balloon {nob4:.2}, hook {hook4:.2}   {:.2}x no balloon", hook4 / nob4);
+    let med = |v: &[SlowPath], f: fn(&SlowPath) -> f64| median(&v.iter().map(f).collect::<Vec<_>>());
+    let (read_p, read_s) = (med(&s.slow_patched, |x| x.read_s), med(&s.slow_stock, |x| x.read_s));
+    let (spike_p, spike_s) = (med(&s.slow_patched, |x| x.spike_s), med(&s.slow_stock, |x| x.spike_s));
+    let (stalls_p, stalls_s, calls_p) = (med(&s.slow_patched, |x| x.stalls as f64), med(&s.slow_stock, |x| x.stalls as f64), med(&s.slow_patched, |x| x.hook_calls as f64));
+    println!("slow path, empty balloon ({stalls_p:.0} direct-reclaim stalls patched, {stalls_s:.0} stock; {calls_p:.0} hook calls):");
+    println!("  {scratch_mib} MiB read through the page cache: patched {read_p:.2} s, stock {read_s:.2} s   {:.3}x", read_p / read_s);
+    println!("  2 x 700 MiB touched over the full cache:  patched {spike_p:.2} s, stock {spike_s:.2} s   {:.3}x", spike_p / spike_s);
     println!("balloon speed, 1792 MiB each way (GB/s):");
     println!("  inflate  2 MiB {i2:7.3}   4 KiB {i4:7.3}   {:.2}x", i2 / i4);
     println!("  deflate  2 MiB {d2:7.3}   4 KiB {d4:7.3}   {:.2}x (target >= 4x)", d2 / d4);
@@ -227,10 +309,14 @@ fn run() -> Result<(), String> {
         "inflate_2m_gb_s": i2, "inflate_4k_gb_s": i4, "deflate_2m_gb_s": d2, "deflate_4k_gb_s": d4,
         "inflate_ratio": i2 / i4, "deflate_ratio": d2 / d4,
         "spike_no_balloon_4cpu_s": nob4, "spike_hook_4cpu_s": hook4, "hook_over_no_balloon_4cpu": hook4 / nob4,
+        "slow_path_mib": scratch_mib, "slow_path_read_patched_s": read_p, "slow_path_read_stock_s": read_s, "slow_path_read_ratio": read_p / read_s,
+        "slow_path_spike_patched_s": spike_p, "slow_path_spike_stock_s": spike_s, "slow_path_spike_ratio": spike_p / spike_s,
+        "slow_path_patched_stalls": stalls_p, "slow_path_stock_stalls": stalls_s, "slow_path_hook_calls": calls_p,
         "churn_cycles": churn, "fragmentation_patched": frag_patched.json(), "fragmentation_stock": frag_stock.json(),
         "samples": {
             "spike_nob": s.spike_nob, "spike_hook": s.spike_hook, "spike_doo": s.spike_doo,
             "spike_nob_4cpu": s.spike_nob_4cpu, "spike_hook_4cpu": s.spike_hook_4cpu,
+            "slow_path_patched": s.slow_patched.iter().map(|x| [x.read_s, x.spike_s]).collect::<Vec<_>>(), "slow_path_stock": s.slow_stock.iter().map(|x| [x.read_s, x.spike_s]).collect::<Vec<_>>(),
             "inflate_2m": s.inflate_2m, "deflate_2m": s.deflate_2m, "inflate_4k": s.inflate_4k, "deflate_4k": s.deflate_4k,
         },
     });

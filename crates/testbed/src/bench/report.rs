@@ -308,8 +308,24 @@ fn kernel_section(o: &mut String, k: Option<&serde_json::Value>, written: &str) 
         ("hook / no balloon", "hook_over_no_balloon", "×"),
         ("inflate 2 MiB units / 4 KiB pages", "inflate_ratio", "×"),
         ("deflate 2 MiB units / 4 KiB pages", "deflate_ratio", "×"),
+        ("spike with 4 vCPUs, no balloon", "spike_no_balloon_4cpu_s", "s"),
+        ("spike with 4 vCPUs through the hook", "spike_hook_4cpu_s", "s"),
+        ("hook / no balloon, 4 vCPUs", "hook_over_no_balloon_4cpu", "×"),
+        ("slow path, empty balloon: disk read through the page cache, patched / stock", "slow_path_read_ratio", "×"),
+        ("slow path, empty balloon: 2 × 700 MiB over the full cache, patched / stock", "slow_path_spike_ratio", "×"),
+        ("slow path: direct-reclaim stalls, patched", "slow_path_patched_stalls", ""),
+        ("slow path: direct-reclaim stalls, stock", "slow_path_stock_stalls", ""),
+        ("slow path: calls of the empty balloon's hook", "slow_path_hook_calls", ""),
     ] {
-        let _ = writeln!(o, "| {name} | {} {unit} |", f(g(key), 2));
+        if k.get(key).is_some() {
+            let _ = writeln!(o, "| {name} | {} {unit} |", f(g(key), 2));
+        }
+    }
+    let frag = |which: &str, field: &str| k.get(which).and_then(|v| v.get(field)).and_then(|v| v.as_f64());
+    if let (Some(up), Some(us), Some(tp), Some(ts)) = (frag("fragmentation_patched", "unmovable_blocks"), frag("fragmentation_stock", "unmovable_blocks"), frag("fragmentation_patched", "thp_success"), frag("fragmentation_stock", "thp_success")) {
+        let cycles = g("churn_cycles");
+        let _ = writeln!(o, "| unmovable pageblocks after {cycles:.0} balloon cycles, patched / stock | {up:.0} / {us:.0} |");
+        let _ = writeln!(o, "| THP faults that got a huge page after them, patched / stock | {:.0} % / {:.0} % |", tp * 100.0, ts * 100.0);
     }
     o.push('\n');
 }
@@ -446,5 +462,18 @@ mod tests {
         let j = json(&Meta::default(), &r);
         assert_eq!(j["cells"].as_array().unwrap().len(), 6);
         assert_eq!(j["cells"][1]["sent_vs_fpr"], serde_json::json!(1.0));
+    }
+
+    #[test]
+    fn the_kernel_section_shows_the_figures_the_run_has() {
+        let k = serde_json::json!({ "qemu": "7.2", "reps": 3, "hook_over_no_balloon": 0.35, "slow_path_read_ratio": 1.02, "slow_path_hook_calls": 182.0,
+            "churn_cycles": 10, "fragmentation_patched": { "unmovable_blocks": 9, "thp_success": 0.97 }, "fragmentation_stock": { "unmovable_blocks": 12, "thp_success": 0.95 } });
+        let mut o = String::new();
+        kernel_section(&mut o, Some(&k), "now");
+        assert!(o.contains("| hook / no balloon | 0.35 × |"), "{o}");
+        assert!(o.contains("disk read through the page cache, patched / stock | 1.02 × |"), "{o}");
+        assert!(o.contains("| unmovable pageblocks after 10 balloon cycles, patched / stock | 9 / 12 |"), "{o}");
+        assert!(o.contains("97 % / 95 %"), "{o}");
+        assert!(!o.contains("4 vCPUs"), "figures the run lacks are left out: {o}");
     }
 }
