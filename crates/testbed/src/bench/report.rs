@@ -318,7 +318,7 @@ fn kernel_section(o: &mut String, k: Option<&serde_json::Value>, written: &str) 
         ("slow path: calls of the empty balloon's hook", "slow_path_hook_calls", ""),
     ] {
         if k.get(key).is_some() {
-            let _ = writeln!(o, "| {name} | {} {unit} |", f(g(key), 2));
+            let _ = writeln!(o, "| {name} | {} {unit} |", f(g(key), if unit.is_empty() { 0 } else { 2 }));
         }
     }
     let frag = |which: &str, field: &str| k.get(which).and_then(|v| v.get(field)).and_then(|v| v.as_f64());
