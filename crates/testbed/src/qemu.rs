@@ -88,6 +88,9 @@ pub struct VmSpec {
     /// for a guest whose architecture allows it). [`VmSpec::new`] reads
     /// `$AUTOBALLOON_TCG_THREAD` (`single` or `multi`) for it.
     pub tcg_thread: Option<TcgThread>,
+    /// A raw disk image for the guest (`-device virtio-blk-pci`, `/dev/vda` once the guest
+    /// loads `virtio_blk` from its extra modules), host page cache on (`cache=writeback`).
+    pub disk: Option<PathBuf>,
 }
 
 /// QEMU's TCG threading: one host thread for all vCPUs, or one per vCPU.
@@ -122,7 +125,7 @@ impl TcgThread {
 
 impl VmSpec {
     pub fn new(name: &str, memory: Kib) -> VmSpec {
-        VmSpec { qemu: qemu_binary(), name: name.into(), memory, cpus: 1, deflate_on_oom: true, agent: GuestAgent::Host, append: String::new(), incoming_port: None, free_page_reporting: false, free_page_hint: false, numa_nodes: 0, dimm: None, gigantic_pages: false, tcg_thread: TcgThread::from_env() }
+        VmSpec { qemu: qemu_binary(), name: name.into(), memory, cpus: 1, deflate_on_oom: true, agent: GuestAgent::Host, append: String::new(), incoming_port: None, free_page_reporting: false, free_page_hint: false, numa_nodes: 0, dimm: None, gigantic_pages: false, tcg_thread: TcgThread::from_env(), disk: None }
     }
 }
 
@@ -238,6 +241,9 @@ impl Qemu {
         if let Some(dimm) = spec.dimm {
             cmd.args(["-object", &format!("memory-backend-ram,id=dimm0-mem,size={}M", dimm.0 / 1024)])
                 .args(["-device", "pc-dimm,id=dimm0,memdev=dimm0-mem"]);
+        }
+        if let Some(disk) = &spec.disk {
+            cmd.arg("-drive").arg(format!("file={},format=raw,if=none,id=disk0,cache=writeback", disk.display())).args(["-device", "virtio-blk-pci,drive=disk0"]);
         }
         if let Some(port) = spec.incoming_port {
             cmd.args(["-incoming", &format!("tcp:127.0.0.1:{port}")]);
