@@ -176,6 +176,18 @@ mod tests {
     #[test]
     fn swap_on_a_captured_guest_fixture() {
         use crate::procfs::{fixtures, parse_meminfo};
+        // A 384 MiB guest 25 s into a 320 MiB working set with a 384 MiB zram swap: 67 MiB
+        // in swap, MemAvailable 5.7 MiB. The swap-blind target was its present size plus
+        // the buffer; the swap-aware one asks for what is in swap on top.
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/linux-6.1-guest-zram-swapping/meminfo")).unwrap();
+        let v = MemView::from_meminfo(&parse_meminfo(&text).unwrap()).unwrap();
+        assert_eq!(v.swapped(), Kib(393212 - 324348));
+        let size = Kib::from_mib_saturating(384);
+        let e = estimate(&v, size, Kib::from_mib_saturating(768), Kib::from_mib_saturating(64));
+        // Committed_AS 335288 − (Active 3696 + Inactive 261948 + swapped 68864).
+        assert_eq!(e.overcommitted, Kib(335288 - (3696 + 261948 + 68864)));
+        assert_eq!(e.target, Kib(size.0 - 5864 + 780 + (393212 - 324348) + 64 * 1024));
+        assert!(e.target > size.saturating_add(Kib::from_mib_saturating(64)), "grows by what is in swap: {}", e.target);
         for (source, text) in fixtures::all("meminfo") {
             let v = MemView::from_meminfo(&parse_meminfo(&text).unwrap()).unwrap();
             let e = estimate(&v, Kib::from_mib_saturating(1024), Kib::from_mib_saturating(4096), Kib::ZERO);
