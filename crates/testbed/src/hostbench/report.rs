@@ -307,16 +307,16 @@ fn a1_json(s: &a1::Setup, runs: &[a1::RunA1]) -> Value {
     let sum = a1::Summary::of(runs);
     let pair = |p: (f64, f64)| json!({"vanilla": num(p.0), "pressure": num(p.1), "change": num(a1::Summary::change(p))});
     json!({
-        "setup": {"guests": s.guests, "guest_mib": s.guest_mib, "host_limit_mib": s.limit_mib, "host_swap_mib": s.swap_mib, "sequence": s.sequence(), "work_mib_per_guest": num(s.work_mib()), "runs_per_mode": s.runs,
+        "setup": {"guests": s.guests, "guest_mib": s.guest_mib, "host_limit_mib": s.limit_mib, "host_swap_mib": s.swap_mib, "sequence": s.sequence(), "work_mib_per_guest": num(s.work_mib(s.blocks, s.blocks * s.jobs)), "runs_per_mode": s.runs,
                   "order": s.order().iter().map(|m| m.label()).collect::<Vec<_>>(), "daemon": "balancer = \"pressure\", pressure_file = the group's memory.pressure, default policy"},
         "runs": runs.iter().map(|r| json!({
             "mode": r.mode.label(), "run": r.run, "makespan_s": num(r.makespan_s), "throughput_mib_s": num(r.throughput()),
             "host_pswpin": r.swap.pswpin, "host_pswpout": r.swap.pswpout, "group_pgmajfault": r.swap.pgmajfault, "group_workingset_refault_anon": r.swap.refault_anon,
             "group_pswpin": r.swap.group_pswpin, "group_pswpout": r.swap.group_pswpout, "group_peak_swap_mib": r.swap.peak_swap_mib, "group_peak_mib": r.peak_group_mib, "group_peak_psi_some_avg10": num(r.peak_psi), "swaps": r.swap.swaps,
-            "guests": r.guests.iter().map(|g| json!({"name": g.name, "runtime_s": num(g.runtime_s), "jobs_s": g.jobs_s.iter().map(|x| num(*x)).collect::<Vec<_>>(), "throughput_mib_s": num(g.throughput_mib_s), "oom_kills": g.oom_kills, "size_min_mib": g.size_range_mib.map(|r| r.0), "size_max_mib": g.size_range_mib.map(|r| r.1)})).collect::<Vec<_>>(),
+            "guests": r.guests.iter().map(|g| json!({"name": g.name, "runtime_s": num(g.runtime_s), "jobs_s": g.jobs_s.iter().map(|x| num(*x)).collect::<Vec<_>>(), "fills_done": g.fills_done, "work_mib": num(g.work_mib), "throughput_mib_s": num(g.throughput_mib_s), "oom_kills": g.oom_kills, "size_min_mib": g.size_range_mib.map(|r| r.0), "size_max_mib": g.size_range_mib.map(|r| r.1)})).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
         "means": {"host_pswpin": pair(sum.pswpin), "host_pswpout": pair(sum.pswpout), "throughput_mib_s": pair(sum.throughput), "group_pgmajfault": pair(sum.pgmajfault), "group_workingset_refault_anon": pair(sum.refault_anon)},
-        "formula": "change = mean(pressure) / mean(vanilla) - 1, per counter; throughput = sum over guests of work MiB / sequence wall time",
+        "formula": "change = mean(pressure) / mean(vanilla) - 1, per counter; throughput = sum over guests of completed work MiB (fills and jobs) / sequence wall time",
     })
 }
 
@@ -324,13 +324,14 @@ fn a1_markdown(s: &a1::Setup, runs: &[a1::RunA1], date: &str) -> String {
     let mut m = String::new();
     let sum = a1::Summary::of(runs);
     let _ = writeln!(m, "## A1: automatic ballooning on an overcommitted host (the KVM 2013 seed's test, scaled)\n");
-    let _ = writeln!(m, "Measured {date}. {} guests of {} MiB ({} MiB) in one memory cgroup limited to {} MiB with a {} MiB host swap file, each running `{}` at once. *vanilla*: no daemon. *pressure*: the daemon with `balancer = \"pressure\"`, `pressure_file` = the group's PSI, default policy. Runs in the order {}. Throughput = Σ guests (work MiB ÷ sequence time). Host swap: `/proc/vmstat` pswpin/pswpout over the run (machine-wide; the swap file was the only swap device); per group: `memory.stat` pgmajfault and workingset_refault_anon (cgroup v1 has no per-group swap counters).\n",
+    let _ = writeln!(m, "Measured {date}. {} guests of {} MiB ({} MiB) in one memory cgroup limited to {} MiB with a {} MiB host swap file, each running `{}` at once. *vanilla*: no daemon. *pressure*: the daemon with `balancer = \"pressure\"`, `pressure_file` = the group's PSI, default policy. Runs in the order {}. Throughput = Σ guests (completed work MiB, fills and jobs, ÷ sequence time); work an OOM kill ended is not counted. Host swap: `/proc/vmstat` pswpin/pswpout over the run (machine-wide; the swap file was the only swap device); per group: `memory.stat` pgmajfault and workingset_refault_anon (cgroup v1 has no per-group swap counters).\n",
         s.guests, s.guest_mib, s.guests as u64 * s.guest_mib, s.limit_mib, s.swap_mib, s.sequence(), s.order().iter().map(|m| m.label()).collect::<Vec<_>>().join(", "));
-    let _ = writeln!(m, "| mode | run | throughput MiB/s | makespan s | host pswpin | host pswpout | group pgmajfault | group refault anon | peak group swap MiB | peak group MiB | peak PSI some10 | guest OOM kills | sizes MiB (min-max) |");
-    let _ = writeln!(m, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    let _ = writeln!(m, "| mode | run | throughput MiB/s | makespan s | host pswpin | host pswpout | group pgmajfault | group refault anon | peak group swap MiB | peak group MiB | peak PSI some10 | guest OOM kills | fills + jobs done | sizes MiB (min-max) |");
+    let _ = writeln!(m, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
     for r in runs {
         let sizes = r.guests.iter().map(|g| g.size_range_mib.map_or("-".into(), |(lo, hi)| format!("{lo}-{hi}"))).collect::<Vec<_>>().join(", ");
-        let _ = writeln!(m, "| {} | {} | {:.2} | {:.0} | {} | {} | {} | {} | {} | {} | {:.1} | {} | {sizes} |", r.mode.label(), r.run, r.throughput(), r.makespan_s, r.swap.pswpin, r.swap.pswpout, r.swap.pgmajfault, r.swap.refault_anon, r.swap.peak_swap_mib, r.peak_group_mib, r.peak_psi, r.guests.iter().map(|g| g.oom_kills).sum::<usize>());
+        let done = format!("{} of {}", r.guests.iter().map(|g| g.fills_done as usize + g.jobs_s.len()).sum::<usize>(), r.guests.len() as u64 * s.blocks * (s.jobs + 1));
+        let _ = writeln!(m, "| {} | {} | {:.2} | {:.0} | {} | {} | {} | {} | {} | {} | {:.1} | {} | {done} | {sizes} |", r.mode.label(), r.run, r.throughput(), r.makespan_s, r.swap.pswpin, r.swap.pswpout, r.swap.pgmajfault, r.swap.refault_anon, r.swap.peak_swap_mib, r.peak_group_mib, r.peak_psi, r.guests.iter().map(|g| g.oom_kills).sum::<usize>());
     }
     let _ = writeln!(m, "\n| mean over runs | vanilla | pressure | change (seed) |");
     let _ = writeln!(m, "|---|---:|---:|---:|");
