@@ -367,6 +367,46 @@ mod tests {
         assert_eq!(marginal(&rows[..1]), None);
     }
 
+    fn e1_only() -> Results {
+        let g = |mib_per_s| e1::GuestE1 { configured_mib: 256, size_mib: 256, mem_total_mib: 205, mem_available_mib: 174, meminfo: "MemFree: 1024 kB\n".into(), result: e1::FilesLine { ops: 10, secs: 40.0, mib_per_s, ops_per_s: 1.0 } };
+        let pair = e1::Pair { size_mib: 256, run: 0, ballooned_first: true, ballooned: g(9.0), native: g(10.0) };
+        let setup = e1::Setup { sizes: vec![256], runs: 1, ..e1::Setup::default() };
+        Results { cost: Vec::new(), cost_window_s: 60.0, mixed: None, setup: Setup::default(), e1: Some((setup, vec![pair])), a1: None, qemu: "QEMU 7.2".into(), cores: 2, date: "2026-11-24 07:00 UTC".into(), duration_s: 1.0, loadavg: ("1".into(), "2".into()) }
+    }
+
+    #[test]
+    fn a_partial_run_keeps_the_sections_it_did_not_measure() {
+        let old_json = json!({"date": "2026-11-24 05:20 UTC", "qemu": "QEMU 7.2", "loadavg_start": "3", "loadavg_end": "8",
+            "controller_cost": {"rows": [1]}, "mixed_workload": {"ratios": {"total_runtime": 0.87}, "measured": {"date": "older"}},
+            "e1_balloon_overhead": {"stale": true}, "a1_auto_ballooning": null});
+        let old_md = "# Host controller benchmark\n\nheader\n\n## The controller's cost per managed VM\n\ncost table\n\n## Mixed workloads (the iBalloon seed's experiment, scaled)\n\nmixed table\n\n## E1: old\n\nstale e1\n";
+        let (json, md) = e1_only().merged(&old_json, old_md);
+        assert_eq!(json["controller_cost"]["rows"], json!([1]));
+        assert_eq!(json["controller_cost"]["measured"]["date"], "2026-11-24 05:20 UTC", "the old file's date goes with its section");
+        assert_eq!(json["mixed_workload"]["measured"]["date"], "older", "a section's own date is kept");
+        assert_eq!(json["e1_balloon_overhead"]["measured"]["date"], "2026-11-24 07:00 UTC");
+        assert!(json["e1_balloon_overhead"].get("stale").is_none());
+        assert_eq!(json["e1_balloon_overhead"]["pairs"][0]["ballooned_over_native"], json!(0.9));
+        assert_eq!(json["e1_balloon_overhead"]["pairs"][0]["ballooned"]["meminfo_kib"]["MemFree"], json!(1024));
+        assert!(json["a1_auto_ballooning"].is_null());
+        assert_eq!(json["sections_kept"], json!(["controller_cost", "mixed_workload"]));
+        assert!(md.contains("cost table") && md.contains("mixed table") && !md.contains("stale e1"), "{md}");
+        assert!(md.contains("kept as they were from the previous results: controller_cost, mixed_workload"));
+        let (cost, mixed, e1) = (md.find("## The controller").unwrap(), md.find("## Mixed").unwrap(), md.find("## E1: balloon overhead").unwrap());
+        assert!(cost < mixed && mixed < e1, "sections in the file's order");
+        assert!(md.contains("| 256 | 768 | 0.900 | **10.0 %** |"), "{md}");
+        // A first run with no previous files writes only what it measured.
+        let (json, md) = e1_only().merged(&Value::Null, "");
+        assert_eq!(json["sections_kept"], json!([]));
+        assert!(json["controller_cost"].is_null() && !md.contains("kept as they were"));
+    }
+
+    #[test]
+    fn results_md_is_cut_at_its_sections() {
+        let s = md_sections("# T\n\n## The controller's cost\na\n## Unknown\nx\n## A1: y\nb\n");
+        assert_eq!(s, vec![("controller_cost", "## The controller's cost\na\n".to_string()), ("a1_auto_ballooning", "## A1: y\nb\n".to_string())]);
+    }
+
     #[test]
     fn undefined_ratios_are_null() {
         assert_eq!(num(f64::NAN), Value::Null);
