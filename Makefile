@@ -17,7 +17,7 @@ help:
 	@echo "make demo   - boot a guest, spike it, migrate it without autoballoon, with it, and with free page reporting"
 	@echo "make test   - the whole suite (unit, property and QEMU integration tests, make kernel-test)"
 	@echo "make bench  - writes bench/RESULTS.md: migrations at every moment and footprint per configuration against FPR, and the kernel bench (BENCH_QUICK=1, BENCH_RUNS=N)"
-	@echo "make bench-host - the host controller's CPU and RSS per VM (1/4/16 VMs) and iBalloon's mixed workloads, static vs balancer (bench/host/RESULTS.md)"
+	@echo "make bench-host - the host controller's CPU and RSS per VM (1/4/16 VMs), iBalloon's mixed workloads (static vs balancer), E1 balloon overhead (ballooned vs configured) and A1 auto-ballooning on an overcommitted host (vanilla vs pressure) into bench/host/RESULTS.md; HOSTBENCH_ONLY=cost,mixed,e1,a1 runs some, keeping the others' previous results"
 	@echo "make migbench - migrations idle and after a spike against free page reporting (MIGBENCH_ARGS='--runs 2')"
 	@echo "make image  - build the guest image (cached under $(CACHE))"
 	@echo "make kernel / kernel-test / kernel-deb - the patched guest kernel (see kernel/README.md)"

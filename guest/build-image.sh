@@ -34,12 +34,17 @@ CACHE="${AUTOBALLOON_CACHE:-$HOME/.cache/autoballoon}"
 # Load order; each module's own dependencies are checked against this list at build time.
 MODULES=(virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_balloon virtio_console)
 # Shipped but not loaded at boot (/lib/modules/autoballoon/extra/, load order in
-# /etc/autoballoon/extra-modules): zram for swap on a ramdisk (`zram-swap MIB`). Skipped when
-# the kernel has neither the module nor it built in (e.g. a --vmlinuz kernel without zram).
-EXTRA_MODULES=(zsmalloc zram)
+# /etc/autoballoon/extra-modules): zram for swap on a ramdisk (`zram-swap MIB`), virtio_blk
+# for a disk (`-drive ... -device virtio-blk-pci`; the host benchmark's file workload loads it
+# with insmod). Skipped when the kernel has neither the module nor it built in (e.g. a
+# --vmlinuz kernel without zram).
+EXTRA_MODULES=(zsmalloc zram virtio_blk)
 # The kernel cache's completeness marker: a cache extracted before the extra modules were
 # taken lacks them and is extracted again (.complete alone is what older scripts check).
-KCACHE_MARK=.complete-zram
+# An extraction touches the older markers too, so that older scripts sharing the cache
+# take it as it is.
+KCACHE_MARK=.complete-blk
+KCACHE_OLD_MARKS=(.complete-zram)
 
 agent=""
 kernel_pkg="6.1"
@@ -245,6 +250,7 @@ else
                 './boot/vmlinuz-*' './boot/config-*' '*/modules/*/modules.builtin' \
                 '*/modules/*/kernel/drivers/virtio/*' '*/modules/*/kernel/drivers/char/virtio_console.ko*' \
                 '*/modules/*/kernel/mm/zsmalloc.ko*' '*/modules/*/kernel/drivers/block/zram/*' \
+                '*/modules/*/kernel/drivers/block/virtio_blk.ko*' \
                 2> "$kdir.part/tar.err"; then
             if grep -v -e 'Not found in archive' -e 'Exiting with failure status' "$kdir.part/tar.err" | grep -q .; then
                 cat "$kdir.part/tar.err" >&2
@@ -261,7 +267,7 @@ else
         cp "$kv_dir/modules.builtin" "$kdir.part/modules.builtin" 2>/dev/null || : > "$kdir.part/modules.builtin"
         find "$kv_dir" -name '*.ko*' -type f -exec mv {} "$kdir.part/modules/" \;
         rm -rf "$kdir.part/x"
-        touch "$kdir.part/.complete" "$kdir.part/$KCACHE_MARK"
+        for m in .complete "$KCACHE_MARK" "${KCACHE_OLD_MARKS[@]}"; do touch "$kdir.part/$m"; done
         mv "$kdir.part" "$kdir"
         # The extracted kernel is all we use again; the .deb (70-110 MB) is not worth keeping.
         [ "${AUTOBALLOON_KEEP_DEBS:-0}" = 1 ] || rm -rf "$debdir"

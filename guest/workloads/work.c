@@ -9,6 +9,15 @@
  *                         hash on each word (compute between the accesses); munmap
  *   work cpu MOPS         CPU-bound: MOPS million rounds of an integer hash in registers
  *                         (no memory beyond the stack)
+ *   work files PATH NFILES KIB WARM_S SECS WRITE_PCT
+ *                         file-server-like: PATH (a block device or a file of at least
+ *                         NFILES x KIB KiB) holds NFILES files of KIB KiB each, read and
+ *                         written whole through the page cache (buffered pread/pwrite in
+ *                         64 KiB pieces). Each operation picks a file, 80 % of them among
+ *                         the first fifth of the files (a hot set, as file servers see),
+ *                         and writes it (WRITE_PCT % of operations) or reads it. WARM_S
+ *                         seconds warm the cache uncounted, then SECS seconds are counted
+ *                         (the ESX paper's dbench-like throughput)
  *
  * Each page's first half holds pseudo-random words and its second half zeros, so a page
  * compresses about 2:1 (a swap on zram holds about twice its RAM, as real data might);
@@ -18,12 +27,15 @@
  *
  *   WORK kind=mem mib=N passes=P rounds=R secs=X.XX sum=H
  *   WORK kind=cpu mops=N secs=X.XX sum=H
+ *   WORK kind=files files=N kib=K write_pct=W ops=N reads=R writes=W mib=M secs=X.XX
+ *        ops_per_s=X.X mib_per_s=X.XX
  *
- * Exit 0 on success, 1 if the mapping failed, 2 on bad arguments.
+ * Exit 0 on success, 1 if the mapping (or PATH) failed, 2 on bad arguments.
  * Build: gcc -O2 -static -o work work.c
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,7 +62,7 @@ static uint64_t xorshift(uint64_t *s)
 
 static int usage(const char *argv0)
 {
-    fprintf(stderr, "usage: %s mem MIB PASSES [ROUNDS] | cpu MOPS\n", argv0);
+    fprintf(stderr, "usage: %s mem MIB PASSES [ROUNDS] | cpu MOPS | files PATH NFILES KIB WARM_S SECS WRITE_PCT\n", argv0);
     return 2;
 }
 
@@ -115,6 +127,64 @@ static int cpu(long mops)
     return 0;
 }
 
+/* Whole-file operations on PATH for WARM_S + SECS seconds; only the last SECS are counted. */
+static int files(const char *path, long nfiles, long kib, long warm, long secs, long write_pct)
+{
+    int fd = open(path, O_RDWR);
+    if (fd < 0) {
+        fprintf(stderr, "work: %s: %s\n", path, strerror(errno));
+        printf("WORK kind=files files=%ld error=open\n", nfiles);
+        return 1;
+    }
+    const size_t piece = 64 << 10, fsize = (size_t)kib << 10;
+    char *buf = malloc(piece);
+    if (!buf)
+        return 1;
+    uint64_t seed = 0x243F6A8885A308D3ULL, sum = 0;
+    for (size_t i = 0; i < piece / 8; i++)
+        ((uint64_t *)buf)[i] = xorshift(&seed);
+    long hot = nfiles / 5 > 0 ? nfiles / 5 : 1;
+    long ops = 0, reads = 0, writes = 0;
+    double bytes = 0, t0 = now(), start = t0 + warm, end = start + secs, t;
+    int counting = warm == 0;
+    while ((t = now()) < end) {
+        if (!counting && t >= start) {
+            counting = 1;
+            ops = reads = writes = 0;
+            bytes = 0;
+        }
+        uint64_t r = xorshift(&seed);
+        long f = (r % 100) < 80 ? (long)((r >> 8) % (uint64_t)hot) : (long)((r >> 8) % (uint64_t)nfiles);
+        int wr = (long)((r >> 40) % 100) < write_pct;
+        off_t base = (off_t)f * (off_t)fsize;
+        for (size_t off = 0; off < fsize; off += piece) {
+            size_t n = fsize - off < piece ? fsize - off : piece;
+            ssize_t got;
+            if (wr) {
+                ((uint64_t *)buf)[0] = r ^ off;
+                got = pwrite(fd, buf, n, base + (off_t)off);
+            } else {
+                got = pread(fd, buf, n, base + (off_t)off);
+                sum += ((uint64_t *)buf)[0];
+            }
+            if (got != (ssize_t)n) {
+                fprintf(stderr, "work: %s at %lld: %s\n", path, (long long)(base + (off_t)off), got < 0 ? strerror(errno) : "short");
+                printf("WORK kind=files files=%ld error=io\n", nfiles);
+                return 1;
+            }
+        }
+        ops++;
+        wr ? writes++ : reads++;
+        bytes += (double)fsize;
+    }
+    double counted = now() - (warm > 0 ? start : t0);
+    close(fd);
+    free(buf);
+    printf("WORK kind=files files=%ld kib=%ld write_pct=%ld ops=%ld reads=%ld writes=%ld mib=%.1f secs=%.2f ops_per_s=%.1f mib_per_s=%.2f sum=%016llx\n",
+           nfiles, kib, write_pct, ops, reads, writes, bytes / 1048576.0, counted, ops / counted, bytes / 1048576.0 / counted, (unsigned long long)sum);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -129,6 +199,12 @@ int main(int argc, char **argv)
         if (mops <= 0)
             return usage(argv[0]);
         return cpu(mops);
+    }
+    if (argc == 8 && strcmp(argv[1], "files") == 0) {
+        long n = arg(argv[3]), kib = arg(argv[4]), warm = arg(argv[5]), secs = arg(argv[6]), wpct = arg(argv[7]);
+        if (n <= 0 || kib <= 0 || warm < 0 || secs <= 0 || wpct < 0 || wpct > 100)
+            return usage(argv[0]);
+        return files(argv[2], n, kib, warm, secs, wpct);
     }
     return usage(argv[0]);
 }

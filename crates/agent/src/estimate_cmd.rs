@@ -31,6 +31,7 @@ pub fn run(a: &EstimateArgs) -> Result<(), String> {
         let obj = serde_json::json!({
             "target_kb": e.target.0,
             "overcommitted_kb": e.overcommitted.0,
+            "swapped_kb": e.swapped.0,
             "available_kb": e.available.0,
             "current_kb": e.current.0,
             "buffer_kb": e.buffer.0,

@@ -18,7 +18,7 @@ fn json_has_the_documented_fields_and_follows_the_formula() {
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     let g = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("missing {k}: {out}"));
     assert_eq!(g("current_kb"), 1048576);
-    let expected = (1048576 + g("overcommitted_kb") + 65536).saturating_sub(g("available_kb")).clamp(4, 2097152);
+    let expected = (1048576 + g("overcommitted_kb") + g("swapped_kb") + 65536).saturating_sub(g("available_kb")).clamp(4, 2097152);
     assert_eq!(g("target_kb"), expected);
     let (code, plain, _) = estimate(&["--meminfo", &m, "--current-kb", "1048576", "--max-kb", "2097152", "--buffer-kb", "65536"]);
     assert_eq!(code, 0);

@@ -1,16 +1,24 @@
 //! `make bench-host`: the host controller's own cost per managed VM at 1, 4 and 16 VMs
-//! (fake QEMUs and agents, plus one real guest), and the iBalloon seed's mixed-workload
-//! experiment on four real guests (static sizes against the balancer). Writes
-//! `bench/host/results.json` and `bench/host/RESULTS.md` (`testbed::hostbench`).
+//! (fake QEMUs and agents, plus one real guest), the iBalloon seed's mixed-workload
+//! experiment on four real guests (static sizes against the balancer), E1 (the ESX
+//! paper's balloon overhead: ballooned against configured guests, file-server workload)
+//! and A1 (the KVM automatic-ballooning seed: an overcommitted host with swap, with and
+//! without the pressure balancer). Writes `bench/host/results.json` and
+//! `bench/host/RESULTS.md` (`testbed::hostbench`), merged with the sections of the previous
+//! files that this run did not measure.
 //!
 //! Needs `AUTOBALLOON_BIN` (the release daemon) and `AUTOBALLOON_IMAGE` (the guest image),
-//! which `make bench-host` sets; root (cgroups). Flags after `--`: `--cost-only`,
-//! `--mixed-only`, `--out DIR`. `AUTOBALLOON_BENCH_HOST_WINDOW_S` sets the cost window (60).
+//! which `make bench-host` sets; root (cgroups, a swap file). `HOSTBENCH_ONLY=cost,mixed,e1,a1`
+//! (any of them, comma-separated) runs only those sections. Flags after `--`: `--cost-only`,
+//! `--mixed-only` (the same as `HOSTBENCH_ONLY=cost` / `mixed`), `--out DIR`.
+//! `AUTOBALLOON_BENCH_HOST_WINDOW_S` sets the cost window (60); `AUTOBALLOON_BENCH_E1_*`
+//! and `AUTOBALLOON_BENCH_A1_RUNS` the E1 and A1 sizes and runs (`hostbench::e1`, `a1`).
 
 use autoballoon_core::units::{Kib, Pages};
 use autoballoon_fakes::{FakeAgentPort, FakeQemu, FakeQemuConfig};
 use autoballoon_testbed::hostbench::cost::{self, CostRow, Managed};
 use autoballoon_testbed::hostbench::mixed::{self, Setup, Sizing};
+use autoballoon_testbed::hostbench::{a1, e1};
 use autoballoon_testbed::hostbench::report::Results;
 use autoballoon_testbed::{qemu_binary, GuestImage};
 use std::path::{Path, PathBuf};
@@ -107,8 +115,19 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let out = args.iter().position(|a| a == "--out").and_then(|i| args.get(i + 1)).map_or_else(|| root.join("bench/host"), PathBuf::from);
-    let (cost_on, mixed_on) = (!args.iter().any(|a| a == "--mixed-only"), !args.iter().any(|a| a == "--cost-only"));
-    match run(&root.join("run/bench-host"), &out, cost_on, mixed_on) {
+    let only: Option<Vec<String>> = if args.iter().any(|a| a == "--cost-only") {
+        Some(vec!["cost".into()])
+    } else if args.iter().any(|a| a == "--mixed-only") {
+        Some(vec!["mixed".into()])
+    } else {
+        std::env::var("HOSTBENCH_ONLY").ok().filter(|v| !v.trim().is_empty()).map(|v| v.split(',').map(|w| w.trim().to_lowercase()).collect())
+    };
+    if let Some(bad) = only.iter().flatten().find(|w| !["cost", "mixed", "e1", "a1"].contains(&w.as_str())) {
+        eprintln!("hostbench: error: HOSTBENCH_ONLY: unknown section {bad:?} (cost, mixed, e1, a1)");
+        return ExitCode::FAILURE;
+    }
+    let on = |s: &str| only.as_ref().is_none_or(|o| o.iter().any(|w| w == s));
+    match run(&root.join("run/bench-host"), &out, [on("cost"), on("mixed"), on("e1"), on("a1")]) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("hostbench: error: {e}");
@@ -117,7 +136,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(run_dir: &Path, out: &Path, cost_on: bool, mixed_on: bool) -> Result<(), String> {
+fn run(run_dir: &Path, out: &Path, [cost_on, mixed_on, e1_on, a1_on]: [bool; 4]) -> Result<(), String> {
     if std::env::var_os("AUTOBALLOON_BIN").is_none() {
         return Err("AUTOBALLOON_BIN is not set: run `make bench-host` (it builds the release daemon and sets it)".into());
     }
@@ -133,9 +152,22 @@ fn run(run_dir: &Path, out: &Path, cost_on: bool, mixed_on: bool) -> Result<(), 
     } else {
         None
     };
-    let results = Results { cost, cost_window_s: cost::window().as_secs_f64(), mixed, setup, qemu: qemu_version(), cores: std::thread::available_parallelism().map_or(0, |n| n.get()), date: today(), duration_s: t0.elapsed().as_secs_f64(), loadavg: (load0, loadavg()) };
-    results.write(out)?;
-    print!("{}", results.markdown());
+    let e1 = if e1_on {
+        let s = e1::Setup::default();
+        let pairs = e1::run(&image, &run_dir.join("e1"), &s)?;
+        Some((s, pairs))
+    } else {
+        None
+    };
+    let a1 = if a1_on {
+        let s = a1::Setup::default();
+        let runs = a1::run(&image, &run_dir.join("a1"), &s)?;
+        Some((s, runs))
+    } else {
+        None
+    };
+    let results = Results { cost, cost_window_s: cost::window().as_secs_f64(), mixed, setup, e1, a1, qemu: qemu_version(), cores: std::thread::available_parallelism().map_or(0, |n| n.get()), date: today(), duration_s: t0.elapsed().as_secs_f64(), loadavg: (load0, loadavg()) };
+    print!("{}", results.write(out)?);
     eprintln!("hostbench: wrote {} and {}", out.join("RESULTS.md").display(), out.join("results.json").display());
     Ok(())
 }

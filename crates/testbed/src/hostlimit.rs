@@ -132,6 +132,11 @@ impl HostLimit {
         ["memory.current", "memory.usage_in_bytes"].iter().find_map(|f| std::fs::read_to_string(self.memory.join(f)).ok()).and_then(|t| t.trim().parse::<u64>().ok()).map(|b| b >> 20)
     }
 
+    /// The group's `memory.stat` (v1: with the hierarchical `total_*` lines; v2), or "".
+    pub fn memory_stat(&self) -> String {
+        std::fs::read_to_string(self.memory.join("memory.stat")).unwrap_or_default()
+    }
+
     /// OOM kills inside the group (v2 `memory.events` `oom_kill`, v1 `memory.oom_control`).
     pub fn oom_kills(&self) -> u64 {
         ["memory.events", "memory.oom_control"]

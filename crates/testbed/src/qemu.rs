@@ -84,13 +84,13 @@ pub struct VmSpec {
     pub dimm: Option<Kib>,
     /// The vCPU has 1 GiB pages (`pdpe1gb`), so the guest has a gigantic hugetlb size.
     pub gigantic_pages: bool,
-    /// A read-only virtio-blk disk (`/dev/vda`) of this size, a sparse file of zeros in the
-    /// run folder: reading it fills the page cache with clean, reclaimable pages.
-    pub scratch_disk: Option<Kib>,
     /// TCG's threading (`-accel tcg,thread=...`); `None`: QEMU's default (multi-threaded
     /// for a guest whose architecture allows it). [`VmSpec::new`] reads
     /// `$AUTOBALLOON_TCG_THREAD` (`single` or `multi`) for it.
     pub tcg_thread: Option<TcgThread>,
+    /// A raw disk image for the guest (`-device virtio-blk-pci`, `/dev/vda` once the guest
+    /// loads `virtio_blk` from its extra modules), host page cache on (`cache=writeback`).
+    pub disk: Option<PathBuf>,
 }
 
 /// QEMU's TCG threading: one host thread for all vCPUs, or one per vCPU.
@@ -125,7 +125,7 @@ impl TcgThread {
 
 impl VmSpec {
     pub fn new(name: &str, memory: Kib) -> VmSpec {
-        VmSpec { qemu: qemu_binary(), name: name.into(), memory, cpus: 1, deflate_on_oom: true, agent: GuestAgent::Host, append: String::new(), incoming_port: None, free_page_reporting: false, free_page_hint: false, numa_nodes: 0, dimm: None, gigantic_pages: false, scratch_disk: None, tcg_thread: TcgThread::from_env() }
+        VmSpec { qemu: qemu_binary(), name: name.into(), memory, cpus: 1, deflate_on_oom: true, agent: GuestAgent::Host, append: String::new(), incoming_port: None, free_page_reporting: false, free_page_hint: false, numa_nodes: 0, dimm: None, gigantic_pages: false, tcg_thread: TcgThread::from_env(), disk: None }
     }
 }
 
@@ -242,12 +242,8 @@ impl Qemu {
             cmd.args(["-object", &format!("memory-backend-ram,id=dimm0-mem,size={}M", dimm.0 / 1024)])
                 .args(["-device", "pc-dimm,id=dimm0,memdev=dimm0-mem"]);
         }
-        if let Some(size) = spec.scratch_disk {
-            let disk = p("scratch.raw");
-            let f = std::fs::File::create(&disk).map_err(|e| QemuError::Io(disk.clone(), e))?;
-            f.set_len(size.to_bytes_saturating().0).map_err(|e| QemuError::Io(disk.clone(), e))?;
-            cmd.arg("-drive").arg(format!("file={},if=none,id=scratch0,format=raw,readonly=on", disk.display()))
-                .args(["-device", "virtio-blk-pci,drive=scratch0"]);
+        if let Some(disk) = &spec.disk {
+            cmd.arg("-drive").arg(format!("file={},format=raw,if=none,id=disk0,cache=writeback", disk.display())).args(["-device", "virtio-blk-pci,drive=disk0"]);
         }
         if let Some(port) = spec.incoming_port {
             cmd.args(["-incoming", &format!("tcp:127.0.0.1:{port}")]);

@@ -33,13 +33,18 @@ impl MemView {
         })
     }
 
+    /// Memory in swap: `SwapTotal − SwapFree` (0 without swap).
+    pub fn swapped(&self) -> Kib {
+        self.swap_total.saturating_sub(self.swap_free)
+    }
+
     /// Memory promised to programs beyond what is resident or swapped:
     /// `max(0, Committed_AS − (Active + Inactive + (SwapTotal − SwapFree)))`.
     pub fn overcommitted(&self) -> Kib {
         let backed = self
             .active
             .saturating_add(self.inactive)
-            .saturating_add(self.swap_total.saturating_sub(self.swap_free));
+            .saturating_add(self.swapped());
         self.committed_as.saturating_sub(backed)
     }
 }

@@ -24,7 +24,7 @@ pub struct Decision {
 /// Why a target was chosen or changed; printed in the one log line per action.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reason {
-    /// The swap-free estimator: `guest_size − available + overcommitted + buffer`.
+    /// The swap-free estimator: `guest_size − available + overcommitted + swapped + buffer`.
     Estimate(Estimate),
     /// No usable guest view this tick: keep the VM at its present size.
     NoData,
@@ -35,11 +35,13 @@ pub enum Reason {
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Reason::Estimate(e) => write!(
-                f,
-                "size {} - available {} + overcommitted {} + buffer {}",
-                e.current, e.available, e.overcommitted, e.buffer
-            ),
+            Reason::Estimate(e) => {
+                write!(f, "size {} - available {} + overcommitted {}", e.current, e.available, e.overcommitted)?;
+                if e.swapped > crate::units::Kib::ZERO {
+                    write!(f, " + swapped {}", e.swapped)?;
+                }
+                write!(f, " + buffer {}", e.buffer)
+            }
             Reason::NoData => f.write_str("no guest memory report"),
             Reason::Fixed => f.write_str("a fixed size was asked for"),
         }

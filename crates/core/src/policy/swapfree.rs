@@ -8,25 +8,38 @@ pub struct Estimate {
     pub current: Kib,
     pub available: Kib,
     pub overcommitted: Kib,
+    /// Memory the guest has in swap (`SwapTotal − SwapFree`): demand it had no room for.
+    pub swapped: Kib,
     pub buffer: Kib,
 }
 
 /// The continuous self-ballooning estimator of the swap-free ballooning design:
 ///
 /// `overcommitted = max(0, Committed_AS − (Active + Inactive + (SwapTotal − SwapFree)))`
-/// `target = current − MemAvailable + overcommitted + buffer`, clamped to [4 KiB, max].
+/// `swapped = SwapTotal − SwapFree`
+/// `target = current − MemAvailable + overcommitted + swapped + buffer`, clamped to [4 KiB, max].
 ///
 /// `current` is the guest's present logical size. Counting memory promised but not yet
 /// touched (`overcommitted`) makes the target rise when a program allocates, before it
 /// writes, so the VM grows ahead of the spike rather than behind it.
+///
+/// Counting what the guest has in swap (`swapped`) keeps a swapping guest from being
+/// shrunk: its working set partly lives in swap, so `MemAvailable` alone looks large (the
+/// mixed-workload benchmark saw a guest grown to its ceiling shrunk again, swap again,
+/// grow again). A guest is sized as if it had never swapped, the design's own aim; as its
+/// pages come back in and their swap is freed, `swapped` falls and the target with it. A
+/// guest without swap (SwapTotal 0) is unaffected. Pages in the swap cache are counted in
+/// swap and as used alike (a little too much while swap-outs are under way).
 pub fn estimate(mem: &MemView, current: Kib, max: Kib, buffer: Kib) -> Estimate {
     let overcommitted = mem.overcommitted();
-    let raw = current.saturating_add(overcommitted).saturating_add(buffer).saturating_sub(mem.available);
+    let swapped = mem.swapped();
+    let raw = current.saturating_add(overcommitted).saturating_add(swapped).saturating_add(buffer).saturating_sub(mem.available);
     Estimate {
         target: raw.clamp(Kib::ONE_PAGE, max),
         current,
         available: mem.available,
         overcommitted,
+        swapped,
         buffer,
     }
 }
@@ -111,7 +124,89 @@ mod tests {
         assert_eq!(p.decide(&s).unwrap().target, Kib::from_mib_saturating(1000 - 500 + 2), "the migration buffer, no cache buffer");
     }
 
+    /// A guest of 768 MiB whose 320 MiB working set is half in its zram swap: 100 MiB
+    /// resident anon, 160 MiB in swap, 500 MiB available.
+    fn swapping() -> MemView {
+        MemView {
+            total: Kib::from_mib_saturating(730),
+            available: Kib::from_mib_saturating(500),
+            committed_as: Kib::from_mib_saturating(340),
+            active: Kib::from_mib_saturating(120),
+            inactive: Kib::from_mib_saturating(60),
+            swap_total: Kib::from_mib_saturating(384),
+            swap_free: Kib::from_mib_saturating(224),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn swapped_memory_is_demand() {
+        let v = swapping();
+        let (size, max, buffer) = (Kib::from_mib_saturating(768), Kib::from_mib_saturating(768), Kib::from_mib_saturating(64));
+        let e = estimate(&v, size, max, buffer);
+        assert_eq!(e.swapped, Kib::from_mib_saturating(160));
+        assert_eq!(e.overcommitted, Kib::ZERO, "committed memory in swap is backed, not overcommitted");
+        assert_eq!(e.target, Kib::from_mib_saturating(768 - 500 + 160 + 64));
+        // The swap-blind formula (size − available + overcommitted + buffer) shrank the
+        // same guest to 332 MiB, into swap again.
+        let blind = size.saturating_add(e.overcommitted).saturating_add(buffer).saturating_sub(v.available);
+        assert_eq!(blind, Kib::from_mib_saturating(332));
+        assert_eq!(e.target.saturating_sub(blind), e.swapped);
+    }
+
+    #[test]
+    fn a_swapping_guest_is_not_shrunk_below_its_working_set() {
+        // The working set (320 MiB) fits a 768 MiB guest: the policy's target covers it
+        // whether its pages are resident or still in swap, and falls as they come back in.
+        let mut p = SwapFree::new(Kib::from_mib_saturating(64));
+        let mut s = Sample { guest_size: Kib::from_mib_saturating(768), max: Kib::from_mib_saturating(768), mem: Some(swapping()), ..Sample::default() };
+        let half_in = p.decide(&s).unwrap().target;
+        assert!(half_in >= Kib::from_mib_saturating(100 + 160 + 64), "{half_in}");
+        // All back in: 260 MiB more resident anon, swap free again, 260 less available.
+        s.mem = Some(MemView { available: Kib::from_mib_saturating(240), active: Kib::from_mib_saturating(380), swap_free: Kib::from_mib_saturating(384), ..swapping() });
+        let all_in = p.decide(&s).unwrap().target;
+        assert_eq!(all_in, Kib::from_mib_saturating(768 - 240 + 64));
+        assert!(all_in >= half_in, "pages coming back in never make the guest look smaller: {half_in} -> {all_in}");
+        match p.decide(&s).unwrap().reason {
+            Reason::Estimate(e) => assert_eq!(e.swapped, Kib::ZERO),
+            r => panic!("{r:?}"),
+        }
+    }
+
+    #[test]
+    fn swap_on_a_captured_guest_fixture() {
+        use crate::procfs::{fixtures, parse_meminfo};
+        // A 384 MiB guest 25 s into a 320 MiB working set with a 384 MiB zram swap: 67 MiB
+        // in swap, MemAvailable 5.7 MiB. The swap-blind target was its present size plus
+        // the buffer; the swap-aware one asks for what is in swap on top.
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/linux-6.1-guest-zram-swapping/meminfo")).unwrap();
+        let v = MemView::from_meminfo(&parse_meminfo(&text).unwrap()).unwrap();
+        assert_eq!(v.swapped(), Kib(393212 - 324348));
+        let size = Kib::from_mib_saturating(384);
+        let e = estimate(&v, size, Kib::from_mib_saturating(768), Kib::from_mib_saturating(64));
+        // Committed_AS 335288 − (Active 3696 + Inactive 261948 + swapped 68864).
+        assert_eq!(e.overcommitted, Kib(335288 - (3696 + 261948 + 68864)));
+        assert_eq!(e.target, Kib(size.0 - 5864 + 780 + (393212 - 324348) + 64 * 1024));
+        assert!(e.target > size.saturating_add(Kib::from_mib_saturating(64)), "grows by what is in swap: {}", e.target);
+        for (source, text) in fixtures::all("meminfo") {
+            let v = MemView::from_meminfo(&parse_meminfo(&text).unwrap()).unwrap();
+            let e = estimate(&v, Kib::from_mib_saturating(1024), Kib::from_mib_saturating(4096), Kib::ZERO);
+            assert_eq!(e.swapped, v.swap_total.saturating_sub(v.swap_free), "{source}");
+            let blind = Kib::from_mib_saturating(1024).saturating_add(e.overcommitted).saturating_sub(v.available).clamp(Kib::ONE_PAGE, Kib::from_mib_saturating(4096));
+            assert_eq!(e.target, blind.saturating_add(e.swapped).min(Kib::from_mib_saturating(4096)).max(blind), "{source}");
+        }
+    }
+
     proptest! {
+        #[test]
+        fn more_swapped_never_lowers_the_target(a in 0u64..1 << 30, total in 0u64..1 << 30, used in 0u64..1 << 30, more in 0u64..1 << 30, current in 0u64..1 << 31) {
+            let used = used.min(total);
+            let more = more.min(total - used);
+            let v = |u: u64| MemView { available: Kib(a), swap_total: Kib(total), swap_free: Kib(total - u), ..Default::default() };
+            let lo = estimate(&v(used), Kib(current), Kib(1 << 32), Kib(0)).target;
+            let hi = estimate(&v(used + more), Kib(current), Kib(1 << 32), Kib(0)).target;
+            prop_assert!(lo <= hi);
+        }
         #[test]
         fn target_is_always_within_bounds(avail in 0u64..1 << 40, committed in 0u64..1 << 40, active in 0u64..1 << 40,
                                           inactive in 0u64..1 << 40, current in 0u64..1 << 40, max in 4u64..1 << 40, buffer in 0u64..1 << 30) {

@@ -6,10 +6,15 @@
 //!   manages for that live in `benches/host.rs` (the fakes are a dev-dependency); one real
 //!   guest is measured the same way for comparison ([`cost::real_guest`]).
 //! * [`mixed`]: the seed's mixed-workload experiment scaled to this machine.
+//! * [`e1`]: the ESX paper's balloon overhead (ballooned against configured, file server).
+//! * [`a1`]: the KVM automatic-ballooning seed's overcommitted host with swap, with and
+//!   without the pressure balancer.
 //!
 //! [`report`] writes `bench/host/results.json` and `bench/host/RESULTS.md`.
 
+pub mod a1;
 pub mod cost;
+pub mod e1;
 pub mod mixed;
 pub mod report;
 
