@@ -312,12 +312,14 @@ fn smp_arg(spec: &VmSpec) -> String {
     }
 }
 
-/// QEMU's `-m`: the boot memory, and with a dimm two slots and room for it.
+/// QEMU's `-m`: the boot memory, and with a dimm two slots and room for it. A size that is
+/// not whole MiB goes in KiB (QEMU rounds it up to 8 KiB).
 fn memory_arg(spec: &VmSpec) -> String {
     let mib = spec.memory.0 / 1024;
+    let boot = if spec.memory.0.is_multiple_of(1024) { format!("{mib}M") } else { format!("{}K", spec.memory.0) };
     match spec.dimm {
-        Some(d) => format!("{mib}M,slots=2,maxmem={}M", (2 * mib).max(mib + d.0 / 1024)),
-        None => format!("{mib}M"),
+        Some(d) => format!("{boot},slots=2,maxmem={}M", (2 * mib).max(mib + d.0 / 1024)),
+        None => boot,
     }
 }
 
@@ -364,5 +366,13 @@ mod tests {
         assert_eq!(status_kib(s, "VmHWM"), Some(9876));
         assert_eq!(status_kib(s, "Threads"), None, "no kB unit");
         assert_eq!(status_kib(s, "VmRS"), None, "the whole key");
+    }
+
+    #[test]
+    fn memory_goes_in_mib_or_else_kib() {
+        let spec = |kib| VmSpec::new("m", Kib(kib));
+        assert_eq!(memory_arg(&spec(2 << 20)), "2048M");
+        // 2 GiB - 8 KiB: not a multiple of 256 KiB (docs/migration.md, "Why destinations crashed").
+        assert_eq!(memory_arg(&spec((2 << 20) - 8)), "2097144K");
     }
 }

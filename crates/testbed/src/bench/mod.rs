@@ -58,6 +58,11 @@ pub struct BenchArgs {
     pub no_footprint: bool,
     #[arg(long, default_value_t = 2048)]
     pub memory_mib: u64,
+    /// Diagnostic: the guests' memory in KiB instead of --memory-mib. A size that is not a
+    /// multiple of 256 KiB makes QEMU before 9.0 sync its dirty bitmap page by page, the path
+    /// that keeps TCG's dirty tracking right (docs/migration.md, "Why destinations crashed").
+    #[arg(long)]
+    pub memory_kib: Option<u64>,
     #[arg(long, default_value_t = 128)]
     pub bandwidth_mib: u64,
     /// The link of the spike-during-a-migration moment, MiB/s.
@@ -129,7 +134,7 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         commit: sh("git", &["rev-parse", "--short", "HEAD"]),
         command: if quick { "BENCH_QUICK=1 make bench".into() } else { "make bench".into() },
         setup: vec![
-            format!("{} MiB guests, 1 vCPU, QEMU TCG single-threaded (`-accel tcg,thread=single`), `deflate-on-oom=on` everywhere, no KVM; host: {} CPUs", a.memory_mib, std::thread::available_parallelism().map_or(0, |n| n.get())),
+            format!("{} guests, 1 vCPU, QEMU TCG single-threaded (`-accel tcg,thread=single`), `deflate-on-oom=on` everywhere, no KVM; host: {} CPUs", a.memory_kib.map_or(format!("{} MiB", a.memory_mib), |k| format!("{k} KiB")), std::thread::available_parallelism().map_or(0, |n| n.get())),
             format!("Every migration goes by plain QMP `migrate` (as another tool would start it) to a new QEMU on 127.0.0.1, at {} MiB/s ({} MiB/s for the spike during a migration); the destination becomes the next source", a.bandwidth_mib, a.slow_mib),
             format!("Moments: idle = `fill {}` (dirty and free), then {} s idle (host-controlled guests start it at full size, the controller paused, as in docs/migration.md); spike+N s = the guest settled, `{}`, N s after it returned; during = the guest settled, the migration becomes active, then the same spike starts", setup.fill_mib, setup.idle_s, format_args!("spike {} {} {} 0 1", setup.spike_threads, setup.spike_mib, setup.spike_hold_s)),
             format!("Runs: {runs} per point on the system QEMU, {} on QEMU 10; every (run, moment) visits all configurations before the next, in an order rotated per run; medians, [min–max] spreads", a.qemu10_runs.min(runs)),
@@ -170,7 +175,7 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
     if let Some(q) = &a.qemu10 {
         lines.push((QemuLine::Qemu10, q.clone(), moments10, a.qemu10_runs.min(runs)));
     }
-    let memory = autoballoon_core::Kib::from_mib_saturating(a.memory_mib);
+    let memory = a.memory_kib.map_or(autoballoon_core::Kib::from_mib_saturating(a.memory_mib), autoballoon_core::Kib);
     let total: usize = lines.iter().map(|l| l.2.len() * l.3 as usize * configs.len()).sum();
     let mut done = 0;
     println!("[bench] {} configuration(s) {:?}, {total} migrations; records in {}", configs.len(), configs.iter().map(|c| c.key()).collect::<Vec<_>>(), jsonl.display());
