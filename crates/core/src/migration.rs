@@ -17,7 +17,32 @@
 //! destinations crash much more often (docs/migration.md, "Why destinations crashed").
 //! KVM tracks dirty pages in the kernel and is not affected.
 
+use serde::Deserialize;
 use std::fmt;
+
+/// The operator's say (`[controller] migration_shrink`): `auto` follows the hypervisor
+/// ([`MigrationShrink::of`]); `always` and `never` override it (a QEMU with the fix
+/// backported; a cautious operator).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ShrinkSetting {
+    #[default]
+    Auto,
+    Always,
+    Never,
+}
+
+impl std::str::FromStr for ShrinkSetting {
+    type Err = String;
+    fn from_str(s: &str) -> Result<ShrinkSetting, String> {
+        match s {
+            "auto" => Ok(ShrinkSetting::Auto),
+            "always" => Ok(ShrinkSetting::Always),
+            "never" => Ok(ShrinkSetting::Never),
+            _ => Err(format!("{s:?}: auto, always or never")),
+        }
+    }
+}
 
 /// The first QEMU whose TCG dirty tracking survives a migration (commit 03bfc2188f).
 pub const TCG_FIXED_IN: (u32, u32, u32) = (9, 0, 0);
@@ -55,6 +80,10 @@ pub enum MigrationShrink {
     /// Not enough known (no version, or the accelerator unknown on a QEMU before 9.0):
     /// hold, as before.
     HeldUnknown,
+    /// `migration_shrink = "always"`.
+    AllowedBySetting,
+    /// `migration_shrink = "never"`.
+    HeldBySetting,
 }
 
 impl MigrationShrink {
@@ -68,8 +97,17 @@ impl MigrationShrink {
         }
     }
 
+    /// The rule, unless the operator's setting overrides it.
+    pub fn decide(setting: ShrinkSetting, h: &Hypervisor) -> MigrationShrink {
+        match setting {
+            ShrinkSetting::Auto => MigrationShrink::of(h),
+            ShrinkSetting::Always => MigrationShrink::AllowedBySetting,
+            ShrinkSetting::Never => MigrationShrink::HeldBySetting,
+        }
+    }
+
     pub fn allowed(self) -> bool {
-        matches!(self, MigrationShrink::AllowedKvm | MigrationShrink::AllowedFixedTcg)
+        matches!(self, MigrationShrink::AllowedKvm | MigrationShrink::AllowedFixedTcg | MigrationShrink::AllowedBySetting)
     }
 }
 
@@ -80,6 +118,8 @@ impl fmt::Display for MigrationShrink {
             MigrationShrink::AllowedFixedTcg => "TCG on QEMU >= 9.0: shrinking goes on during migrations",
             MigrationShrink::HeldOldTcg => "TCG on QEMU < 9.0 (lost writes during migrations, fixed in 9.0): no shrinking during migrations",
             MigrationShrink::HeldUnknown => "hypervisor not known: no shrinking during migrations",
+            MigrationShrink::AllowedBySetting => "migration_shrink = \"always\": shrinking goes on during migrations",
+            MigrationShrink::HeldBySetting => "migration_shrink = \"never\": no shrinking during migrations",
         })
     }
 }
@@ -115,5 +155,17 @@ mod tests {
         assert_eq!(h(Some((10, 0, 2)), Accel::Unknown), MigrationShrink::AllowedFixedTcg);
         assert!(!MigrationShrink::HeldUnknown.allowed() && !MigrationShrink::HeldOldTcg.allowed());
         assert!(MigrationShrink::AllowedKvm.allowed() && MigrationShrink::AllowedFixedTcg.allowed());
+    }
+
+    #[test]
+    fn the_setting_overrides_the_rule() {
+        let old_tcg = Hypervisor { qemu: Some((7, 2, 22)), accel: Accel::Tcg };
+        let kvm = Hypervisor { qemu: Some((10, 0, 2)), accel: Accel::Kvm };
+        assert_eq!(MigrationShrink::decide(ShrinkSetting::Auto, &old_tcg), MigrationShrink::HeldOldTcg);
+        assert_eq!(MigrationShrink::decide(ShrinkSetting::Auto, &kvm), MigrationShrink::AllowedKvm);
+        assert!(MigrationShrink::decide(ShrinkSetting::Always, &old_tcg).allowed());
+        assert!(!MigrationShrink::decide(ShrinkSetting::Never, &kvm).allowed());
+        assert_eq!("always".parse::<ShrinkSetting>(), Ok(ShrinkSetting::Always));
+        assert!("sometimes".parse::<ShrinkSetting>().is_err());
     }
 }

@@ -220,9 +220,14 @@ fn a_migration_with_nothing_to_shrink_starts_at_once() {
 /// KVM: shrinking goes on during a migration another tool started, at once and without the
 /// step limit, and a shrink in flight is not stopped.
 fn shrinks_during_the_migration(cfg: autoballoon_fakes::FakeQemuConfig, why: &str) {
+    shrinks_during_the_migration_with(cfg, autoballoon::config::ShrinkSetting::Auto, why)
+}
+
+fn shrinks_during_the_migration_with(cfg: autoballoon_fakes::FakeQemuConfig, setting: autoballoon::config::ShrinkSetting, why: &str) {
     use autoballoon_fakes::BalloonMotion;
     let g = Guest::start(Fakes::start_with(autoballoon_fakes::FakeQemuConfig { motion: BalloonMotion::PerSecond(mib(600)), ..cfg }), 1900);
-    let d = Daemon::start(vec![g.fakes.vm("a", Some(quick_policy()))], 200);
+    let controller = autoballoon::config::ControllerConfig { interval_ms: 200, migration_shrink: setting, ..Default::default() };
+    let d = Daemon::start_with(controller, vec![g.fakes.vm("a", Some(quick_policy()))]);
     wait_for(T, "the balloon at about 1964 MiB", || g.fakes.last_request().is_some_and(|r| r.abs_diff(expected_target(1900)) <= mib(8) && g.q().actual() == r));
     assert!(d.status("a").migration_shrink.as_deref().is_some_and(|s| s.contains(why)), "{:?}", d.status("a").migration_shrink);
     // A shrink in flight when the migration starts goes on.
@@ -264,6 +269,26 @@ fn qemu_7_2_without_query_kvm_holds() {
     let d = Daemon::start(vec![g.fakes.vm("a", Some(quick_policy()))], 200);
     wait_for(T, "target 1064 MiB", || g.fakes.last_request() == Some(expected_target(1000)));
     assert!(d.status("a").migration_shrink.as_deref().is_some_and(|s| s.contains("not known")), "{:?}", d.status("a").migration_shrink);
+    g.q().start_migration();
+    wait_for(T, "state migrating", || d.status("a").state == VmState::Migrating);
+    let before = g.fakes.requests().len();
+    g.set_used(300);
+    wait_for(T, "the loop holding for the migration", || d.status("a").metrics.held_for_migration >= 3);
+    assert!(g.fakes.requests()[before..].iter().all(|&r| r >= expected_target(1000)), "{:?}", g.fakes.requests());
+}
+
+#[test]
+fn migration_shrink_always_overrides_qemu_7_2_under_tcg() {
+    shrinks_during_the_migration_with(autoballoon_fakes::FakeQemuConfig::new(configured()), autoballoon::config::ShrinkSetting::Always, "\"always\"");
+}
+
+#[test]
+fn migration_shrink_never_overrides_qemu_10() {
+    let g = Guest::start(Fakes::start_with(autoballoon_fakes::FakeQemuConfig { version: Some((10, 0, 2)), ..autoballoon_fakes::FakeQemuConfig::new(configured()) }), 1000);
+    let controller = autoballoon::config::ControllerConfig { interval_ms: 200, migration_shrink: autoballoon::config::ShrinkSetting::Never, ..Default::default() };
+    let d = Daemon::start_with(controller, vec![g.fakes.vm("a", Some(quick_policy()))]);
+    wait_for(T, "target 1064 MiB", || g.fakes.last_request() == Some(expected_target(1000)));
+    assert!(d.status("a").migration_shrink.as_deref().is_some_and(|s| s.contains("\"never\"")), "{:?}", d.status("a").migration_shrink);
     g.q().start_migration();
     wait_for(T, "state migrating", || d.status("a").state == VmState::Migrating);
     let before = g.fakes.requests().len();

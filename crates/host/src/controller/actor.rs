@@ -10,7 +10,7 @@ use super::sync::{lock, panic_message};
 use super::{Bell, Msg, Observation, VmCommand, VmShared, PREPARE_WAIT};
 use crate::config::{Endpoint, VmConfig};
 use crate::log::{EventKind, Logger, RateLimit};
-use autoballoon_core::migration::MigrationShrink;
+use autoballoon_core::migration::{MigrationShrink, ShrinkSetting};
 use autoballoon_core::policy::MemView;
 use autoballoon_core::protocol::{HostMessage, MigrationOutcome};
 use autoballoon_core::sample::{merge, SizeViews};
@@ -102,14 +102,22 @@ pub(crate) struct Actor {
     resample: bool,
     /// The agent's socket in this session: configured, or from the libvirt domain's XML.
     agent_path: Option<PathBuf>,
-    /// Whether this session's hypervisor lets the balloon shrink during a migration.
+    /// The operator's `migration_shrink`.
+    shrink_setting: ShrinkSetting,
+    /// Whether this session's hypervisor (or the setting) lets the balloon shrink during a
+    /// migration.
     migration_shrink: MigrationShrink,
 }
 
 impl Actor {
     #[allow(clippy::too_many_arguments)]
     pub fn new(cfg: VmConfig, agent_stale_s: u64, interval: Duration, started: Instant, log: Logger, inbox: Receiver<Msg>, shutdown: Arc<AtomicBool>, bell: Arc<Bell>, shared: Arc<VmShared>) -> Actor {
-        Actor { cfg, agent_stale: Duration::from_secs(agent_stale_s), interval, started, log, inbox, shutdown, bell, shared, paused: false, epoch: 0, limits: HashMap::new(), prep: None, resample: false, agent_path: None, migration_shrink: MigrationShrink::HeldUnknown }
+        Actor { cfg, agent_stale: Duration::from_secs(agent_stale_s), interval, started, log, inbox, shutdown, bell, shared, paused: false, epoch: 0, limits: HashMap::new(), prep: None, resample: false, agent_path: None, shrink_setting: ShrinkSetting::Auto, migration_shrink: MigrationShrink::HeldUnknown }
+    }
+
+    pub fn with_migration_shrink(mut self, setting: ShrinkSetting) -> Actor {
+        self.shrink_setting = setting;
+        self
     }
 
     /// Runs until shutdown. A panic inside is caught, logged, and the actor starts over
@@ -319,7 +327,7 @@ impl Actor {
             Ok(m) => m.status.is_active(),
             Err(e) => return End::Error(e),
         };
-        self.migration_shrink = MigrationShrink::of(&qmp.hypervisor());
+        self.migration_shrink = MigrationShrink::decide(self.shrink_setting, &qmp.hypervisor());
         self.epoch += 1;
         {
             let mut st = lock(&self.shared.status);
@@ -576,7 +584,7 @@ impl Actor {
             *migrating = true;
             if self.migration_shrink.allowed() {
                 // A shrink still under way goes on: it is memory the migration need not send.
-                self.note(EventKind::MigrationStarted, &format!("migration started: shrinking goes on ({})", self.migration_shrink), &[]);
+                self.note(EventKind::MigrationStarted, &format!("migration started ({})", self.migration_shrink), &[]);
             } else {
                 self.note(EventKind::MigrationStarted, "migration started: no shrinking until it ends", &[]);
                 self.freeze_shrink(qmp);
