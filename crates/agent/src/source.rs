@@ -128,7 +128,7 @@ impl Source for ProcSource {
             None => None,
         };
         self.balloon = vmstat.balloon_pages();
-        Ok(Sample { at, guest_size, max, mem: Some(mem), migrating: self.migrating, preparing_migration: false, pressure, oom_kills: vmstat.oom_kills() })
+        Ok(Sample { at, guest_size, max, mem: Some(mem), migrating: self.migrating, preparing_migration: false, shrink_while_migrating: false, pressure, oom_kills: vmstat.oom_kills() })
     }
 }
 

@@ -3,7 +3,9 @@
 //! 1. [`GuardRails::room`]: before any balancer looks, the room a VM has this tick — the
 //!    lowest and highest size the rails allow, measured from the size last asked for: the
 //!    bounds, the step limits, the hold-off after growth, and no shrinking while a migration
-//!    runs. A sample that prepares a migration skips the shrink step and the hold-off.
+//!    runs (unless the sample says the hypervisor allows it, [`crate::migration`]). A sample
+//!    that prepares a migration, or whose running migration allows shrinking, skips the
+//!    shrink step and the hold-off.
 //! 2. [`GuardRails::check`]: after the balancer chose, the final check — the target is put
 //!    back inside the room whatever the balancer returned, aligned, and dropped if it is no
 //!    change or inside the dead band.
@@ -53,7 +55,8 @@ pub enum Bound {
     Limit,
     /// The per-tick step limit.
     Step,
-    /// A live migration runs: the floor is the present size.
+    /// A live migration runs (on a hypervisor where shrinking during one is not safe): the
+    /// floor is the present size.
     Migration,
     /// The guest grew recently: the floor is the present size until the hold-off ends.
     HoldOff,
@@ -159,18 +162,18 @@ impl GuardRails {
             }
         }
         let (mut floor, mut floor_by) = (self.min, Bound::Limit);
-        // Preparing a migration: every tick of the step limit and the hold-off is memory
-        // the migration would send, so both are skipped (the floor and a running
-        // migration still hold).
-        let prep = s.preparing_migration;
-        if self.max_shrink_per_tick > Kib::ZERO && !prep {
+        // Preparing a migration, or one running where shrinking is allowed: every tick of
+        // the step limit and the hold-off is memory the migration would send, so both are
+        // skipped (the floor holds, and so does a running migration that allows no shrink).
+        let urgent = s.migration_urgent();
+        if self.max_shrink_per_tick > Kib::ZERO && !urgent {
             let step = commanded.saturating_sub(self.max_shrink_per_tick);
             if step > floor {
                 (floor, floor_by) = (step, Bound::Step);
             }
         }
-        let holding_off = !prep && state.last_grow_at.is_some_and(|g| s.at < g.saturating_add(self.hold_off));
-        let no_shrink = if s.migrating { Some(Bound::Migration) } else { holding_off.then_some(Bound::HoldOff) };
+        let holding_off = !urgent && state.last_grow_at.is_some_and(|g| s.at < g.saturating_add(self.hold_off));
+        let no_shrink = if s.migrating && !s.shrink_while_migrating { Some(Bound::Migration) } else { holding_off.then_some(Bound::HoldOff) };
         if let Some(by) = no_shrink {
             if commanded > floor {
                 (floor, floor_by) = (commanded, by);

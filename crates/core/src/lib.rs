@@ -8,6 +8,8 @@
 //! - [`control`]: one VM's control loop, sample → policy → guard rails → actuator.
 //! - [`host`]: every VM of a host at once: per-VM loops and one balancer, and the `World`
 //!   trait a QEMU host, a guest or the simulator implements.
+//! - [`migration`]: whether a VM may shrink while a live migration of it runs (from the
+//!   hypervisor's facts).
 //! - [`config`]: the policy configuration shared by the agent and the host.
 //! - [`protocol`]: the JSON lines the guest agent and the host controller exchange.
 
@@ -16,6 +18,7 @@ pub mod control;
 pub mod guard;
 pub mod host;
 pub mod interval;
+pub mod migration;
 pub mod outlier;
 pub mod policy;
 pub mod procfs;

@@ -4,6 +4,7 @@
 
 pub use autoballoon_core::config::{InvalidKey, PolicyConfig, PolicyKind};
 pub use autoballoon_core::host::BalancerKind;
+pub use autoballoon_core::migration::ShrinkSetting;
 use autoballoon_core::host::{SharesConfig, VmId, VmShares};
 use autoballoon_core::Kib;
 use serde::Deserialize;
@@ -44,6 +45,9 @@ pub struct ControllerConfig {
     pub metrics_listen: String,
     /// The unix socket `autoballoon status` reads; empty = off.
     pub status_socket: PathBuf,
+    /// Shrinking while a migration runs: `auto` (where the hypervisor keeps it correct:
+    /// KVM, or QEMU 9.0 or later), `always`, `never` (docs/migration.md).
+    pub migration_shrink: ShrinkSetting,
 }
 
 /// The Prometheus endpoint's default address (loopback only).
@@ -63,6 +67,7 @@ impl Default for ControllerConfig {
             pressure_file: PathBuf::new(),
             metrics_listen: DEFAULT_METRICS_LISTEN.into(),
             status_socket: DEFAULT_STATUS_SOCKET.into(),
+            migration_shrink: ShrinkSetting::Auto,
         }
     }
 }

@@ -76,6 +76,9 @@ pub fn plan_reload(old: &Config, new: &Config, cli_json: bool, cli_verbose: bool
     if o.status_socket != n.status_socket {
         plan.restart_needed.push("controller.status_socket".into());
     }
+    if o.migration_shrink != n.migration_shrink {
+        plan.restart_needed.push("controller.migration_shrink".into());
+    }
     if old.defaults != new.defaults {
         plan.restart_needed.push("[defaults]".into());
     }

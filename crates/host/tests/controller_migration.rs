@@ -1,4 +1,6 @@
-//! Live migration: nothing shrinks while one runs (growth still goes through), the agent
+//! Live migration: on QEMU before 9.0 under TCG (the fake's default) or an unknown
+//! hypervisor nothing shrinks while one runs (growth still goes through); on QEMU 9.0 or
+//! later, or under KVM, shrinking goes on. The agent
 //! is told when it starts and how it ended, shrinking resumes after a failed one, and a
 //! completed one leaves the source QEMU alone.
 mod common;
@@ -212,4 +214,85 @@ fn a_migration_with_nothing_to_shrink_starts_at_once() {
     assert!(asked.elapsed() < Duration::from_millis(1500), "started after {:?}", asked.elapsed());
     assert!(d.log.text().contains("nothing to shrink"), "{}", d.log.text());
     assert_eq!(g.fakes.last_request(), Some(expected_target(1000)));
+}
+
+/// QEMU 9.0 and later (here 10.0.2, under TCG like the fake's default) or any QEMU under
+/// KVM: shrinking goes on during a migration another tool started, at once and without the
+/// step limit, and a shrink in flight is not stopped.
+fn shrinks_during_the_migration(cfg: autoballoon_fakes::FakeQemuConfig, why: &str) {
+    shrinks_during_the_migration_with(cfg, autoballoon::config::ShrinkSetting::Auto, why)
+}
+
+fn shrinks_during_the_migration_with(cfg: autoballoon_fakes::FakeQemuConfig, setting: autoballoon::config::ShrinkSetting, why: &str) {
+    use autoballoon_fakes::BalloonMotion;
+    let g = Guest::start(Fakes::start_with(autoballoon_fakes::FakeQemuConfig { motion: BalloonMotion::PerSecond(mib(600)), ..cfg }), 1900);
+    let controller = autoballoon::config::ControllerConfig { interval_ms: 200, migration_shrink: setting, ..Default::default() };
+    let d = Daemon::start_with(controller, vec![g.fakes.vm("a", Some(quick_policy()))]);
+    wait_for(T, "the balloon at about 1964 MiB", || g.fakes.last_request().is_some_and(|r| r.abs_diff(expected_target(1900)) <= mib(8) && g.q().actual() == r));
+    assert!(d.status("a").migration_shrink.as_deref().is_some_and(|s| s.contains(why)), "{:?}", d.status("a").migration_shrink);
+    // A shrink in flight when the migration starts goes on.
+    g.set_used(1000);
+    wait_for(T, "a shrink asked", || g.fakes.last_request().is_some_and(|r| r < mib(1500)));
+    let asked = g.fakes.last_request().unwrap();
+    let n = g.fakes.requests().len();
+    g.q().start_migration();
+    wait_for(T, "state migrating", || d.status("a").state == VmState::Migrating);
+    wait_for(T, "the shrink reached its target during the migration", || g.q().actual() == asked);
+    assert!(g.fakes.requests()[n..].iter().all(|&r| r <= asked), "stopped: {:?}", g.fakes.requests());
+    assert!(!d.log.text().contains("stopped at"), "{}", d.log.text());
+    // Memory freed during the migration is given back during it.
+    g.set_used(200);
+    wait_for(T, "shrinking to about 264 MiB during the migration", || g.fakes.last_request().is_some_and(|r| r.abs_diff(expected_target(200)) <= mib(8)));
+    assert_eq!(d.status("a").state, VmState::Migrating);
+    assert_eq!(d.status("a").metrics.held_for_migration, 0);
+    // Growth too.
+    g.set_used(1500);
+    wait_for(T, "growth during the migration", || g.fakes.last_request().is_some_and(|r| r.abs_diff(expected_target(1500)) <= mib(8)));
+    g.q().finish_migration(MigrationOutcome::Completed);
+    wait_for(T, "state migrated away", || d.status("a").state == VmState::MigratedAway);
+    assert_requests_in_bounds(&g.q());
+}
+
+#[test]
+fn qemu_10_under_tcg_shrinks_during_a_migration() {
+    shrinks_during_the_migration(autoballoon_fakes::FakeQemuConfig { version: Some((10, 0, 2)), ..autoballoon_fakes::FakeQemuConfig::new(configured()) }, "QEMU >= 9.0");
+}
+
+#[test]
+fn qemu_7_2_under_kvm_shrinks_during_a_migration() {
+    shrinks_during_the_migration(autoballoon_fakes::FakeQemuConfig { kvm: Some(true), ..autoballoon_fakes::FakeQemuConfig::new(configured()) }, "KVM");
+}
+
+#[test]
+fn qemu_7_2_without_query_kvm_holds() {
+    let g = Guest::start(Fakes::start_with(autoballoon_fakes::FakeQemuConfig { kvm: None, ..autoballoon_fakes::FakeQemuConfig::new(configured()) }), 1000);
+    let d = Daemon::start(vec![g.fakes.vm("a", Some(quick_policy()))], 200);
+    wait_for(T, "target 1064 MiB", || g.fakes.last_request() == Some(expected_target(1000)));
+    assert!(d.status("a").migration_shrink.as_deref().is_some_and(|s| s.contains("not known")), "{:?}", d.status("a").migration_shrink);
+    g.q().start_migration();
+    wait_for(T, "state migrating", || d.status("a").state == VmState::Migrating);
+    let before = g.fakes.requests().len();
+    g.set_used(300);
+    wait_for(T, "the loop holding for the migration", || d.status("a").metrics.held_for_migration >= 3);
+    assert!(g.fakes.requests()[before..].iter().all(|&r| r >= expected_target(1000)), "{:?}", g.fakes.requests());
+}
+
+#[test]
+fn migration_shrink_always_overrides_qemu_7_2_under_tcg() {
+    shrinks_during_the_migration_with(autoballoon_fakes::FakeQemuConfig::new(configured()), autoballoon::config::ShrinkSetting::Always, "\"always\"");
+}
+
+#[test]
+fn migration_shrink_never_overrides_qemu_10() {
+    let g = Guest::start(Fakes::start_with(autoballoon_fakes::FakeQemuConfig { version: Some((10, 0, 2)), ..autoballoon_fakes::FakeQemuConfig::new(configured()) }), 1000);
+    let controller = autoballoon::config::ControllerConfig { interval_ms: 200, migration_shrink: autoballoon::config::ShrinkSetting::Never, ..Default::default() };
+    let d = Daemon::start_with(controller, vec![g.fakes.vm("a", Some(quick_policy()))]);
+    wait_for(T, "target 1064 MiB", || g.fakes.last_request() == Some(expected_target(1000)));
+    assert!(d.status("a").migration_shrink.as_deref().is_some_and(|s| s.contains("\"never\"")), "{:?}", d.status("a").migration_shrink);
+    g.q().start_migration();
+    wait_for(T, "state migrating", || d.status("a").state == VmState::Migrating);
+    let before = g.fakes.requests().len();
+    g.set_used(300);
+    wait_for(T, "the loop holding for the migration", || d.status("a").metrics.held_for_migration >= 3);
+    assert!(g.fakes.requests()[before..].iter().all(|&r| r >= expected_target(1000)), "{:?}", g.fakes.requests());
 }

@@ -584,6 +584,11 @@ impl Qmp {
         types::parse_status(&self.execute("query-status", None)?)
     }
 
+    /// `query-kvm`: whether the guest runs under KVM (false: TCG).
+    pub fn query_kvm_enabled(&self) -> Result<bool, QmpError> {
+        types::parse_kvm_enabled(&self.execute("query-kvm", None)?)
+    }
+
     /// `quit`: QEMU exits. A connection that closes before the reply arrives
     /// also counts as success.
     pub fn quit(&self) -> Result<(), QmpError> {

@@ -196,8 +196,9 @@ impl<P: Policy> ControlLoop<P> {
             Verdict::Set { target, limits } => (target, limits),
             Verdict::Hold(h) => return Err(Idle::Held(h)),
         };
-        // A prepared migration is not a transient: its shrink is not screened.
-        if let Some(f) = self.filter.as_mut().filter(|_| !s.preparing_migration) {
+        // A prepared migration, or a shrink during a running one, is not a transient: its
+        // shrink is not screened.
+        if let Some(f) = self.filter.as_mut().filter(|_| !s.migration_urgent()) {
             if let Screen::WaitUntil(until) = f.screen(s.at, target, room.commanded) {
                 return Err(Idle::Unconfirmed { until });
             }

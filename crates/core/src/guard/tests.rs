@@ -112,3 +112,51 @@ fn preparing_a_migration_skips_the_step_and_the_hold_off_but_not_a_running_migra
     prep.migrating = true;
     assert_eq!(apply(&r, &mut st, &prep, 200, mib(300)), Verdict::Hold(Hold::Migration), "no shrinking while the migration runs");
 }
+
+#[test]
+fn a_migration_that_allows_shrinking_skips_the_step_and_the_hold_off() {
+    let r = GuardRails { min: mib(128), max_shrink_per_tick: mib(100), hold_off: Duration::from_secs(5), ..Default::default() };
+    let mut st = RailState::default();
+    // The guest grew at 0 s (a spike during the migration): the hold-off runs until 5 s.
+    let mut s = sample(0, true);
+    s.shrink_while_migrating = true;
+    assert_eq!(set(apply(&r, &mut st, &s, 1500, mib(1000))), mib(1500), "growth during a migration");
+    s.at = Duration::from_secs(1);
+    let room = r.room(&st, &s, mib(1500));
+    assert_eq!((room.floor, room.floor_by), (mib(128), Bound::Limit), "no migration floor, no step, no hold-off");
+    assert_eq!(apply(&r, &mut st, &s, 300, mib(1500)), Verdict::Set { target: mib(300), limits: vec![] });
+    assert_eq!(apply(&r, &mut st, &s, 10, mib(300)), Verdict::Set { target: mib(128), limits: vec![Limit::RaisedToMin] }, "the floor holds");
+    // The same facts without a migration running: the usual step and hold-off.
+    let mut idle = sample(1, false);
+    idle.shrink_while_migrating = true;
+    assert!(!idle.migration_urgent());
+    let room = r.room(&st, &idle, mib(1500));
+    assert_eq!((room.floor, room.floor_by), (mib(1500), Bound::HoldOff));
+    // Not allowed (QEMU < 9.0 under TCG, or unknown): the migration holds, as before.
+    let mut held = sample(1, true);
+    held.preparing_migration = true;
+    assert_eq!(apply(&r, &mut st, &held, 300, mib(1500)), Verdict::Hold(Hold::Migration));
+}
+
+proptest! {
+    /// While a migration runs, the floor is the present size exactly when shrinking is not
+    /// allowed; growth is never held.
+    #[test]
+    fn migration_floor_iff_not_allowed(commanded in 128u64..=2048, want in 0u64..4096, allowed: bool, prep: bool, at in 0u64..20) {
+        let r = GuardRails { min: mib(128), max_shrink_per_tick: mib(256), hold_off: Duration::from_secs(5), ..Default::default() };
+        let mut st = RailState { last_grow_at: Some(Duration::from_secs(0)) };
+        let mut s = sample(at, true);
+        s.shrink_while_migrating = allowed;
+        s.preparing_migration = prep;
+        let room = r.room(&st, &s, mib(commanded));
+        if allowed {
+            prop_assert_eq!(room.floor, mib(128));
+        } else {
+            prop_assert_eq!(room.floor, mib(commanded));
+        }
+        let v = apply(&r, &mut st, &s, want, mib(commanded));
+        if want > commanded && want <= 2048 {
+            prop_assert_eq!(set(v), mib(want));
+        }
+    }
+}

@@ -138,9 +138,9 @@ impl<P: Policy, B: Balancer> HostLoop<P, B> {
         let mut claims = Vec::new();
         for (vm, sample) in &s.vms {
             let Some(slot) = self.vms.get_mut(vm) else { continue };
-            // A VM preparing a migration is due at once: waiting out its interval is
-            // memory the migration would send.
-            if sample.at < slot.due && !sample.preparing_migration {
+            // A VM preparing a migration (or migrating where it may shrink) is due at
+            // once: waiting out its interval is memory the migration would send.
+            if sample.at < slot.due && !sample.migration_urgent() {
                 let commanded = slot.lp.commanded().unwrap_or(sample.guest_size);
                 claims.push(Claim { vm: *vm, want: commanded, room: Room::fixed(commanded), sample: sample.clone() });
                 continue;

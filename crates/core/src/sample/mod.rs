@@ -30,12 +30,27 @@ pub struct Sample {
     /// policy keeps its migration buffer instead of its buffer, and the rails skip the
     /// shrink step and the hold-off, so the VM shrinks to the estimate at once. Set by the
     /// driver (the host's VM actor on `autoballoon migrate`) until the migration ends.
-    /// Shrinking still stops while `migrating`: the flag never overrides that.
+    /// Shrinking still stops while `migrating` unless `shrink_while_migrating`: the flag
+    /// never overrides that.
     pub preparing_migration: bool,
+    /// The hypervisor keeps a running migration correct while the balloon shrinks
+    /// ([`crate::migration::MigrationShrink`]): while `migrating`, the rails let the VM
+    /// shrink, without the step limit and the hold-off (every tick waited is memory the
+    /// migration may send). False (the default): no shrinking while `migrating`.
+    pub shrink_while_migrating: bool,
     /// The guest's memory pressure (its /proc/pressure/memory), if reported.
     pub pressure: Option<Pressure>,
     /// OOM kills in the guest since boot, if reported.
     pub oom_kills: Option<u64>,
+}
+
+impl Sample {
+    /// Every tick counts for a migration: one is being prepared, or one runs and shrinking
+    /// during it is allowed. The rails skip the shrink step and the hold-off, the outlier
+    /// filter lets the shrink through, and a host decides for the VM at once.
+    pub fn migration_urgent(&self) -> bool {
+        self.preparing_migration || (self.migrating && self.shrink_while_migrating)
+    }
 }
 
 /// Where a sample's memory view came from.

@@ -82,6 +82,10 @@ pub(crate) fn dispatch(st: &mut VmState, cmd: &Value, now: Instant) -> Answer {
         "qom-set" => qom_set(st, args),
         "query-status" => Ok(json!({"status": st.run_state, "singlestep": false, "running": st.run_state == "running"})),
         "query-migrate" => Ok(query_migrate(st, now)),
+        "query-kvm" => match st.kvm {
+            Some(enabled) => Ok(json!({"enabled": enabled, "present": true})),
+            None => Err(("CommandNotFound", "The command query-kvm has not been found".into())),
+        },
         "migrate-set-capabilities" => set_capabilities(st, args),
         "migrate-set-parameters" => Ok(json!({})),
         "migrate" => migrate(st, args, now),

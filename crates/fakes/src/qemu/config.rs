@@ -99,6 +99,11 @@ pub struct FakeQemuConfig {
     pub balloon_event_interval: Duration,
     /// How long one write to a client may block before the fake drops that connection.
     pub write_timeout: Duration,
+    /// The QEMU version the greeting shows; `None`: the recorded one (7.2.22, Debian).
+    pub version: Option<(u32, u32, u32)>,
+    /// What `query-kvm` answers for `enabled` (`present` is always true); `None`: the
+    /// command is not found (as if the QEMU were built without it).
+    pub kvm: Option<bool>,
 }
 
 impl FakeQemuConfig {
@@ -112,7 +117,8 @@ impl FakeQemuConfig {
 }
 
 impl Default for FakeQemuConfig {
-    /// 4 GiB, fully deflated, instant balloon, no guest driver stats, `running`.
+    /// 4 GiB, fully deflated, instant balloon, no guest driver stats, `running`, QEMU
+    /// 7.2.22 under TCG.
     fn default() -> Self {
         FakeQemuConfig {
             configured: Kib::from_gib_saturating(4),
@@ -122,6 +128,8 @@ impl Default for FakeQemuConfig {
             run_state: "running".into(),
             balloon_event_interval: Duration::from_secs(1),
             write_timeout: Duration::from_secs(5),
+            version: None,
+            kvm: Some(false),
         }
     }
 }

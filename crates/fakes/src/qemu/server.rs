@@ -86,7 +86,8 @@ impl Conn<'_> {
         self.stream
             .set_write_timeout(Some(lock(&self.shared.state).write_timeout))?;
         let mut reader = LineReader::new(self.stream.try_clone()?, MAX_COMMAND)?;
-        self.write(wire::GREETING.as_bytes())?;
+        let greeting = wire::greeting(lock(&self.shared.state).version);
+        self.write(greeting.as_bytes())?;
         self.write(b"\n")?;
         loop {
             if self.shared.stopped() {

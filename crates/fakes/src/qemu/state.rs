@@ -106,6 +106,8 @@ pub(crate) struct VmState {
     last_balloon_event: (u64, Option<Instant>),
     pub balloon_event_interval: Duration,
     pub write_timeout: Duration,
+    pub version: Option<(u32, u32, u32)>,
+    pub kvm: Option<bool>,
 }
 
 impl VmState {
@@ -134,6 +136,8 @@ impl VmState {
             last_balloon_event: (actual, None),
             balloon_event_interval: cfg.balloon_event_interval,
             write_timeout: cfg.write_timeout,
+            version: cfg.version,
+            kvm: cfg.kvm,
         }
     }
 

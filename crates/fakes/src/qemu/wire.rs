@@ -6,6 +6,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// The greeting of the QEMU the fixtures were recorded with (7.2.22, Debian).
 pub(crate) const GREETING: &str = r#"{"QMP": {"version": {"qemu": {"micro": 22, "minor": 2, "major": 7}, "package": "Debian 1:7.2+dfsg-7+deb12u18+b3"}, "capabilities": ["oob"]}}"#;
 
+/// The greeting of a QEMU of `version` (upstream: no package string).
+pub(crate) fn greeting(version: Option<(u32, u32, u32)>) -> String {
+    match version {
+        None => GREETING.to_string(),
+        Some((major, minor, micro)) => serde_json::json!({"QMP": {"version": {"qemu": {"micro": micro, "minor": minor, "major": major}, "package": ""}, "capabilities": ["oob"]}}).to_string(),
+    }
+}
+
 /// A command's outcome: `return` value or `(class, desc)` error.
 pub(crate) type Outcome = Result<Value, (&'static str, String)>;
 

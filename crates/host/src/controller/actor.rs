@@ -10,6 +10,7 @@ use super::sync::{lock, panic_message};
 use super::{Bell, Msg, Observation, VmCommand, VmShared, PREPARE_WAIT};
 use crate::config::{Endpoint, VmConfig};
 use crate::log::{EventKind, Logger, RateLimit};
+use autoballoon_core::migration::{MigrationShrink, ShrinkSetting};
 use autoballoon_core::policy::MemView;
 use autoballoon_core::protocol::{HostMessage, MigrationOutcome};
 use autoballoon_core::sample::{merge, SizeViews};
@@ -101,12 +102,22 @@ pub(crate) struct Actor {
     resample: bool,
     /// The agent's socket in this session: configured, or from the libvirt domain's XML.
     agent_path: Option<PathBuf>,
+    /// The operator's `migration_shrink`.
+    shrink_setting: ShrinkSetting,
+    /// Whether this session's hypervisor (or the setting) lets the balloon shrink during a
+    /// migration.
+    migration_shrink: MigrationShrink,
 }
 
 impl Actor {
     #[allow(clippy::too_many_arguments)]
     pub fn new(cfg: VmConfig, agent_stale_s: u64, interval: Duration, started: Instant, log: Logger, inbox: Receiver<Msg>, shutdown: Arc<AtomicBool>, bell: Arc<Bell>, shared: Arc<VmShared>) -> Actor {
-        Actor { cfg, agent_stale: Duration::from_secs(agent_stale_s), interval, started, log, inbox, shutdown, bell, shared, paused: false, epoch: 0, limits: HashMap::new(), prep: None, resample: false, agent_path: None }
+        Actor { cfg, agent_stale: Duration::from_secs(agent_stale_s), interval, started, log, inbox, shutdown, bell, shared, paused: false, epoch: 0, limits: HashMap::new(), prep: None, resample: false, agent_path: None, shrink_setting: ShrinkSetting::Auto, migration_shrink: MigrationShrink::HeldUnknown }
+    }
+
+    pub fn with_migration_shrink(mut self, setting: ShrinkSetting) -> Actor {
+        self.shrink_setting = setting;
+        self
     }
 
     /// Runs until shutdown. A panic inside is caught, logged, and the actor starts over
@@ -316,13 +327,15 @@ impl Actor {
             Ok(m) => m.status.is_active(),
             Err(e) => return End::Error(e),
         };
+        self.migration_shrink = MigrationShrink::decide(self.shrink_setting, &qmp.hypervisor());
         self.epoch += 1;
         {
             let mut st = lock(&self.shared.status);
             st.configured = configured;
             st.state = if migrating { VmState::Migrating } else { VmState::Running };
+            st.migration_shrink = Some(self.migration_shrink.to_string());
         }
-        let msg = format!("managing {} ({}), configured {configured}", self.cfg.endpoint(), qmp.describe());
+        let msg = format!("managing {} ({}), configured {configured}; {}", self.cfg.endpoint(), qmp.describe(), self.migration_shrink);
         // Rate-limited too: a QEMU that drops every session right after the handshake
         // would otherwise log one line per reconnect.
         self.note(EventKind::Connected, &msg, &[("configured_kib", json!(configured.0))]);
@@ -386,6 +399,7 @@ impl Actor {
             prev_actual = Some(actual);
             let mut sample = merged.sample(now - self.started, configured, migrating);
             sample.preparing_migration = self.prep.is_some();
+            sample.shrink_while_migrating = self.migration_shrink.allowed();
             // 3. Publish for the decider (not while paused), and show it.
             if !self.paused {
                 *lock(&self.shared.mailbox) = Some(Observation { sample: sample.clone(), source: merged.source, epoch: self.epoch, taken: now });
@@ -568,8 +582,13 @@ impl Actor {
         let ours = self.prep.as_ref().is_some_and(|p| p.started);
         let notice = if now_active && !*migrating {
             *migrating = true;
-            self.note(EventKind::MigrationStarted, "migration started: no shrinking until it ends", &[]);
-            self.freeze_shrink(qmp);
+            if self.migration_shrink.allowed() {
+                // A shrink still under way goes on: it is memory the migration need not send.
+                self.note(EventKind::MigrationStarted, &format!("migration started ({})", self.migration_shrink), &[]);
+            } else {
+                self.note(EventKind::MigrationStarted, "migration started: no shrinking until it ends", &[]);
+                self.freeze_shrink(qmp);
+            }
             if ours {
                 self.migration_report(|r| r.status = status.to_string());
             } else {
@@ -588,7 +607,8 @@ impl Actor {
                 MigrationStatus::Cancelled => MigrationOutcome::Cancelled,
                 _ => MigrationOutcome::Failed,
             };
-            self.note(EventKind::MigrationEnded, &format!("migration ended ({status}): shrinking resumes"), &[("outcome", json!(outcome.to_string()))]);
+            let then = if self.migration_shrink.allowed() { "normal control resumes" } else { "shrinking resumes" };
+            self.note(EventKind::MigrationEnded, &format!("migration ended ({status}): {then}"), &[("outcome", json!(outcome.to_string()))]);
             HostMessage::MigrationEnded { outcome }
         } else {
             return false;

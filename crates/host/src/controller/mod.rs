@@ -194,7 +194,8 @@ impl Controller {
             let shared = Arc::new(VmShared { name: vm.name.clone(), id: VmId(i as u32), status: Mutex::new(status), history: Mutex::default(), mailbox: Mutex::new(None), session: Mutex::new(None) });
             let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
             let policy = config.policy_for(vm);
-            let a = actor::Actor::new(vm.clone(), policy.agent_stale_s, interval, started, logger.clone(), rx, shutdown.clone(), bell.clone(), shared.clone());
+            let a = actor::Actor::new(vm.clone(), policy.agent_stale_s, interval, started, logger.clone(), rx, shutdown.clone(), bell.clone(), shared.clone())
+                .with_migration_shrink(config.controller.migration_shrink);
             workers.push(spawn(&format!("vm-{}", vm.name), move || a.run()));
             inboxes.push((shared.clone(), tx.clone(), policy));
             vms.push(VmHandle { name: vm.name.clone(), shared, commands: tx });

@@ -3,6 +3,7 @@
 //! libvirt's API: `setmem`, `dommemstat`, `domjobinfo`).
 
 use crate::libvirt::{Domain, VirshError};
+use autoballoon_core::migration::{Accel, Hypervisor};
 use autoballoon_core::{Bytes, Kib};
 use autoballoon_qmp::{GuestStats, MigrationStatus, Qmp, QmpError};
 
@@ -40,6 +41,10 @@ pub(crate) type Result<T> = std::result::Result<T, MonitorError>;
 pub(crate) trait Monitor: Send + Sync {
     /// For log lines: `QEMU 7.2.0`, `through libvirt`.
     fn describe(&self) -> String;
+    /// What is known of the hypervisor (QEMU's version, the accelerator), for
+    /// [`autoballoon_core::migration::MigrationShrink`]. Never fails: what cannot be read
+    /// is unknown.
+    fn hypervisor(&self) -> Hypervisor;
     /// The VM's configured memory, bytes: the balloon's ceiling.
     fn configured_bytes(&self) -> Result<u64>;
     /// The guest's present size (the balloon's `actual`), bytes.
@@ -72,6 +77,15 @@ pub(crate) trait Monitor: Send + Sync {
 impl Monitor for Qmp {
     fn describe(&self) -> String {
         format!("QEMU {}", self.version())
+    }
+    fn hypervisor(&self) -> Hypervisor {
+        // The version is the greeting's (what `query-version` answers too).
+        let accel = match self.query_kvm_enabled() {
+            Ok(true) => Accel::Kvm,
+            Ok(false) => Accel::Tcg,
+            Err(_) => Accel::Unknown,
+        };
+        Hypervisor { qemu: Some(self.version().triple()), accel }
     }
     fn configured_bytes(&self) -> Result<u64> {
         Ok(self.query_memory_size_bytes()?)
@@ -150,6 +164,10 @@ fn job_status(kind: &str) -> MigrationStatus {
 impl Monitor for LibvirtMonitor {
     fn describe(&self) -> String {
         "through libvirt".into()
+    }
+    /// Not read through libvirt (yet): unknown, so a migration holds the balloon.
+    fn hypervisor(&self) -> Hypervisor {
+        Hypervisor::default()
     }
     fn configured_bytes(&self) -> Result<u64> {
         Ok(self.domain.dominfo()?.max.to_bytes_saturating().0)

@@ -124,6 +124,9 @@ pub struct VmStatus {
     pub qmp_events_dropped: u64,
     /// The running or last live migration of this VM seen by this controller.
     pub last_migration: Option<MigrationReport>,
+    /// Whether the balloon may shrink while a migration of this VM runs, and why (from
+    /// QEMU's version and accelerator, read when the session starts; docs/migration.md).
+    pub migration_shrink: Option<String>,
 }
 
 /// Who started a migration.

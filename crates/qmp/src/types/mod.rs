@@ -34,7 +34,7 @@ pub use balloon::{parse_balloon_info, parse_guest_stats, parse_memory_size_summa
 pub use event::{parse_event, Event};
 pub use greeting::{parse_greeting, Greeting, QemuVersion};
 pub use migration::{parse_migration_info, MigrationInfo, MigrationStatus};
-pub use status::parse_status;
+pub use status::{parse_kvm_enabled, parse_status};
 
 pub(crate) use event::queued_size;
 pub(crate) use frame::{abbreviate_str, parse_frame, Frame, Outcome};

@@ -14,10 +14,26 @@ pub fn parse_status(ret: &Value) -> Result<String, QmpError> {
         .ok_or_else(|| shape_error("query-status", "no string \"status\"", ret))
 }
 
+/// Parses the `return` of `query-kvm`: whether KVM is enabled (the guest runs under KVM;
+/// false under TCG). `{"enabled": false, "present": true}` on QEMU 7.2 with `-accel tcg`.
+pub fn parse_kvm_enabled(ret: &Value) -> Result<bool, QmpError> {
+    ret.get("enabled")
+        .and_then(Value::as_bool)
+        .ok_or_else(|| shape_error("query-kvm", "no boolean \"enabled\"", ret))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn kvm() {
+        // QEMU 7.2.22, -accel tcg, on a host with /dev/kvm.
+        assert!(!parse_kvm_enabled(&json!({"enabled": false, "present": true})).unwrap());
+        assert!(parse_kvm_enabled(&json!({"enabled": true, "present": true})).unwrap());
+        assert!(parse_kvm_enabled(&json!({"present": true})).is_err());
+    }
 
     #[test]
     fn status() {

@@ -6,7 +6,7 @@
 use super::model::{Config, Kernel, QemuLine};
 use crate::guest::Health;
 use crate::{step, wait_for, GuestImage, Qemu, TcgThread, VmSpec};
-use autoballoon::config::{Config as CtlConfig, ControllerConfig, LogFormat, PolicyConfig, VmConfig};
+use autoballoon::config::{Config as CtlConfig, ControllerConfig, LogFormat, PolicyConfig, ShrinkSetting, VmConfig};
 use autoballoon::controller::{Controller, VmCommand, VmHandle, VmState};
 use autoballoon::log::Logger;
 use autoballoon_core::Kib;
@@ -75,6 +75,8 @@ pub struct Fleet {
     pub out: PathBuf,
     pub guests: Vec<Guest>,
     ctl: Option<Controller>,
+    /// The controller's `migration_shrink` (`autoballoon-bench --migration-shrink`).
+    pub migration_shrink: ShrinkSetting,
 }
 
 const BOOT: Duration = Duration::from_secs(240);
@@ -96,7 +98,7 @@ pub fn spec(config: Config, name: &str, memory: Kib, qemu: &Path) -> VmSpec {
 impl Fleet {
     /// Boots one guest per configuration (all at once, then waits for each) and starts the
     /// controller for those it runs.
-    pub fn boot(line: QemuLine, qemu: &Path, configs: &[Config], images: &Images, memory: Kib, out: &Path) -> Result<Fleet, String> {
+    pub fn boot(line: QemuLine, qemu: &Path, configs: &[Config], images: &Images, memory: Kib, out: &Path, migration_shrink: ShrinkSetting) -> Result<Fleet, String> {
         std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
         let mut started = Vec::new();
         for &c in configs {
@@ -114,7 +116,7 @@ impl Fleet {
             Some(g) => step("QMP", Qmp::connect_with_retry(&g.q.qmp_ctl, Instant::now() + Duration::from_secs(10)))?.version().to_string(),
             None => String::new(),
         };
-        let mut f = Fleet { line, qemu: qemu.to_path_buf(), version, memory, out: out.to_path_buf(), guests, ctl: None };
+        let mut f = Fleet { line, qemu: qemu.to_path_buf(), version, memory, out: out.to_path_buf(), guests, ctl: None, migration_shrink };
         f.start_controller()?;
         Ok(f)
     }
@@ -125,7 +127,7 @@ impl Fleet {
         if vms.is_empty() {
             return Ok(());
         }
-        let config = CtlConfig { controller: ControllerConfig::default(), defaults: PolicyConfig::default(), vms };
+        let config = CtlConfig { controller: ControllerConfig { migration_shrink: self.migration_shrink, ..ControllerConfig::default() }, defaults: PolicyConfig::default(), vms };
         config.validate().map_err(|e| e.to_string())?;
         let log = self.out.join(format!("controller-{}.log", self.line_key()));
         let logger = Logger::new(LogFormat::Text, false).to_file(&log).map_err(|e| e.to_string())?;

@@ -53,6 +53,10 @@ pub struct BenchArgs {
     /// Runs on QEMU 10 [default: 1].
     #[arg(long, default_value_t = 1)]
     pub qemu10_runs: u32,
+    /// The controller's `migration_shrink`: auto (shrink during migrations on KVM or QEMU
+    /// 9.0 and later, hold on QEMU before 9.0 under TCG), always, never.
+    #[arg(long, default_value = "auto")]
+    pub migration_shrink: autoballoon::config::ShrinkSetting,
     /// Skip the footprint workload.
     #[arg(long)]
     pub no_footprint: bool,
@@ -145,6 +149,14 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         kernel_written: sh("date", &["-u", "-r", &a.kernel_json.to_string_lossy(), "+%Y-%m-%d %H:%M UTC"]),
         wall_min: 0.0,
     };
+    let forced = match a.migration_shrink {
+        autoballoon::config::ShrinkSetting::Auto => None,
+        autoballoon::config::ShrinkSetting::Always => Some("always"),
+        autoballoon::config::ShrinkSetting::Never => Some("never"),
+    };
+    if let Some(v) = forced {
+        meta.setup.push(format!("The controller ran with `migration_shrink = \"{v}\"` (not the default `auto`)"));
+    }
     if let Some(from) = &a.report_from {
         let records = read_records(from)?;
         // The measuring run's own facts, from the results.json it wrote, if there is one.
@@ -190,7 +202,7 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
                 QemuLine::System => "system",
                 QemuLine::Qemu10 => "qemu10",
             });
-            let mut fleet = Fleet::boot(*line, qemu, &configs, &images, memory, &dir)?;
+            let mut fleet = Fleet::boot(*line, qemu, &configs, &images, memory, &dir, a.migration_shrink)?;
             println!("[bench] {} is QEMU {}", line.label(), fleet.version);
             let r = (|| -> Result<(), String> {
                 if !a.no_footprint && *line == QemuLine::System {
