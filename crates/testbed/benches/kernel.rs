@@ -57,7 +57,8 @@ impl Bench {
     fn boot_with(&mut self, image: &GuestImage, name: &str, cpus: u32) -> Result<(Qemu, Qmp), String> {
         self.boots += 1;
         let name = format!("{name}-{}", self.boots);
-        let disk = scratch_disk(&self.run_dir.join(format!("{name}.scratch.raw")), self.scratch)?;
+        // The guest's /dev/vda: reads fill its page cache with clean, reclaimable pages.
+        let disk = autoballoon_testbed::sparse_disk(&self.run_dir.join(format!("{name}.scratch.raw")), self.scratch)?;
         let spec = VmSpec { cpus, agent: GuestAgent::None, deflate_on_oom: true, disk: Some(disk), ..VmSpec::new(&name, GUEST) };
         let q = Qemu::start(image, spec, &self.run_dir).map_err(|e| e.to_string())?;
         q.wait_booted(Duration::from_secs(120)).map_err(|e| e.to_string())?;
@@ -65,14 +66,6 @@ impl Bench {
         self.qemu = qmp.version().to_string();
         Ok((q, qmp))
     }
-}
-
-/// A sparse file of zeros of `size`: the guest's `/dev/vda`, whose reads fill its page cache
-/// with clean, reclaimable pages (the image has no file system driver).
-fn scratch_disk(path: &Path, size: Kib) -> Result<PathBuf, String> {
-    let f = std::fs::File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-    f.set_len(size.to_bytes_saturating().0).map_err(|e| format!("cannot size {}: {e}", path.display()))?;
-    Ok(path.to_path_buf())
 }
 
 /// Time to move the balloon to `size`, as QEMU sees it.

@@ -93,6 +93,13 @@ pub struct VmSpec {
     pub disk: Option<PathBuf>,
 }
 
+/// Creates (or truncates) a sparse file of zeros of `size` at `path`, for [`VmSpec::disk`]:
+/// it costs the host nothing until the guest writes to it.
+pub fn sparse_disk(path: &Path, size: Kib) -> Result<PathBuf, String> {
+    std::fs::File::create(path).and_then(|f| f.set_len(size.to_bytes_saturating().0)).map_err(|e| format!("cannot create the disk {}: {e}", path.display()))?;
+    Ok(path.to_path_buf())
+}
+
 /// QEMU's TCG threading: one host thread for all vCPUs, or one per vCPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TcgThread {

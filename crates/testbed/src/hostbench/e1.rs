@@ -162,11 +162,7 @@ pub fn run(image: &GuestImage, dir: &Path, setup: &Setup) -> Result<Vec<Pair>, S
 fn pair(image: &GuestImage, dir: &Path, setup: &Setup, size: u64, run: usize, ballooned_first: bool) -> Result<Pair, String> {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let disk = |n: &str| {
-        let p = dir.join(format!("{n}.disk"));
-        std::fs::File::create(&p).and_then(|f| f.set_len(setup.disk_mib() << 20)).map_err(|e| format!("{}: {e}", p.display()))?;
-        Ok::<_, String>(p)
-    };
+    let disk = |n: &str| crate::sparse_disk(&dir.join(format!("{n}.disk")), Kib::from_mib_saturating(setup.disk_mib()));
     let spec = |n: &str, mib: u64| Ok::<_, String>(VmSpec { agent: GuestAgent::None, disk: Some(disk(n)?), ..VmSpec::new(n, Kib::from_mib_saturating(mib)) });
     let (b, n) = (spec("ballooned", setup.big_mib)?, spec("native", size)?);
     let specs = if ballooned_first { vec![b, n] } else { vec![n, b] };
