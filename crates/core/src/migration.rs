@@ -47,6 +47,11 @@ impl std::str::FromStr for ShrinkSetting {
 /// The first QEMU whose TCG dirty tracking survives a migration (commit 03bfc2188f).
 pub const TCG_FIXED_IN: (u32, u32, u32) = (9, 0, 0);
 
+/// The fix's upstream commit: a QEMU before 9.0 whose package string (QMP greeting,
+/// `--with-pkgversion`) names it has the fix backported (`scripts/build-qemu72-fixed.sh`
+/// builds Debian's 7.2 so).
+pub const TCG_FIX_COMMIT: &str = "03bfc2188f";
+
 /// How a QEMU runs its guest, as far as the driver could tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Accel {
@@ -65,6 +70,15 @@ pub struct Hypervisor {
     /// QEMU's `(major, minor, micro)`, if known.
     pub qemu: Option<(u32, u32, u32)>,
     pub accel: Accel,
+    /// The package string names [`TCG_FIX_COMMIT`]: the fix is backported.
+    pub fix_backported: bool,
+}
+
+impl Hypervisor {
+    /// From QEMU's version triple and package string (the QMP greeting) and the accelerator.
+    pub fn from_version(qemu: (u32, u32, u32), package: &str, accel: Accel) -> Hypervisor {
+        Hypervisor { qemu: Some(qemu), accel, fix_backported: package.contains(TCG_FIX_COMMIT) }
+    }
 }
 
 /// The answer for one hypervisor, with its reason (for logs and the status).
@@ -74,6 +88,8 @@ pub enum MigrationShrink {
     AllowedKvm,
     /// TCG on QEMU 9.0 or later: the dirty-sync fix is in.
     AllowedFixedTcg,
+    /// TCG on QEMU before 9.0 whose package string names the fix: backported.
+    AllowedBackported,
     /// TCG on QEMU before 9.0: writes get lost during a migration; no balloon moves that
     /// make it likelier (and no shrink still under way when one starts).
     HeldOldTcg,
@@ -92,6 +108,7 @@ impl MigrationShrink {
         match (h.accel, h.qemu) {
             (Accel::Kvm, _) => MigrationShrink::AllowedKvm,
             (_, Some(v)) if v >= TCG_FIXED_IN => MigrationShrink::AllowedFixedTcg,
+            (_, Some(_)) if h.fix_backported => MigrationShrink::AllowedBackported,
             (Accel::Tcg, Some(_)) => MigrationShrink::HeldOldTcg,
             _ => MigrationShrink::HeldUnknown,
         }
@@ -107,7 +124,7 @@ impl MigrationShrink {
     }
 
     pub fn allowed(self) -> bool {
-        matches!(self, MigrationShrink::AllowedKvm | MigrationShrink::AllowedFixedTcg | MigrationShrink::AllowedBySetting)
+        matches!(self, MigrationShrink::AllowedKvm | MigrationShrink::AllowedFixedTcg | MigrationShrink::AllowedBackported | MigrationShrink::AllowedBySetting)
     }
 }
 
@@ -116,6 +133,7 @@ impl fmt::Display for MigrationShrink {
         f.write_str(match self {
             MigrationShrink::AllowedKvm => "KVM: shrinking goes on during migrations",
             MigrationShrink::AllowedFixedTcg => "TCG on QEMU >= 9.0: shrinking goes on during migrations",
+            MigrationShrink::AllowedBackported => "TCG on QEMU < 9.0 with the dirty-sync fix (03bfc2188f) backported: shrinking goes on during migrations",
             MigrationShrink::HeldOldTcg => "TCG on QEMU < 9.0 (lost writes during migrations, fixed in 9.0): no shrinking during migrations",
             MigrationShrink::HeldUnknown => "hypervisor not known: no shrinking during migrations",
             MigrationShrink::AllowedBySetting => "migration_shrink = \"always\": shrinking goes on during migrations",
@@ -129,7 +147,17 @@ mod tests {
     use super::*;
 
     fn h(qemu: Option<(u32, u32, u32)>, accel: Accel) -> MigrationShrink {
-        MigrationShrink::of(&Hypervisor { qemu, accel })
+        MigrationShrink::of(&Hypervisor { qemu, accel, fix_backported: false })
+    }
+
+    #[test]
+    fn a_package_string_naming_the_fix_counts_as_fixed() {
+        let debian = Hypervisor::from_version((7, 2, 22), "Debian 1:7.2+dfsg-7+deb12u18+b3", Accel::Tcg);
+        let fixed = Hypervisor::from_version((7, 2, 22), "Debian 1:7.2+dfsg-7+deb12u18, autoballoon test bed: 03bfc2188f backported", Accel::Tcg);
+        assert_eq!(MigrationShrink::of(&debian), MigrationShrink::HeldOldTcg);
+        assert_eq!(MigrationShrink::of(&fixed), MigrationShrink::AllowedBackported);
+        assert!(MigrationShrink::AllowedBackported.allowed());
+        assert_eq!(MigrationShrink::of(&Hypervisor::from_version((10, 0, 2), "", Accel::Tcg)), MigrationShrink::AllowedFixedTcg);
     }
 
     #[test]
@@ -159,8 +187,8 @@ mod tests {
 
     #[test]
     fn the_setting_overrides_the_rule() {
-        let old_tcg = Hypervisor { qemu: Some((7, 2, 22)), accel: Accel::Tcg };
-        let kvm = Hypervisor { qemu: Some((10, 0, 2)), accel: Accel::Kvm };
+        let old_tcg = Hypervisor::from_version((7, 2, 22), "", Accel::Tcg);
+        let kvm = Hypervisor::from_version((10, 0, 2), "", Accel::Kvm);
         assert_eq!(MigrationShrink::decide(ShrinkSetting::Auto, &old_tcg), MigrationShrink::HeldOldTcg);
         assert_eq!(MigrationShrink::decide(ShrinkSetting::Auto, &kvm), MigrationShrink::AllowedKvm);
         assert!(MigrationShrink::decide(ShrinkSetting::Always, &old_tcg).allowed());

@@ -85,7 +85,7 @@ impl Monitor for Qmp {
             Ok(false) => Accel::Tcg,
             Err(_) => Accel::Unknown,
         };
-        Hypervisor { qemu: Some(self.version().triple()), accel }
+        Hypervisor::from_version(self.version().triple(), &self.version().package, accel)
     }
     fn configured_bytes(&self) -> Result<u64> {
         Ok(self.query_memory_size_bytes()?)

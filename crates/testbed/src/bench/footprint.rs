@@ -2,7 +2,7 @@
 //! 0.5 s and integrated over time (GiB·min, the HyperAlloc paper's metric).
 
 use super::fleet::Fleet;
-use super::model::{Config, FootprintRecord};
+use super::model::{AgentCost, Config, FootprintRecord};
 use super::stats::gib_min;
 use crate::guest::{balloon_to, health};
 use crate::{rss_of, step};
@@ -31,6 +31,7 @@ pub fn measure(fleet: &mut Fleet, c: Config, fixed_mib: u64, run: u32) -> Result
         let ctl = step("QMP", Qmp::connect_with_retry(&g.q.qmp_ctl, Instant::now() + Duration::from_secs(10)))?;
         step("balloon", balloon_to(&ctl, Kib::from_mib_saturating(fixed_mib), Duration::from_secs(60)))?;
     }
+    let agent_before = if c.ballooning() { agent_sample(&g.q) } else { None };
     let pid = g.q.pid();
     let stop = Arc::new(AtomicBool::new(false));
     let samples = Arc::new(Mutex::new(Vec::new()));
@@ -56,6 +57,8 @@ pub fn measure(fleet: &mut Fleet, c: Config, fixed_mib: u64, run: u32) -> Result
     }
     stop.store(true, Ordering::Relaxed);
     let _ = sampler.join();
+    let wall = t0.elapsed().as_secs_f64();
+    let agent = agent_before.zip(agent_sample(&g.q)).map(|(a, b)| agent_cost(&a, &b, wall));
     let samples = std::mem::take(&mut *samples.lock().unwrap());
     let (kernel_errors, tainted, kills) = g.seen.news(&health(&g.q, Duration::from_secs(30)));
     Ok(FootprintRecord {
@@ -71,5 +74,59 @@ pub fn measure(fleet: &mut Fleet, c: Config, fixed_mib: u64, run: u32) -> Result
         completed,
         samples,
         phases,
+        agent,
     })
+}
+
+/// What the guest agent's `/proc/PID/stat` and `status` say at one moment.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AgentSample {
+    /// utime + stime, clock ticks (USER_HZ, 100 on x86).
+    pub ticks: u64,
+    pub rss_kib: u64,
+    pub hwm_kib: u64,
+}
+
+/// The guest command that prints them.
+const AGENT_PROC: &str = "p=$(pidof autoballoon-guest) && cat /proc/$p/stat && grep -E '^Vm(RSS|HWM):' /proc/$p/status";
+
+/// Parses [`AGENT_PROC`]'s output: a `stat` line (the fields after the `)` that ends the
+/// command name: state is the 3rd field, utime the 14th, stime the 15th) and the `VmRSS`,
+/// `VmHWM` lines. Pure.
+pub fn parse_agent_proc(text: &str) -> Option<AgentSample> {
+    let stat = text.lines().find(|l| l.contains(") "))?;
+    let rest: Vec<&str> = stat[stat.rfind(") ")? + 2..].split_whitespace().collect();
+    // rest[0] is field 3 (state): utime is field 14, stime 15.
+    let ticks = rest.get(11)?.parse::<u64>().ok()? + rest.get(12)?.parse::<u64>().ok()?;
+    let kib = |key: &str| text.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok());
+    Some(AgentSample { ticks, rss_kib: kib("VmRSS:")?, hwm_kib: kib("VmHWM:")? })
+}
+
+fn agent_sample(q: &crate::Qemu) -> Option<AgentSample> {
+    q.console.run(AGENT_PROC, Duration::from_secs(20)).ok().filter(|o| o.status == 0).and_then(|o| parse_agent_proc(&o.text))
+}
+
+/// The agent's cost between two samples `wall` seconds apart.
+pub fn agent_cost(before: &AgentSample, after: &AgentSample, wall: f64) -> AgentCost {
+    const USER_HZ: f64 = 100.0;
+    let cpu_s = after.ticks.saturating_sub(before.ticks) as f64 / USER_HZ;
+    AgentCost { cpu_pct: if wall > 0.0 { 100.0 * cpu_s / wall } else { f64::NAN }, rss_mib: after.rss_kib as f64 / 1024.0, hwm_mib: after.hwm_kib as f64 / 1024.0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_agents_proc_files_parse() {
+        // Captured from the test guest (busybox, 6.1 kernel); the command name has a space
+        // and a parenthesis to show the parser keys on the last ") ".
+        let text = "97 (autoballoon-g) x) S 1 97 97 0 -1 4194560 211 0 0 0 153 47 0 0 20 0 3 0 412 12345 789 18446744073709551615\nVmHWM:\t    3524 kB\nVmRSS:\t    3140 kB\n";
+        let s = parse_agent_proc(text).unwrap();
+        assert_eq!(s, AgentSample { ticks: 200, rss_kib: 3140, hwm_kib: 3524 });
+        assert!(parse_agent_proc("pidof: no such process").is_none());
+        let c = agent_cost(&AgentSample { ticks: 100, ..s }, &s, 50.0);
+        assert_eq!(c.cpu_pct, 2.0);
+        assert!((c.rss_mib - 3140.0 / 1024.0).abs() < 1e-9);
+    }
 }

@@ -34,6 +34,24 @@ pub struct BenchArgs {
     /// QEMU 10's binary or wrapper (`scripts/install-qemu10.sh`); without it no QEMU 10 table.
     #[arg(long)]
     pub qemu10: Option<PathBuf>,
+    /// The system line's QEMU binary or wrapper [default: $AUTOBALLOON_QEMU, else
+    /// qemu-system-x86_64]. `make bench` passes Debian's 7.2 with the TCG dirty-sync fix
+    /// backported (`scripts/build-qemu72-fixed.sh`): Debian's own 7.2 loses guest writes
+    /// during migrations under TCG, whatever balloons (docs/migration.md).
+    #[arg(long)]
+    pub system_qemu: Option<PathBuf>,
+    /// Guest sizes of the size sweep, MiB: the idle moment (the same share of memory
+    /// written and freed) on fresh guests of each size, one run, system QEMU
+    /// [default: 512,1024,2048,4096; none with --quick].
+    #[arg(long, value_delimiter = ',')]
+    pub sizes: Vec<u64>,
+    /// Leave out the size sweep and the physical limit.
+    #[arg(long)]
+    pub no_sweep: bool,
+    /// The physical limit: a guest without balloon booted with just the memory the idle
+    /// workload uses, MiB (autoballoon's idle guests settle at 190–260 MiB).
+    #[arg(long, default_value_t = 256)]
+    pub physical_mib: u64,
     /// Runs per point [default: $BENCH_RUNS, else 2; 1 with --quick].
     #[arg(long)]
     pub runs: Option<u32>,
@@ -111,11 +129,49 @@ fn write_report(a: &BenchArgs, meta: &report::Meta, records: &[Record]) -> Resul
     if let Some(s) = report::after_spike_svg(records) {
         w("migration-after-spike.svg", s)?;
     }
+    if let Some(s) = report::by_size_svg(records) {
+        w("migration-by-size.svg", s)?;
+    }
     if let Some(s) = report::footprint_svg(records) {
         w("footprint.svg", s)?;
     }
     println!("[bench] wrote {}", a.results.join("RESULTS.md").display());
     Ok(())
+}
+
+/// What the size sweep shares with the main runs.
+struct SweepRun<'a> {
+    line: QemuLine,
+    qemu: &'a Path,
+    configs: &'a [Config],
+    images: &'a Images,
+    setup: &'a Setup,
+    out: &'a Path,
+    shrink: autoballoon::config::ShrinkSetting,
+}
+
+/// The size sweep (the idle moment on fresh guests of each size, every configuration) and
+/// the physical limit (a guest without balloon booted with `physical_mib`, writing and
+/// freeing half of it).
+fn sweep(s: &SweepRun, sizes: &[u64], physical_mib: u64, push: &mut dyn FnMut(Record)) -> Result<(), String> {
+    let one = |configs: &[Config], mib: u64, setup: &Setup, dir: &str, push: &mut dyn FnMut(Record), wrap: fn(model::MigrationRecord) -> Record| -> Result<(), String> {
+        println!("[bench] {}: booting {} guest(s) of {mib} MiB", dir, configs.len());
+        let memory = autoballoon_core::Kib::from_mib_saturating(mib);
+        let mut fleet = Fleet::boot(s.line, s.qemu, configs, s.images, memory, &s.out.join(dir), s.shrink)?;
+        let r = configs.iter().try_for_each(|&c| {
+            let mut r = scenario::point(&mut fleet, s.images, setup, c, Moment::Idle, 0)?;
+            r.memory_mib = Some(mib);
+            push(wrap(r));
+            Ok::<(), String>(())
+        });
+        fleet.shutdown();
+        r
+    };
+    for &mib in sizes {
+        one(s.configs, mib, s.setup, &format!("sweep-{mib}"), push, Record::Sweep)?;
+    }
+    let physical = Setup { fill_mib: physical_mib / 2, memory_mib: physical_mib, ..s.setup.clone() };
+    one(&[Config::NoBalloon], physical_mib, &physical, "physical", push, Record::Physical)
 }
 
 pub fn run(a: BenchArgs) -> Result<(), String> {
@@ -132,7 +188,7 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         (true, false) => Moment::DEFAULT.to_vec(),
     };
     let moments10 = if a.qemu10_moments.is_empty() { if quick { vec![Moment::Idle] } else { Moment::QUICK.to_vec() } } else { a.qemu10_moments.clone() };
-    let setup = Setup { fill_mib: 1536, idle_s: 10, spike_threads: 3, spike_mib: 400, spike_hold_s: 2, bandwidth_mib: a.bandwidth_mib, slow_mib: a.slow_mib, fixed_mib: a.fixed_mib };
+    let setup = Setup { fill_mib: 1536, memory_mib: a.memory_kib.map_or(a.memory_mib, |k| k / 1024), idle_s: 10, spike_threads: 3, spike_mib: 400, spike_hold_s: 2, bandwidth_mib: a.bandwidth_mib, slow_mib: a.slow_mib, fixed_mib: a.fixed_mib };
     let mut meta = report::Meta {
         generated: sh("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
         commit: sh("git", &["rev-parse", "--short", "HEAD"]),
@@ -183,12 +239,19 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
     let jsonl = out.join("results.jsonl");
     let mut sink = std::fs::File::create(&jsonl).map_err(|e| format!("{}: {e}", jsonl.display()))?;
     let mut records: Vec<Record> = Vec::new();
-    let mut lines = vec![(QemuLine::System, crate::qemu_binary(), moments.clone(), runs)];
+    let system_qemu = a.system_qemu.clone().unwrap_or_else(crate::qemu_binary);
+    let mut lines = vec![(QemuLine::System, system_qemu, moments.clone(), runs)];
     if let Some(q) = &a.qemu10 {
         lines.push((QemuLine::Qemu10, q.clone(), moments10, a.qemu10_runs.min(runs)));
     }
     let memory = a.memory_kib.map_or(autoballoon_core::Kib::from_mib_saturating(a.memory_mib), autoballoon_core::Kib);
-    let total: usize = lines.iter().map(|l| l.2.len() * l.3 as usize * configs.len()).sum();
+    let sizes: Vec<u64> = match (a.no_sweep, a.sizes.is_empty(), quick) {
+        (true, _, _) | (false, true, true) => vec![],
+        (false, true, false) => vec![512, 1024, 2048, 4096],
+        (false, false, _) => a.sizes.clone(),
+    };
+    let sweep_points = if sizes.is_empty() { 0 } else { sizes.len() * configs.len() + 1 };
+    let total: usize = lines.iter().map(|l| l.2.len() * l.3 as usize * configs.len()).sum::<usize>() + sweep_points;
     let mut done = 0;
     println!("[bench] {} configuration(s) {:?}, {total} migrations; records in {}", configs.len(), configs.iter().map(|c| c.key()).collect::<Vec<_>>(), jsonl.display());
     let mut push = |records: &mut Vec<Record>, r: Record| {
@@ -237,6 +300,13 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
             })();
             fleet.shutdown();
             r?;
+            if *line == QemuLine::System && !sizes.is_empty() {
+                sweep(&SweepRun { line: *line, qemu, configs: &configs, images: &images, setup: &setup, out: &out, shrink: a.migration_shrink }, &sizes, a.physical_mib, &mut |r| {
+                    done += 1;
+                    println!("[bench] {done}/{total} {}: {:.1} MiB sent, {:.2} s, healthy {} ({:.0} min so far)", r.label(), r.sent_mib(), r.total_s(), r.healthy(), t0.elapsed().as_secs_f64() / 60.0);
+                    push(&mut records, r);
+                })?;
+            }
         }
         Ok(())
     })();

@@ -235,6 +235,14 @@ pub struct MigrationRecord {
     /// The spike of this point: `spike`'s allocation time and whether it completed.
     pub spike_alloc_s: Option<f64>,
     pub spike_completed: Option<bool>,
+    /// The guest's size (QMP `actual`, MiB) sampled during the spike of an after-spike
+    /// moment: (seconds since the spike started, MiB); see [`super::stats::reaction`].
+    #[serde(default)]
+    pub spike_sizes: Vec<(f64, f64)>,
+    /// The guest's configured memory, MiB, when it is not the run's main size (the size
+    /// sweep and the physical limit).
+    #[serde(default)]
+    pub memory_mib: Option<u64>,
     /// OOM kills in the guest during this point (spike and migration).
     pub oom_kills: usize,
     /// The destination: its shell answered; the kernel error lines and taint flags that
@@ -273,6 +281,20 @@ pub struct FootprintRecord {
     pub samples: Vec<(f64, f64)>,
     /// (start s, end s, phase name).
     pub phases: Vec<(f64, f64, String)>,
+    /// The guest agent's own cost over the workload, for configurations with an agent.
+    #[serde(default)]
+    pub agent: Option<AgentCost>,
+}
+
+/// The guest agent's CPU and memory over a workload, read from its `/proc/PID/stat` and
+/// `status` in the guest before and after.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct AgentCost {
+    /// User + system time over wall time, % of one CPU.
+    pub cpu_pct: f64,
+    /// `VmRSS` at the end, and `VmHWM` (its peak), MiB.
+    pub rss_mib: f64,
+    pub hwm_mib: f64,
 }
 
 /// A guest found dead (its QEMU exited: a kernel panic) when its next measurement was due:
@@ -291,8 +313,45 @@ pub struct CrashRecord {
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Record {
     Migration(MigrationRecord),
+    /// An idle migration of the size sweep (`memory_mib` set).
+    Sweep(MigrationRecord),
+    /// The physical limit: the idle migration of a guest without balloon booted with just
+    /// what the idle workload uses (`memory_mib`).
+    Physical(MigrationRecord),
     Footprint(FootprintRecord),
     Crash(CrashRecord),
+}
+
+impl Record {
+    /// One line for the progress output.
+    pub fn label(&self) -> String {
+        match self {
+            Record::Migration(r) => format!("{} {} {}", r.qemu.label(), r.moment, r.config.key()),
+            Record::Sweep(r) => format!("size sweep {} MiB {}", r.memory_mib.unwrap_or(0), r.config.key()),
+            Record::Physical(r) => format!("physical limit {} MiB", r.memory_mib.unwrap_or(0)),
+            Record::Footprint(r) => format!("footprint {}", r.config.key()),
+            Record::Crash(r) => format!("crash {}", r.config.key()),
+        }
+    }
+
+    fn migration(&self) -> Option<&MigrationRecord> {
+        match self {
+            Record::Migration(r) | Record::Sweep(r) | Record::Physical(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    pub fn sent_mib(&self) -> f64 {
+        self.migration().map_or(f64::NAN, |r| r.sent_mib)
+    }
+
+    pub fn total_s(&self) -> f64 {
+        self.migration().map_or(f64::NAN, |r| r.total_s)
+    }
+
+    pub fn healthy(&self) -> bool {
+        self.migration().is_some_and(|r| r.healthy())
+    }
 }
 
 #[cfg(test)]
@@ -326,7 +385,7 @@ mod tests {
         let m = Record::Migration(MigrationRecord {
             qemu: QemuLine::System, qemu_version: "7.2.22".into(), config: Config::AbPatchedFpr, moment: Moment::AfterSpike(500), run: 1, bandwidth_mib: 128,
             completed: true, error: None, sent_mib: 101.5, total_s: 1.2, downtime_ms: Some(20), size_mib: 300.0, rss_mib: Some(900.0),
-            spike_alloc_s: Some(0.6), spike_completed: Some(true), oom_kills: 0, shell: true, kernel_errors: vec![], tainted: Some(0),
+            spike_alloc_s: Some(0.6), spike_completed: Some(true), spike_sizes: vec![(0.0, 300.0), (0.5, 900.0)], memory_mib: None, oom_kills: 0, shell: true, kernel_errors: vec![], tainted: Some(0),
         });
         let line = serde_json::to_string(&m).unwrap();
         assert!(line.contains(r#""kind":"migration""#) && line.contains(r#""config":"ab-patched-fpr""#) && line.contains(r#""after-spike":500"#), "{line}");
@@ -336,7 +395,10 @@ mod tests {
         failed.sent_mib = f64::NAN;
         let back: Record = serde_json::from_str(&serde_json::to_string(&Record::Migration(failed)).unwrap()).unwrap();
         assert!(matches!(back, Record::Migration(r) if r.sent_mib.is_nan() && r.total_s == 1.2));
-        let f = Record::Footprint(FootprintRecord { qemu: QemuLine::Qemu10, config: Config::Fpr, run: 0, gib_min: 1.5, seconds: 90.0, peak_mib: 1400.0, oom_kills: 0, kernel_errors: vec![], tainted: Some(0), completed: true, samples: vec![(0.0, 200.0)], phases: vec![(0.0, 5.0, "fill".into())] });
+        let f = Record::Footprint(FootprintRecord { qemu: QemuLine::Qemu10, config: Config::Fpr, run: 0, gib_min: 1.5, seconds: 90.0, peak_mib: 1400.0, oom_kills: 0, kernel_errors: vec![], tainted: Some(0), completed: true, samples: vec![(0.0, 200.0)], phases: vec![(0.0, 5.0, "fill".into())], agent: Some(AgentCost { cpu_pct: 0.4, rss_mib: 3.1, hwm_mib: 3.5 }) });
         assert_eq!(serde_json::from_str::<Record>(&serde_json::to_string(&f).unwrap()).unwrap(), f);
+        // Records written before the sweep, the reaction samples and the agent's cost read back.
+        let old = r#"{"kind":"footprint","qemu":"system","config":"fpr","run":0,"gib_min":1.0,"seconds":9.0,"peak_mib":9.0,"oom_kills":0,"completed":true,"samples":[],"phases":[]}"#;
+        assert!(matches!(serde_json::from_str::<Record>(old).unwrap(), Record::Footprint(FootprintRecord { agent: None, .. })));
     }
 }

@@ -2,7 +2,7 @@
 //! report can be written again from `results.jsonl` with `--report-from`).
 
 use super::model::{Config, CrashRecord, FootprintRecord, MigrationRecord, Moment, QemuLine, Record};
-use super::stats::{cell, footprint, median, ratio, Cell};
+use super::stats::{cell, footprint, median, ratio, reaction, Cell};
 use crate::plot::{svg, Series, Span};
 use std::fmt::Write;
 
@@ -74,10 +74,17 @@ fn split(records: &[Record]) -> (Vec<MigrationRecord>, Vec<FootprintRecord>) {
         match r {
             Record::Migration(x) => m.push(x.clone()),
             Record::Footprint(x) => fp.push(x.clone()),
-            Record::Crash(_) => {}
+            Record::Crash(_) | Record::Sweep(_) | Record::Physical(_) => {}
         }
     }
     (m, fp)
+}
+
+/// The size sweep's records and the physical limit's.
+fn sweeps(records: &[Record]) -> (Vec<MigrationRecord>, Vec<MigrationRecord>) {
+    let sw = records.iter().filter_map(|r| if let Record::Sweep(x) = r { Some(x.clone()) } else { None }).collect();
+    let ph = records.iter().filter_map(|r| if let Record::Physical(x) = r { Some(x.clone()) } else { None }).collect();
+    (sw, ph)
 }
 
 fn crashes(records: &[Record]) -> Vec<CrashRecord> {
@@ -207,8 +214,12 @@ pub fn markdown(meta: &Meta, records: &[Record]) -> String {
             let _ = writeln!(o, "\n{fails} failing cell(s).\n");
         }
     }
+    spike_section(&mut o, &ms);
+    sweep_section(&mut o, records);
     footprint_section(&mut o, &fp);
-    problems(&mut o, &ms, &fp, &cr);
+    let (sw, ph) = sweeps(records);
+    let all_ms: Vec<MigrationRecord> = ms.iter().chain(&sw).chain(&ph).cloned().collect();
+    problems(&mut o, &all_ms, &fp, &cr);
     kernel_section(&mut o, meta.kernel.as_ref(), &meta.kernel_written);
     o
 }
@@ -224,8 +235,8 @@ fn footprint_section(o: &mut String, fp: &[FootprintRecord]) {
         let _ = writeln!(o, "## Footprint, {}: source QEMU RSS integrated over the workload\n", line.label());
         let phases: Vec<&str> = super::footprint::PHASES.iter().map(|p| p.0).collect();
         let _ = writeln!(o, "Workload, on a fresh guest before the migrations: {}. RSS sampled every 0.5 s. Plot: `bench/footprint.svg`.\n", phases.join(", "));
-        let _ = writeln!(o, "| configuration | GiB·min [min–max] | ×F | ×N | peak MiB | seconds | OOM kills | completed |");
-        let _ = writeln!(o, "|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(o, "| configuration | GiB·min [min–max] | ×F | ×N | peak MiB | seconds | OOM kills | completed | agent CPU % / RSS MiB (peak) |");
+        let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|");
         let base = |c| footprint(fp, line, c).map_or(f64::NAN, |v| v.1);
         let mut cs: Vec<Config> = fp.iter().filter(|r| r.qemu == line).map(|r| r.config).collect();
         cs.sort();
@@ -233,9 +244,16 @@ fn footprint_section(o: &mut String, fp: &[FootprintRecord]) {
         for c in cs {
             let rs: Vec<&FootprintRecord> = fp.iter().filter(|r| r.qemu == line && r.config == c).collect();
             let (g, (lo, hi)) = footprint(fp, line, c).map_or((f64::NAN, (f64::NAN, f64::NAN)), |v| (v.1, v.2));
+            let agent: Vec<_> = rs.iter().filter_map(|r| r.agent).collect();
+            let agent = if agent.is_empty() {
+                "–".to_string()
+            } else {
+                let m = |f: fn(&super::model::AgentCost) -> f64| median(&agent.iter().map(f).collect::<Vec<_>>());
+                format!("{} % / {} ({})", f(m(|a| a.cpu_pct), 2), f(m(|a| a.rss_mib), 1), f(m(|a| a.hwm_mib), 1))
+            };
             let _ = writeln!(
                 o,
-                "| {} | {} [{}–{}] | {} | {} | {} | {} | {} | {}/{} |",
+                "| {} | {} [{}–{}] | {} | {} | {} | {} | {} | {}/{} | {agent} |",
                 c.label(),
                 f(g, 3),
                 f(lo, 3),
@@ -250,7 +268,109 @@ fn footprint_section(o: &mut String, fp: &[FootprintRecord]) {
             );
         }
         o.push('\n');
+        let _ = writeln!(o, "The agent's cost is read from its `/proc/PID/stat` and `status` in the guest before and after the workload (CPU % of one vCPU over the workload's wall time). The host controller's own cost per VM is measured by `make bench-host` (`bench/host/RESULTS.md`, *Controller cost*).\n");
     }
+}
+
+/// The spikes of the after-spike moments: completion, OOM kills, allocation time and the
+/// reaction time (the guest's size sampled every 100 ms during the spike).
+fn spike_section(o: &mut String, ms: &[MigrationRecord]) {
+    let mut lines: Vec<QemuLine> = ms.iter().filter(|r| r.moment.after_s().is_some()).map(|r| r.qemu).collect();
+    lines.sort();
+    lines.dedup();
+    for line in lines {
+        let rs: Vec<&MigrationRecord> = ms.iter().filter(|r| r.qemu == line && r.moment.after_s().is_some() && r.spike_completed.is_some()).collect();
+        let mut cs: Vec<Config> = rs.iter().map(|r| r.config).collect();
+        cs.sort();
+        cs.dedup();
+        let alloc = |c: Config| median(&rs.iter().filter(|r| r.config == c).filter_map(|r| r.spike_alloc_s).collect::<Vec<_>>());
+        let _ = writeln!(o, "## The spike itself, {}: every after-spike moment's `spike 3 400`\n", line.label());
+        let _ = writeln!(o, "Reaction time: from the spike's start until the guest's size (QMP `actual`, sampled every 100 ms) first covered 95 % of its growth to the spike's peak; \"–\" for guests whose size never moves.\n");
+        let _ = writeln!(o, "| configuration | spikes completed | OOM kills | allocation s (median) | ×N | reaction s: median [min–max] | size at start → peak, MiB (median) |");
+        let _ = writeln!(o, "|---|---|---|---|---|---|---|");
+        for c in cs {
+            let mine: Vec<&&MigrationRecord> = rs.iter().filter(|r| r.config == c).collect();
+            let re: Vec<_> = mine.iter().filter_map(|r| reaction(&r.spike_sizes, 16.0)).collect();
+            let secs: Vec<f64> = re.iter().map(|r| r.secs).collect();
+            let (lo, hi) = super::stats::spread(&secs);
+            let react = if re.is_empty() { "–".into() } else { format!("{} [{}–{}]", f(median(&secs), 2), f(lo, 2), f(hi, 2)) };
+            let sizes = if re.is_empty() { "–".into() } else { format!("{} → {}", f(median(&re.iter().map(|r| r.start_mib).collect::<Vec<_>>()), 0), f(median(&re.iter().map(|r| r.peak_mib).collect::<Vec<_>>()), 0)) };
+            let _ = writeln!(
+                o,
+                "| {} | {}/{} | {} | {} | {} | {react} | {sizes} |",
+                c.label(),
+                mine.iter().filter(|r| r.spike_completed == Some(true)).count(),
+                mine.len(),
+                mine.iter().map(|r| r.oom_kills).sum::<usize>(),
+                f(alloc(c), 2),
+                x(ratio(alloc(c), alloc(Config::NoBalloon))),
+            );
+        }
+        o.push('\n');
+    }
+}
+
+/// The size sweep (the first seed's Figure 1, after a fill and free) and the physical limit.
+fn sweep_section(o: &mut String, records: &[Record]) {
+    let (sw, ph) = sweeps(records);
+    if sw.is_empty() && ph.is_empty() {
+        return;
+    }
+    let mut sizes: Vec<u64> = sw.iter().filter_map(|r| r.memory_mib).collect();
+    sizes.sort();
+    sizes.dedup();
+    let mut cs: Vec<Config> = sw.iter().map(|r| r.config).collect();
+    cs.sort();
+    cs.dedup();
+    let at = |size: u64, c: Config| -> Option<Cell> {
+        let v: Vec<&MigrationRecord> = sw.iter().filter(|r| r.memory_mib == Some(size) && r.config == c).collect();
+        (!v.is_empty()).then(|| Cell::of(&v))
+    };
+    let version = sw.iter().chain(&ph).next().map(|r| r.qemu_version.clone()).unwrap_or_default();
+    let _ = writeln!(o, "## Size sweep: idle migrations by guest size (QEMU {version})\n");
+    let _ = writeln!(o, "Each size on fresh guests: the idle moment (3/4 of the memory written and freed, 10 s idle), one run. Cells: MiB sent (× FPR), seconds, healthy. Plot: `bench/migration-by-size.svg`.\n");
+    let _ = writeln!(o, "| guest size | {} |", cs.iter().map(|c| c.label()).collect::<Vec<_>>().join(" | "));
+    let _ = writeln!(o, "|---|{}", "---|".repeat(cs.len()));
+    for &size in &sizes {
+        let fpr = at(size, Config::Fpr);
+        let cells: Vec<String> = cs
+            .iter()
+            .map(|&c| at(size, c).map_or("".into(), |k| format!("{} ({}) {} s{}", f(k.sent_mib, 0), x(vs(k.sent_mib, fpr.as_ref(), |y| y.sent_mib)), f(k.total_s, 2), if k.healthy == k.n { String::new() } else { format!(" **{}/{} healthy**", k.healthy, k.n) })))
+            .collect();
+        let _ = writeln!(o, "| {size} MiB | {} |", cells.join(" | "));
+    }
+    o.push('\n');
+    if let Some(p) = ph.first() {
+        let _ = writeln!(o, "**Physical limit**: a guest without balloon booted with {} MiB (what the idle guest uses), the same idle moment (half its memory written and freed): **{} MiB sent in {} s** (healthy: {}). The same at each size, × the physical limit:\n", p.memory_mib.unwrap_or(0), f(p.sent_mib, 0), f(p.total_s, 2), p.healthy());
+        let _ = writeln!(o, "| guest size | {} |", cs.iter().map(|c| c.label()).collect::<Vec<_>>().join(" | "));
+        let _ = writeln!(o, "|---|{}", "---|".repeat(cs.len()));
+        for &size in &sizes {
+            let cells: Vec<String> = cs.iter().map(|&c| at(size, c).map_or("".into(), |k| format!("{} bytes, {} time", x(ratio(k.sent_mib, p.sent_mib)), x(ratio(k.total_s, p.total_s))))).collect();
+            let _ = writeln!(o, "| {size} MiB | {} |", cells.join(" | "));
+        }
+        o.push('\n');
+    }
+}
+
+/// MiB sent by idle migrations against the guest size, one line per configuration.
+pub fn by_size_svg(records: &[Record]) -> Option<String> {
+    let (sw, _) = sweeps(records);
+    if sw.is_empty() {
+        return None;
+    }
+    let mut cs: Vec<Config> = sw.iter().map(|r| r.config).collect();
+    cs.sort();
+    cs.dedup();
+    let series: Vec<Series> = cs
+        .iter()
+        .map(|&c| {
+            let mut pts: Vec<(f64, f64)> = sw.iter().filter(|r| r.config == c && r.completed).filter_map(|r| Some((r.memory_mib? as f64, r.sent_mib))).collect();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            Series { name: c.key(), color: color(c), points: pts }
+        })
+        .collect();
+    let y_max = sw.iter().map(|r| r.sent_mib).filter(|v| !v.is_nan()).fold(100.0, f64::max) * 1.1;
+    Some(svg("MiB sent by an idle migration (after a fill and free) against the guest size, MiB", &series, &[], y_max))
 }
 
 fn problems(o: &mut String, ms: &[MigrationRecord], fp: &[FootprintRecord], cr: &[CrashRecord]) {
@@ -399,7 +519,7 @@ mod tests {
     fn rec(config: Config, moment: Moment, run: u32, sent: f64, secs: f64) -> Record {
         Record::Migration(MigrationRecord {
             qemu: QemuLine::System, qemu_version: "7.2.22".into(), config, moment, run, bandwidth_mib: 128, completed: true, error: None,
-            sent_mib: sent, total_s: secs, downtime_ms: Some(20), size_mib: 300.0, rss_mib: None, spike_alloc_s: None, spike_completed: None,
+            sent_mib: sent, total_s: secs, downtime_ms: Some(20), size_mib: 300.0, rss_mib: None, spike_alloc_s: None, spike_completed: None, spike_sizes: vec![], memory_mib: None,
             oom_kills: 0, shell: true, kernel_errors: vec![], tainted: Some(0),
         })
     }

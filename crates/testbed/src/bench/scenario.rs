@@ -7,12 +7,17 @@ use crate::guest::{balloon_to, fill, health, SpikeRun};
 use crate::{start_migration, step, wait_for, wait_migration, wait_settled, wait_vm_settled, Migrated};
 use autoballoon_core::Kib;
 use autoballoon_qmp::{MigrationStatus, Qmp};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// The workload and link settings shared by every point.
 #[derive(Debug, Clone)]
 pub struct Setup {
+    /// What the idle moment writes and frees, MiB, for the run's main guest size; other
+    /// sizes (the sweep) write the same share of their memory.
     pub fill_mib: u64,
+    /// The run's main guest size, MiB.
+    pub memory_mib: u64,
     pub idle_s: u64,
     pub spike_threads: u32,
     pub spike_mib: u64,
@@ -26,6 +31,16 @@ pub struct Setup {
 }
 
 impl Setup {
+    /// What the idle moment writes and frees in a guest of `memory`.
+    pub fn fill_mib(&self, memory: Kib) -> u64 {
+        let m = memory.0 / 1024;
+        if m == self.memory_mib || self.memory_mib == 0 {
+            self.fill_mib
+        } else {
+            self.fill_mib * m / self.memory_mib
+        }
+    }
+
     fn spike_cmd(&self) -> String {
         format!("spike {} {} {} 0 1", self.spike_threads, self.spike_mib, self.spike_hold_s)
     }
@@ -70,9 +85,35 @@ fn run_spike(q: &crate::Qemu, setup: &Setup) -> Result<SpikeRun, String> {
     Ok(SpikeRun::parse(&o.text, o.status))
 }
 
+/// A spike's run and the guest's sizes during it: (seconds since its start, MiB).
+type WatchedSpike = (SpikeRun, Vec<(f64, f64)>);
+
+/// [`run_spike`], with the guest's size (QMP `actual`) sampled every 100 ms meanwhile:
+/// (seconds since the spike started, MiB), for the reaction time.
+fn run_spike_watched(q: &crate::Qemu, setup: &Setup, ctl: &Qmp) -> Result<WatchedSpike, String> {
+    let stop = AtomicBool::new(false);
+    let t0 = Instant::now();
+    std::thread::scope(|sc| {
+        let sampler = sc.spawn(|| {
+            let mut v = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(b) = ctl.query_balloon() {
+                    v.push((t0.elapsed().as_secs_f64(), mib(b)));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            v
+        });
+        let s = run_spike(q, setup);
+        stop.store(true, Ordering::Relaxed);
+        let sizes = sampler.join().unwrap_or_default();
+        s.map(|s| (s, sizes))
+    })
+}
+
 /// Brings `c`'s guest to moment `m` (for [`Moment::DuringSpike`]: settled, the spike comes
-/// later). Returns the spike's run, if one ran.
-fn reach(fleet: &Fleet, c: Config, m: Moment, setup: &Setup, ctl: &Qmp, q: &crate::Qemu) -> Result<Option<SpikeRun>, String> {
+/// later). Returns the spike's run and the guest's sizes during it, if one ran.
+fn reach(fleet: &Fleet, c: Config, m: Moment, setup: &Setup, ctl: &Qmp, q: &crate::Qemu) -> Result<Option<WatchedSpike>, String> {
     if c == Config::DooFixed {
         fixed_size(setup, ctl)?;
     }
@@ -85,7 +126,7 @@ fn reach(fleet: &Fleet, c: Config, m: Moment, setup: &Setup, ctl: &Qmp, q: &crat
                 let full = fleet.memory;
                 step("balloon", balloon_to(ctl, full, Duration::from_secs(60)))?.ok_or("the guest did not get back to full size in 60 s")?;
             }
-            let filled = fill(q, setup.fill_mib);
+            let filled = fill(q, setup.fill_mib(fleet.memory));
             fleet.resume(c);
             filled?;
             std::thread::sleep(Duration::from_secs(setup.idle_s));
@@ -93,7 +134,7 @@ fn reach(fleet: &Fleet, c: Config, m: Moment, setup: &Setup, ctl: &Qmp, q: &crat
         }
         Moment::AfterSpike(ms) => {
             settle(fleet, c, ctl);
-            let s = run_spike(q, setup)?;
+            let s = run_spike_watched(q, setup, ctl)?;
             // The moment itself: a deliberate delay after the spike's free.
             std::thread::sleep(Duration::from_millis(u64::from(ms)));
             Ok(Some(s))
@@ -148,7 +189,7 @@ pub fn point(fleet: &mut Fleet, images: &Images, setup: &Setup, c: Config, m: Mo
     let bandwidth_mib = if m == Moment::DuringSpike { setup.slow_mib } else { setup.bandwidth_mib };
     let mut rec = MigrationRecord {
         qemu: fleet.line, qemu_version: fleet.version.clone(), config: c, moment: m, run, bandwidth_mib, completed: false, error: None,
-        sent_mib: f64::NAN, total_s: f64::NAN, downtime_ms: None, size_mib: f64::NAN, rss_mib: None, spike_alloc_s: None, spike_completed: None,
+        sent_mib: f64::NAN, total_s: f64::NAN, downtime_ms: None, size_mib: f64::NAN, rss_mib: None, spike_alloc_s: None, spike_completed: None, spike_sizes: vec![], memory_mib: None,
         oom_kills: 0, shell: false, kernel_errors: vec![], tainted: None,
     };
     let (dest, port) = fleet.destination(c, images)?;
@@ -156,9 +197,10 @@ pub fn point(fleet: &mut Fleet, images: &Images, setup: &Setup, c: Config, m: Mo
         let g = fleet.guests.iter().find(|g| g.config == c).expect("a guest per configuration");
         let ctl = qmp(&g.q)?;
         let spike = reach(fleet, c, m, setup, &ctl, &g.q)?;
-        if let Some(s) = &spike {
+        if let Some((s, sizes)) = spike {
             rec.spike_alloc_s = s.alloc_s;
             rec.spike_completed = Some(s.completed);
+            rec.spike_sizes = sizes;
         }
         rec.size_mib = mib(ctl.query_balloon().unwrap_or(0));
         rec.rss_mib = g.q.rss().map(|k| k.mib_f64());

@@ -70,6 +70,29 @@ pub fn cell(records: &[MigrationRecord], qemu: QemuLine, moment: Moment, config:
     (!v.is_empty()).then(|| Cell::of(&v))
 }
 
+/// How fast a guest grew for a spike.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Reaction {
+    /// Seconds from the spike's start until the size first covered 95 % of the way from
+    /// its size at the start to its peak (a rise time).
+    pub secs: f64,
+    pub start_mib: f64,
+    pub peak_mib: f64,
+}
+
+/// The reaction in (seconds since the spike started, size MiB) samples; `None` with no
+/// samples or a growth below `min_growth_mib` (a guest that never moves: no balloon, FPR).
+pub fn reaction(samples: &[(f64, f64)], min_growth_mib: f64) -> Option<Reaction> {
+    let start_mib = samples.first()?.1;
+    let peak_mib = samples.iter().map(|s| s.1).fold(start_mib, f64::max);
+    if peak_mib - start_mib < min_growth_mib {
+        return None;
+    }
+    let goal = start_mib + 0.95 * (peak_mib - start_mib);
+    let secs = samples.iter().find(|s| s.1 >= goal)?.0;
+    Some(Reaction { secs, start_mib, peak_mib })
+}
+
 /// ∫ RSS dt in GiB·min over (seconds, MiB) samples, trapezoids.
 pub fn gib_min(samples: &[(f64, f64)]) -> f64 {
     samples.windows(2).map(|w| (w[1].0 - w[0].0) * (w[0].1 + w[1].1) / 2.0).sum::<f64>() / 1024.0 / 60.0
@@ -98,6 +121,16 @@ mod tests {
     }
 
     #[test]
+    fn reaction_is_the_rise_time_to_the_peak() {
+        let s = [(0.0, 200.0), (0.1, 200.0), (0.2, 600.0), (0.3, 1150.0), (0.4, 1190.0), (0.5, 1200.0), (2.5, 300.0)];
+        let r = reaction(&s, 16.0).unwrap();
+        // 95 % of the way from 200 to 1200 is 1150, first reached at 0.3 s.
+        assert_eq!((r.secs, r.start_mib, r.peak_mib), (0.3, 200.0, 1200.0));
+        assert!(reaction(&[(0.0, 2048.0), (1.0, 2048.0)], 16.0).is_none(), "a guest that never moves");
+        assert!(reaction(&[], 16.0).is_none());
+    }
+
+    #[test]
     fn integral_of_rss() {
         // 1 GiB for a minute, then a ramp to 2 GiB over the next minute: 1 + 1.5.
         let s = [(0.0, 1024.0), (60.0, 1024.0), (120.0, 2048.0)];
@@ -108,7 +141,7 @@ mod tests {
     fn rec(config: Config, sent: f64, completed: bool, oom: usize) -> MigrationRecord {
         MigrationRecord {
             qemu: QemuLine::System, qemu_version: "7.2".into(), config, moment: Moment::Idle, run: 0, bandwidth_mib: 128, completed, error: None,
-            sent_mib: sent, total_s: sent / 100.0, downtime_ms: Some(10), size_mib: 2048.0, rss_mib: None, spike_alloc_s: None, spike_completed: None,
+            sent_mib: sent, total_s: sent / 100.0, downtime_ms: Some(10), size_mib: 2048.0, rss_mib: None, spike_alloc_s: None, spike_completed: None, spike_sizes: vec![], memory_mib: None,
             oom_kills: oom, shell: true, kernel_errors: vec![], tainted: Some(0),
         }
     }

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Build Debian bookworm's QEMU 7.2 with one upstream fix backported, for the test bed only:
+# QEMU before 9.0 loses guest writes during a migration under TCG (its dirty-bitmap fast path
+# clears bits without resetting TCG's TLB; upstream 03bfc2188f, QEMU 9.0). KVM hosts are not
+# affected, and this machine has no KVM, so without the fix a QEMU 7.2 destination breaks
+# whether or not anything balloons (docs/migration.md, "Why destinations crashed").
+#
+# Steps: fetch the source package of the installed qemu-system-x86 version through a private
+# apt configuration (deb-src lines of its own; /etc/apt is left alone), apply
+# scripts/qemu72/tcg-dirty-bitmap-sync.patch, configure x86_64-softmmu only with what the test
+# bed uses (no GUI, no docs), build with ninja (nice 19) and install into
+#   ${AUTOBALLOON_CACHE:-$HOME/.cache/autoballoon}/qemu/7.2-fixed-<hash>/
+# keyed by the source version, the patch and this script. A wrapper there,
+# bin/qemu-system-x86_64, runs it with the system QEMU's firmware (-L /usr/share/qemu,
+# /usr/share/seabios). The symlink .../qemu/qemu72fixed points at the newest build.
+# Cold: about 25 min of the two cores; cached: instant. Needs root once for the build
+# dependencies (apt-get install), like scripts/install-deps.sh.
+#
+# stdout: only the wrapper's path. Progress goes to stderr, one line per step.
+# Usage: scripts/build-qemu72-fixed.sh
+set -euo pipefail
+
+CACHE="${AUTOBALLOON_CACHE:-$HOME/.cache/autoballoon}"
+BASE="$CACHE/qemu"
+MIRROR="${AUTOBALLOON_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+PATCH="$HERE/qemu72/tcg-dirty-bitmap-sync.patch"
+BUILD_DEPS=(meson ninja-build pkg-config libglib2.0-dev libpixman-1-dev libfdt-dev zlib1g-dev python3-venv flex bison dpkg-dev)
+
+say() { echo "build-qemu72-fixed: $*" >&2; }
+die() { say "ERROR: $*"; exit 1; }
+case "${1:-}" in
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    "") ;;
+    *) die "unknown argument: $1" ;;
+esac
+
+# The Debian version of the system QEMU (what the fixed build replaces in the test bed).
+QV="$(dpkg-query -W -f='${Version}' qemu-system-x86 2>/dev/null)" || die "qemu-system-x86 is not installed (scripts/install-deps.sh)"
+[[ "$QV" == 1:7.2* ]] || die "the system QEMU is $QV, not Debian's 7.2: nothing to fix (QEMU 9.0 and later have the fix)"
+SRCV="${QV%+b*}"   # binNMU suffix off: 1:7.2+dfsg-7+deb12u18+b3 -> 1:7.2+dfsg-7+deb12u18
+# What the build depends on: the source version, the patch, the configure flags.
+CONFIGURE=(--target-list=x86_64-softmmu
+    --disable-docs --disable-werror --disable-gtk --disable-sdl --disable-vnc --disable-spice
+    --disable-opengl --disable-virglrenderer --disable-xen --disable-tools --disable-guest-agent
+    --disable-curses --disable-pa --disable-alsa --disable-jack --disable-oss --disable-vde
+    --disable-rbd --disable-glusterfs --disable-libiscsi --disable-libnfs --disable-capstone
+    --disable-libusb --disable-usb-redir --disable-smartcard --disable-brlapi --disable-curl
+    --disable-gnutls --disable-nettle --disable-gcrypt --disable-libssh --disable-seccomp
+    --disable-cap-ng --disable-linux-aio --disable-linux-io-uring --disable-bpf
+    --disable-libpmem --disable-rdma --disable-fuse --disable-slirp)
+KEY="$( { echo "$SRCV" "${CONFIGURE[*]}"; cat "$PATCH"; } | sha256sum | cut -c1-12)"
+DEST="$BASE/7.2-fixed-$KEY"
+WRAPPER="$DEST/bin/qemu-system-x86_64"
+
+check() { [ -x "$WRAPPER" ] && "$WRAPPER" --version 2>/dev/null | head -1 | grep -q '03bfc2188f'; }
+if check; then
+    ln -sfn "$(basename "$DEST")" "$BASE/qemu72fixed"
+    say "cached: $("$WRAPPER" --version | head -1)"
+    echo "$WRAPPER"
+    exit 0
+fi
+
+say "step 1/5: build dependencies (${BUILD_DEPS[*]})"
+missing=()
+for p in "${BUILD_DEPS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    [ "$(id -u)" -eq 0 ] || die "missing ${missing[*]}: run as root once, or apt-get install them"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2 || die "apt-get install ${missing[*]} failed"
+fi
+
+SRC="$BASE/src-7.2"
+mkdir -p "$SRC"
+TREE="$SRC/qemu-${SRCV#*:}"
+TREE="${TREE%-*}"   # dpkg-source unpacks into qemu-<upstream version>
+if [ ! -f "$SRC/.unpacked-$SRCV" ]; then
+    say "step 2/5: apt-get source qemu=$SRCV (private deb-src configuration under $BASE/apt-src)"
+    APT="$BASE/apt-src"
+    mkdir -p "$APT/lists/partial" "$APT/cache/archives/partial"
+    cat > "$APT/sources.list" <<EOF
+deb-src [signed-by=$KEYRING] $MIRROR bookworm main
+deb-src [signed-by=$KEYRING] ${MIRROR%/debian}/debian-security bookworm-security main
+EOF
+    O=(-o "Dir::Etc::SourceList=$APT/sources.list" -o "Dir::Etc::SourceParts=/dev/null"
+       -o "Dir::State::Lists=$APT/lists" -o "Dir::Cache=$APT/cache" -o "Debug::NoLocking=1"
+       -o "APT::Sandbox::User=$(id -un)")
+    apt-get "${O[@]}" -qq update >&2 || die "apt-get update (deb-src) failed"
+    rm -rf "$SRC"/qemu-* "$SRC"/qemu_*
+    (cd "$SRC" && apt-get "${O[@]}" -qq source "qemu=$SRCV") >"$SRC/source.log" 2>&1 \
+        || { tail -5 "$SRC/source.log" >&2; die "apt-get source qemu=$SRCV failed"; }
+    touch "$SRC/.unpacked-$SRCV"
+else
+    say "step 2/5: source qemu=$SRCV already unpacked in $TREE"
+fi
+[ -f "$TREE/include/exec/ram_addr.h" ] || die "no QEMU tree at $TREE"
+
+say "step 3/5: applying $(basename "$PATCH")"
+if ! grep -q cpu_physical_memory_dirty_bits_cleared "$TREE/softmmu/physmem.c"; then
+    patch -d "$TREE" -p1 --quiet < "$PATCH" || die "the patch does not apply to $TREE"
+fi
+
+say "step 4/5: configure + ninja (x86_64-softmmu, nice 19; a progress line a minute)"
+B="$TREE/_build-fixed"
+rm -rf "$B" "$DEST.tmp"
+mkdir -p "$B"
+(cd "$B" && ../configure --prefix="$DEST.tmp" "${CONFIGURE[@]}" \
+    --with-pkgversion="Debian $SRCV, autoballoon test bed: 03bfc2188f backported") >"$B/configure.log" 2>&1 \
+    || { tail -20 "$B/configure.log" >&2; die "configure failed (log: $B/configure.log)"; }
+( set +e; while sleep 60; do say "  ninja: $(tail -1 "$B/ninja.log" 2>/dev/null | cut -d' ' -f1) steps"; done ) &
+ticker=$!
+trap 'kill $ticker 2>/dev/null || true' EXIT
+nice -n 19 ninja -C "$B" -j "$(nproc)" qemu-system-x86_64 >"$B/ninja.log" 2>&1 \
+    || { tail -20 "$B/ninja.log" >&2; die "the build failed (log: $B/ninja.log)"; }
+kill $ticker 2>/dev/null || true
+
+say "step 5/5: installing into $DEST"
+mkdir -p "$DEST.tmp/bin"
+cp "$B/qemu-system-x86_64" "$DEST.tmp/bin/qemu-system-x86_64.real"
+cat > "$DEST.tmp/bin/qemu-system-x86_64" <<EOF
+#!/bin/sh
+# QEMU $SRCV with 03bfc2188f backported (scripts/build-qemu72-fixed.sh); the system QEMU's
+# firmware and ROMs.
+exec "$DEST/bin/qemu-system-x86_64.real" -L /usr/share/qemu -L /usr/share/seabios "\$@"
+EOF
+chmod +x "$DEST.tmp/bin/qemu-system-x86_64"
+rm -rf "$DEST"
+mv "$DEST.tmp" "$DEST"
+check || die "the wrapper does not run: $WRAPPER --version"
+ln -sfn "$(basename "$DEST")" "$BASE/qemu72fixed"
+say "done: $("$WRAPPER" --version | head -1)"
+echo "$WRAPPER"
