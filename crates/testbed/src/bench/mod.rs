@@ -65,7 +65,7 @@ pub struct BenchArgs {
     /// Moments on the system QEMU: idle, spikeN (N seconds after the spike's free), during.
     #[arg(long, value_delimiter = ',', value_parser = Moment::parse)]
     pub moments: Vec<Moment>,
-    /// Moments on QEMU 10 [default: idle,spike1,during].
+    /// Moments on QEMU 10 [default: every moment of the system line's default; idle with --quick].
     #[arg(long, value_delimiter = ',', value_parser = Moment::parse)]
     pub qemu10_moments: Vec<Moment>,
     /// Runs on QEMU 10 [default: 1].
@@ -187,7 +187,7 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         (true, true) => Moment::QUICK.to_vec(),
         (true, false) => Moment::DEFAULT.to_vec(),
     };
-    let moments10 = if a.qemu10_moments.is_empty() { if quick { vec![Moment::Idle] } else { Moment::QUICK.to_vec() } } else { a.qemu10_moments.clone() };
+    let moments10 = if a.qemu10_moments.is_empty() { if quick { vec![Moment::Idle] } else { Moment::DEFAULT.to_vec() } } else { a.qemu10_moments.clone() };
     let setup = Setup { fill_mib: 1536, memory_mib: a.memory_kib.map_or(a.memory_mib, |k| k / 1024), idle_s: 10, spike_threads: 3, spike_mib: 400, spike_hold_s: 2, bandwidth_mib: a.bandwidth_mib, slow_mib: a.slow_mib, fixed_mib: a.fixed_mib };
     let mut meta = report::Meta {
         generated: sh("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
