@@ -165,9 +165,13 @@ impl Monitor for LibvirtMonitor {
     fn describe(&self) -> String {
         "through libvirt".into()
     }
-    /// Not read through libvirt (yet): unknown, so a migration holds the balloon.
+    /// Through libvirt's QMP passthrough; unknown (a migration holds the balloon) if
+    /// libvirt refuses it.
     fn hypervisor(&self) -> Hypervisor {
-        Hypervisor::default()
+        match self.domain.hypervisor() {
+            Ok((version, package, kvm)) => Hypervisor::from_version(version, &package, if kvm { Accel::Kvm } else { Accel::Tcg }),
+            Err(_) => Hypervisor::default(),
+        }
     }
     fn configured_bytes(&self) -> Result<u64> {
         Ok(self.domain.dominfo()?.max.to_bytes_saturating().0)

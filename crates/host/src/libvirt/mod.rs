@@ -3,8 +3,9 @@
 //! `LC_ALL=C`, killed after a deadline; its output is read by the pure parsers in
 //! [`parse`]. What is used: `dominfo` (state, configured and present size), `dommemstat`
 //! (balloon size and guest statistics, `--period` to have them refreshed), `setmem --live`
-//! (the balloon: `virDomainSetMemory`), `domjobinfo` (migrations), `domstate`, and
-//! `dumpxml` (the agent channel's socket).
+//! (the balloon: `virDomainSetMemory`), `domjobinfo` (migrations), `domstate`, `dumpxml`
+//! (the agent channel's socket), and `qemu-monitor-command` for two read-only QMP queries
+//! (`query-version`, `query-kvm`: whether the balloon may shrink during migrations).
 
 pub mod parse;
 
@@ -111,6 +112,14 @@ impl Domain {
 
     pub fn domstate(&self) -> Result<String, VirshError> {
         self.parsed("domstate", &[], parse::parse_domstate)
+    }
+
+    /// QEMU's version triple and package string and whether KVM is enabled, through
+    /// libvirt's QMP passthrough (`virsh qemu-monitor-command`, read-only queries).
+    pub fn hypervisor(&self) -> Result<((u32, u32, u32), String, bool), VirshError> {
+        let version = self.parsed("qemu-monitor-command", &[r#"{"execute":"query-version"}"#], parse::parse_query_version)?;
+        let kvm = self.parsed("qemu-monitor-command", &[r#"{"execute":"query-kvm"}"#], parse::parse_query_kvm)?;
+        Ok((version.0, version.1, kvm))
     }
 
     /// The host end of the virtio port `port` declared in the domain's XML, if any.

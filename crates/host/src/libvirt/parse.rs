@@ -173,6 +173,23 @@ fn parse_scaled_bytes(v: &str) -> Option<u64> {
 }
 
 #[cfg(test)]
+mod qmp_passthrough_tests {
+    use super::*;
+
+    #[test]
+    fn query_version_and_kvm_through_virsh() {
+        let v = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/virsh/qemu-monitor-command-query-version.json")).unwrap();
+        let ((major, minor, micro), package) = parse_query_version(&v).unwrap();
+        assert_eq!((major, minor, micro), (7, 2, 22));
+        assert!(package.starts_with("Debian 1:7.2"), "{package}");
+        let k = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/virsh/qemu-monitor-command-query-kvm.json")).unwrap();
+        assert_eq!(parse_query_kvm(&k), Ok(false));
+        assert!(parse_query_version("error").is_err() && parse_query_version(r#"{"return":{}}"#).is_err());
+        assert!(parse_query_kvm(r#"{"error":{"class":"GenericError"}}"#).is_err());
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -262,4 +279,19 @@ mod tests {
         assert_eq!(parse_scaled_bytes("-1 MiB"), None);
         assert_eq!(parse_scaled_bytes("1 PB"), None);
     }
+}
+
+/// What `virsh qemu-monitor-command DOMAIN '{"execute":"query-version"}'` answers (libvirt's
+/// QMP passthrough): QEMU's `(major, minor, micro)` and package string.
+pub fn parse_query_version(text: &str) -> Result<((u32, u32, u32), String), String> {
+    let v: serde_json::Value = serde_json::from_str(text.trim()).map_err(|e| format!("not JSON: {e}"))?;
+    let r = v.get("return").ok_or("no `return`")?;
+    let n = |k: &str| r["qemu"][k].as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| format!("no `qemu.{k}`"));
+    Ok(((n("major")?, n("minor")?, n("micro")?), r["package"].as_str().unwrap_or("").trim().to_string()))
+}
+
+/// `... '{"execute":"query-kvm"}'`: whether KVM is enabled.
+pub fn parse_query_kvm(text: &str) -> Result<bool, String> {
+    let v: serde_json::Value = serde_json::from_str(text.trim()).map_err(|e| format!("not JSON: {e}"))?;
+    v["return"]["enabled"].as_bool().ok_or_else(|| "no `return.enabled`".into())
 }
