@@ -168,10 +168,7 @@ impl Monitor for LibvirtMonitor {
     /// Through libvirt's QMP passthrough; unknown (a migration holds the balloon) if
     /// libvirt refuses it.
     fn hypervisor(&self) -> Hypervisor {
-        match self.domain.hypervisor() {
-            Ok((version, package, kvm)) => Hypervisor::from_version(version, &package, if kvm { Accel::Kvm } else { Accel::Tcg }),
-            Err(_) => Hypervisor::default(),
-        }
+        self.domain.hypervisor().unwrap_or_default()
     }
     fn configured_bytes(&self) -> Result<u64> {
         Ok(self.domain.dominfo()?.max.to_bytes_saturating().0)

@@ -11,6 +11,7 @@ pub mod parse;
 
 pub use parse::{DomInfo, JobInfo, MemStats};
 
+use autoballoon_core::migration::{Accel, Hypervisor};
 use autoballoon_core::Kib;
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -116,10 +117,10 @@ impl Domain {
 
     /// QEMU's version triple and package string and whether KVM is enabled, through
     /// libvirt's QMP passthrough (`virsh qemu-monitor-command`, read-only queries).
-    pub fn hypervisor(&self) -> Result<((u32, u32, u32), String, bool), VirshError> {
-        let version = self.parsed("qemu-monitor-command", &[r#"{"execute":"query-version"}"#], parse::parse_query_version)?;
+    pub fn hypervisor(&self) -> Result<Hypervisor, VirshError> {
+        let (version, package) = self.parsed("qemu-monitor-command", &[r#"{"execute":"query-version"}"#], parse::parse_query_version)?;
         let kvm = self.parsed("qemu-monitor-command", &[r#"{"execute":"query-kvm"}"#], parse::parse_query_kvm)?;
-        Ok((version.0, version.1, kvm))
+        Ok(Hypervisor::from_version(version, &package, if kvm { Accel::Kvm } else { Accel::Tcg }))
     }
 
     /// The host end of the virtio port `port` declared in the domain's XML, if any.
