@@ -118,7 +118,7 @@ bench: agent testbed image
 	    cargo bench --locked -p autoballoon-testbed --bench kernel || exit 1; \
 	fi && \
 	target/release/autoballoon-bench --image "$$(cat $(IMAGE_PATH))" --patched-image "$$patched" \
-	  --system-qemu "$$(scripts/build-qemu72-fixed.sh)" \
+	  --system-qemu "$$(scripts/build-qemu72-fixed.sh)" --tools-disk "$$(scripts/bench-tools-disk.sh)" \
 	  --qemu10 "$$(scripts/install-qemu10.sh)" --kernel-json run/bench/kernel.json \
 	  --out run/bench/migration --results bench $(BENCH_ARGS)
 

@@ -99,11 +99,24 @@ impl Fleet {
     /// Boots one guest per configuration (all at once, then waits for each) and starts the
     /// controller for those it runs.
     pub fn boot(line: QemuLine, qemu: &Path, configs: &[Config], images: &Images, memory: Kib, out: &Path, migration_shrink: ShrinkSetting) -> Result<Fleet, String> {
+        Fleet::boot_with_disk(line, qemu, configs, images, memory, out, migration_shrink, None)
+    }
+
+    /// [`Fleet::boot`], each guest with its own copy of `disk` (`/dev/vda`), if given; such
+    /// guests are not for migrating.
+    #[allow(clippy::too_many_arguments)]
+    pub fn boot_with_disk(line: QemuLine, qemu: &Path, configs: &[Config], images: &Images, memory: Kib, out: &Path, migration_shrink: ShrinkSetting, disk: Option<&Path>) -> Result<Fleet, String> {
         std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
         let mut started = Vec::new();
         for &c in configs {
             let image = images.of(c.kernel())?;
-            let q = step(&format!("starting {}", c.key()), Qemu::start(image, spec(c, &format!("{}-b1", c.key()), memory, qemu), out))?;
+            let mut vm = spec(c, &format!("{}-b1", c.key()), memory, qemu);
+            if let Some(d) = disk {
+                let copy = out.join(format!("{}.disk.raw", c.key()));
+                std::fs::copy(d, &copy).map_err(|e| format!("copying {} to {}: {e}", d.display(), copy.display()))?;
+                vm.disk = Some(copy);
+            }
+            let q = step(&format!("starting {}", c.key()), Qemu::start(image, vm, out))?;
             started.push((c, q));
         }
         let mut guests = Vec::new();

@@ -11,6 +11,7 @@
 pub mod fleet;
 pub mod footprint;
 pub mod model;
+pub mod overhead;
 pub mod report;
 pub mod scenario;
 pub mod stats;
@@ -78,6 +79,15 @@ pub struct BenchArgs {
     /// Skip the footprint workload.
     #[arg(long)]
     pub no_footprint: bool,
+    /// Skip the migrations at every moment (the main tables).
+    #[arg(long)]
+    pub no_migrations: bool,
+    /// Skip the overhead inside the guest (mbw, memcached).
+    #[arg(long)]
+    pub no_overhead: bool,
+    /// The overhead's tools disk (`scripts/bench-tools-disk.sh`); without it no overhead.
+    #[arg(long)]
+    pub tools_disk: Option<PathBuf>,
     #[arg(long, default_value_t = 2048)]
     pub memory_mib: u64,
     /// Diagnostic: the guests' memory in KiB instead of --memory-mib. A size that is not a
@@ -251,7 +261,9 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         (false, false, _) => a.sizes.clone(),
     };
     let sweep_points = if sizes.is_empty() { 0 } else { sizes.len() * configs.len() + 1 };
-    let total: usize = lines.iter().map(|l| l.2.len() * l.3 as usize * configs.len()).sum::<usize>() + sweep_points;
+    let tools = if a.no_overhead { None } else { a.tools_disk.clone() };
+    let overhead_points = if tools.is_some() { runs as usize * configs.len() } else { 0 };
+    let total: usize = if a.no_migrations { 0 } else { lines.iter().map(|l| l.2.len() * l.3 as usize * configs.len()).sum::<usize>() } + sweep_points + overhead_points;
     let mut done = 0;
     println!("[bench] {} configuration(s) {:?}, {total} migrations; records in {}", configs.len(), configs.iter().map(|c| c.key()).collect::<Vec<_>>(), jsonl.display());
     let mut push = |records: &mut Vec<Record>, r: Record| {
@@ -276,7 +288,7 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
                         push(&mut records, Record::Footprint(f));
                     }
                 }
-                for run in 0..*runs {
+                for run in 0..if a.no_migrations { 0 } else { *runs } {
                     for &m in moments {
                         let n = configs.len();
                         for i in 0..n {
@@ -300,6 +312,23 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
             })();
             fleet.shutdown();
             r?;
+            if let (QemuLine::System, Some(disk)) = (*line, &tools) {
+                println!("[bench] overhead inside the guest: booting {} guests with the tools disk", configs.len());
+                let mut fleet = Fleet::boot_with_disk(*line, qemu, &configs, &images, memory, &out.join("overhead"), a.migration_shrink, Some(disk))?;
+                let r = (0..*runs).try_for_each(|run| {
+                    (0..configs.len()).try_for_each(|i| {
+                        let c = configs[(i + run as usize) % configs.len()];
+                        done += 1;
+                        println!("[bench] {done}/{total} overhead run {}/{runs} {} ({:.0} min so far)", run + 1, c.key(), t0.elapsed().as_secs_f64() / 60.0);
+                        let r = overhead::measure(&mut fleet, c, run)?;
+                        println!("[bench]   mbw {:?} MiB/s, memcached {:?}{}", r.mbw_mib_s, r.memcached, r.error.as_deref().map(|e| format!(" ({e})")).unwrap_or_default());
+                        push(&mut records, Record::Overhead(r));
+                        Ok::<(), String>(())
+                    })
+                });
+                fleet.shutdown();
+                r?;
+            }
             if *line == QemuLine::System && !sizes.is_empty() {
                 sweep(&SweepRun { line: *line, qemu, configs: &configs, images: &images, setup: &setup, out: &out, shrink: a.migration_shrink }, &sizes, a.physical_mib, &mut |r| {
                     done += 1;

@@ -297,6 +297,22 @@ pub struct AgentCost {
     pub hwm_mib: f64,
 }
 
+/// The overhead figures of one configuration's guest, one round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OverheadRecord {
+    pub qemu: QemuLine,
+    pub config: Config,
+    pub run: u32,
+    /// `mbw`'s mean memcpy bandwidth, MiB/s.
+    pub mbw_mib_s: Option<f64>,
+    /// (sets, gets, operations per second) for each set:get ratio.
+    pub memcached: Vec<(u32, u32, Option<f64>)>,
+    pub oom_kills: usize,
+    /// Every figure measured.
+    pub completed: bool,
+    pub error: Option<String>,
+}
+
 /// A guest found dead (its QEMU exited: a kernel panic) when its next measurement was due:
 /// charged to the measurement before, `after`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -319,6 +335,7 @@ pub enum Record {
     /// what the idle workload uses (`memory_mib`).
     Physical(MigrationRecord),
     Footprint(FootprintRecord),
+    Overhead(OverheadRecord),
     Crash(CrashRecord),
 }
 
@@ -330,6 +347,7 @@ impl Record {
             Record::Sweep(r) => format!("size sweep {} MiB {}", r.memory_mib.unwrap_or(0), r.config.key()),
             Record::Physical(r) => format!("physical limit {} MiB", r.memory_mib.unwrap_or(0)),
             Record::Footprint(r) => format!("footprint {}", r.config.key()),
+            Record::Overhead(r) => format!("overhead {} run {}", r.config.key(), r.run),
             Record::Crash(r) => format!("crash {}", r.config.key()),
         }
     }

@@ -1,7 +1,7 @@
 //! `bench/RESULTS.md`, `bench/results.json` and the plots, from the records alone (so a
 //! report can be written again from `results.jsonl` with `--report-from`).
 
-use super::model::{Config, CrashRecord, FootprintRecord, MigrationRecord, Moment, QemuLine, Record};
+use super::model::{Config, CrashRecord, FootprintRecord, MigrationRecord, Moment, OverheadRecord, QemuLine, Record};
 use super::stats::{cell, footprint, median, ratio, reaction, Cell};
 use crate::plot::{svg, Series, Span};
 use std::fmt::Write;
@@ -74,7 +74,7 @@ fn split(records: &[Record]) -> (Vec<MigrationRecord>, Vec<FootprintRecord>) {
         match r {
             Record::Migration(x) => m.push(x.clone()),
             Record::Footprint(x) => fp.push(x.clone()),
-            Record::Crash(_) | Record::Sweep(_) | Record::Physical(_) => {}
+            Record::Crash(_) | Record::Sweep(_) | Record::Physical(_) | Record::Overhead(_) => {}
         }
     }
     (m, fp)
@@ -215,6 +215,7 @@ pub fn markdown(meta: &Meta, records: &[Record]) -> String {
         }
     }
     spike_section(&mut o, &ms);
+    overhead_section(&mut o, records);
     sweep_section(&mut o, records);
     footprint_section(&mut o, &fp);
     let (sw, ph) = sweeps(records);
@@ -308,6 +309,48 @@ fn spike_section(o: &mut String, ms: &[MigrationRecord]) {
         }
         o.push('\n');
     }
+}
+
+/// Overhead inside the guest: mbw and memcached per configuration, against no balloon.
+fn overhead_section(o: &mut String, records: &[Record]) {
+    let ov: Vec<&OverheadRecord> = records.iter().filter_map(|r| if let Record::Overhead(x) = r { Some(x) } else { None }).collect();
+    if ov.is_empty() {
+        return;
+    }
+    let mut cs: Vec<Config> = ov.iter().map(|r| r.config).collect();
+    cs.sort();
+    cs.dedup();
+    let runs = ov.iter().map(|r| r.run).max().map_or(0, |r| r + 1);
+    let mbw = |c: Config| median(&ov.iter().filter(|r| r.config == c).filter_map(|r| r.mbw_mib_s).collect::<Vec<_>>());
+    let mc = |c: Config, ratio: (u32, u32)| median(&ov.iter().filter(|r| r.config == c).flat_map(|r| r.memcached.iter()).filter(|m| (m.0, m.1) == ratio).filter_map(|m| m.2).collect::<Vec<_>>());
+    let pct = |v: f64, base: f64| {
+        let r = ratio(v, base);
+        if r.is_nan() {
+            "–".to_string()
+        } else {
+            format!("{:+.1} %", (r - 1.0) * 100.0)
+        }
+    };
+    let _ = writeln!(o, "## Overhead inside the guest (system QEMU): memory bandwidth and memcached\n");
+    let _ = writeln!(o, "Each configuration on a fresh guest of its own with the tools disk (`scripts/bench-tools-disk.sh`: Debian's `mbw` and `memcached`, and `mcload`, a load generator on memcached's unix socket: 4 connections, 10,000 keys of 1 KiB, 10 s per set:get ratio); {runs} round(s), configurations interleaved; medians. `mbw -q -n 5 -t0 128`: memcpy bandwidth. Cells: the figure and its difference to no balloon in the same run (the first seed reports −0.04 % and −0.2 %; under TCG the spread between rounds is larger than that).\n");
+    let _ = writeln!(o, "| configuration | mbw MiB/s | memcached 1:1 ops/s | 1:10 | 10:1 | OOM kills | completed |");
+    let _ = writeln!(o, "|---|---|---|---|---|---|---|");
+    for &c in &cs {
+        let rs: Vec<&&OverheadRecord> = ov.iter().filter(|r| r.config == c).collect();
+        let cells: Vec<String> = super::overhead::MC_RATIOS.iter().map(|&r| format!("{} ({})", f(mc(c, r), 0), pct(mc(c, r), mc(Config::NoBalloon, r)))).collect();
+        let _ = writeln!(
+            o,
+            "| {} | {} ({}) | {} | {} | {}/{} |",
+            c.label(),
+            f(mbw(c), 0),
+            pct(mbw(c), mbw(Config::NoBalloon)),
+            cells.join(" | "),
+            rs.iter().map(|r| r.oom_kills).sum::<usize>(),
+            rs.iter().filter(|r| r.completed).count(),
+            rs.len()
+        );
+    }
+    o.push('\n');
 }
 
 /// The size sweep (the first seed's Figure 1, after a fill and free) and the physical limit.
