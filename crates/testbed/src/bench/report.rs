@@ -269,6 +269,22 @@ fn footprint_section(o: &mut String, fp: &[FootprintRecord]) {
             );
         }
         o.push('\n');
+        let fpr = base(Config::Fpr);
+        let checks: Vec<String> = fp
+            .iter()
+            .filter(|r| r.qemu == line && r.config.product())
+            .map(|r| r.config)
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .map(|c| {
+                let g = footprint(fp, line, c).map_or(f64::NAN, |v| v.1);
+                let ok = !ratio(g, fpr).is_nan() && g <= fpr;
+                format!("{}: {} ({})", c.label(), if ok { "pass" } else { "**FAIL**" }, x(ratio(g, fpr)))
+            })
+            .collect();
+        if !checks.is_empty() {
+            let _ = writeln!(o, "Done-when check, footprint at most FPR's: {}.\n", checks.join("; "));
+        }
         let _ = writeln!(o, "The agent's cost is read from its `/proc/PID/stat` and `status` in the guest before and after the workload (CPU % of one vCPU over the workload's wall time). The host controller's own cost per VM is measured by `make bench-host` (`bench/host/RESULTS.md`, *Controller cost*).\n");
     }
 }
@@ -557,7 +573,7 @@ pub fn json(meta: &Meta, records: &[Record]) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::model::MigrationRecord;
+    use crate::bench::model::{MigrationRecord, OverheadRecord};
 
     fn rec(config: Config, moment: Moment, run: u32, sent: f64, secs: f64) -> Record {
         Record::Migration(MigrationRecord {
@@ -625,6 +641,46 @@ mod tests {
         let j = json(&Meta::default(), &r);
         assert_eq!(j["cells"].as_array().unwrap().len(), 6);
         assert_eq!(j["cells"][1]["sent_vs_fpr"], serde_json::json!(1.0));
+    }
+
+    #[test]
+    fn the_spike_sweep_overhead_and_footprint_sections() {
+        let mut r = records();
+        // The after-spike moment's spike: no balloon never moves, ab-stock grows in 0.3 s.
+        for x in r.iter_mut() {
+            if let Record::Migration(m) = x {
+                if m.moment == Moment::AfterSpike(1000) {
+                    m.spike_completed = Some(true);
+                    m.spike_alloc_s = Some(if m.config == Config::NoBalloon { 1.0 } else { 1.2 });
+                    m.spike_sizes = if m.config == Config::AbStock { vec![(0.0, 250.0), (0.3, 1400.0), (0.4, 1450.0), (3.0, 300.0)] } else { vec![(0.0, 2048.0), (1.0, 2048.0)] };
+                }
+            }
+        }
+        let sweep = |c, mib: u64, sent| {
+            let Record::Migration(mut m) = rec(c, Moment::Idle, 0, sent, sent / 100.0) else { unreachable!() };
+            m.memory_mib = Some(mib);
+            m
+        };
+        r.push(Record::Sweep(sweep(Config::Fpr, 512, 100.0)));
+        r.push(Record::Sweep(sweep(Config::AbStock, 512, 50.0)));
+        r.push(Record::Sweep(sweep(Config::Fpr, 4096, 400.0)));
+        r.push(Record::Sweep(sweep(Config::AbStock, 4096, 60.0)));
+        r.push(Record::Physical(sweep(Config::NoBalloon, 256, 40.0)));
+        let ov = |c, mbw, ops| Record::Overhead(OverheadRecord { qemu: QemuLine::System, config: c, run: 0, mbw_mib_s: Some(mbw), memcached: vec![(1, 1, Some(ops)), (1, 10, Some(ops)), (10, 1, None)], oom_kills: 0, completed: false, error: None });
+        r.push(ov(Config::NoBalloon, 1000.0, 2000.0));
+        r.push(ov(Config::AbStock, 990.0, 2100.0));
+        let fpt = |c, g| Record::Footprint(FootprintRecord { qemu: QemuLine::System, config: c, run: 0, gib_min: g, seconds: 80.0, peak_mib: 1400.0, oom_kills: 0, kernel_errors: vec![], tainted: Some(0), completed: true, samples: vec![], phases: vec![], agent: None });
+        r.push(fpt(Config::Fpr, 0.8));
+        r.push(fpt(Config::AbStock, 0.7));
+        let md = markdown(&Meta::default(), &r);
+        assert!(md.contains("| autoballoon, stock kernel (+FPR) | 2/2 | 0 | 1.20 | 1.20× | 0.30 [0.30–0.30] | 250 → 1450 |"), "{md}");
+        assert!(md.contains("| no balloon | 2/2 | 0 | 1.00 | 1.00× | – | – |"), "{md}");
+        assert!(md.contains("| 4096 MiB | 400 (1.00×) 4.00 s | 60 (0.15×) 0.60 s |"), "{md}");
+        assert!(md.contains("**40 MiB sent in 0.40 s**"), "{md}");
+        assert!(md.contains("| 512 MiB | 2.50× bytes, 2.50× time | 1.25× bytes, 1.25× time |"), "{md}");
+        assert!(md.contains("| autoballoon, stock kernel (+FPR) | 990 (-1.0 %) | 2100 (+5.0 %) | 2100 (+5.0 %) | – (–) | 0 | 0/1 |"), "{md}");
+        assert!(md.contains("Done-when check, footprint at most FPR's: autoballoon, stock kernel (+FPR): pass (0.87×)."), "{md}");
+        assert!(by_size_svg(&r).is_some_and(|s| s.contains(">ab-stock<")));
     }
 
     #[test]
