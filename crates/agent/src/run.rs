@@ -64,6 +64,19 @@ pub fn run(a: &RunArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// How much faster the host backend reports while a migration of the guest runs.
+const MIGRATION_DIVISOR: u32 = 4;
+
+/// The host backend's reporting interval: τ, or τ / [`MIGRATION_DIVISOR`] (at least 50 ms)
+/// during a migration.
+fn report_interval(tau: Duration, migrating: bool) -> Duration {
+    if migrating {
+        (tau / MIGRATION_DIVISOR).max(Duration::from_millis(50)).min(tau)
+    } else {
+        tau
+    }
+}
+
 /// The policy in one line, for the start-up log.
 fn describe(c: &PolicyConfig, tau: Duration) -> String {
     let mut s = format!(
@@ -94,7 +107,10 @@ impl<'a> Agent<'a> {
         Agent { args, source, channel, seq: 0, bad_sample: limited(), bad_actuator: limited(), bad_port: limited() }
     }
 
-    /// `--backend host`: sample, report, wait; until `--samples` if given.
+    /// `--backend host`: sample, report, wait; until `--samples` if given. While the host
+    /// says a migration runs, every [`MIGRATION_DIVISOR`]th of τ: the host may shrink the
+    /// guest then, and each second between a spike's free and the report of it is memory
+    /// the migration sends.
     fn report_only(&mut self, tau: Duration) {
         loop {
             self.seq += 1;
@@ -105,7 +121,7 @@ impl<'a> Agent<'a> {
             if self.done() {
                 return;
             }
-            self.wait(tau);
+            self.wait(report_interval(tau, self.source.migrating()));
         }
     }
 
@@ -191,5 +207,20 @@ impl<'a> Agent<'a> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_four_times_as_often_during_a_migration() {
+        let tau = Duration::from_millis(1000);
+        assert_eq!(report_interval(tau, false), tau);
+        assert_eq!(report_interval(tau, true), Duration::from_millis(250));
+        // Never below 50 ms, never above τ.
+        assert_eq!(report_interval(Duration::from_millis(100), true), Duration::from_millis(50));
+        assert_eq!(report_interval(Duration::from_millis(20), true), Duration::from_millis(20));
     }
 }

@@ -88,6 +88,10 @@ impl ProcSource {
         self.migrating = migrating;
     }
 
+    pub fn migrating(&self) -> bool {
+        self.migrating
+    }
+
     /// Pages in the balloon at the last sample, as the guest counts them (/proc/vmstat
     /// `balloon_inflate − balloon_deflate`), if the kernel counts them.
     pub fn balloon(&self) -> Option<Pages> {
