@@ -3,10 +3,12 @@
 //! Every VM is classified by the EWMA of its free fraction ([`Classifier`]: α = 0.125,
 //! Critical < 15 %, Warn < 30 %, Normal ≥ 30 %). Its predicted use is
 //! `u = size · (1 − PFM)`, and the size at which it has free fraction `r` is `u / (1 − r)`.
-//! Each VM starts from its per-VM policy's want if it is Normal (or not yet observed), and
-//! from the larger of its want and its present size if it is Warn or Critical: the per-VM
-//! policy may shrink a VM's surplus, but a VM short of free memory is only ever shrunk by
-//! Algorithm 2 itself, to save a Critical one. From those starts:
+//! Each VM starts from its per-VM policy's want if it is Normal (or not yet observed), but
+//! a Normal VM's want shrinks it no further than its Warn boundary `u / (1 − r2)` (by the
+//! larger of its predicted and observed use), and from the larger of its want and its
+//! present size if it is Warn or Critical: the per-VM policy may shrink a VM's surplus,
+//! never out of Normal, and a VM short of free memory is only ever shrunk by Algorithm 2
+//! itself, to save a Critical one. From those starts:
 //!
 //! - Some VM Critical: `δ = Σ_critical (u/(1 − cushion) − start)⁺` (cushion 20 %). The
 //!   host's unassigned memory (`capacity − Σ start`, all of δ without a capacity; zero in
@@ -25,7 +27,7 @@
 //! No VM leaves its room (givers stop at their floor, takers at their ceiling) and the sum
 //! is cut to the capacity last.
 
-use super::classify::{Class, Classifier, ClassifierConfig};
+use super::classify::{observed_free, Class, Classifier, ClassifierConfig};
 use super::fit::{fit, kib_f64, total};
 use super::{Balancer, Claim, HostView, VmId};
 use crate::units::Kib;
@@ -88,7 +90,10 @@ impl Default for IBalloon {
 /// One classified VM inside a step.
 struct Vm {
     class: Option<Class>,
+    /// Predicted use `size · (1 − PFM)`, KiB.
     used: f64,
+    /// Observed use `size − MemAvailable` of this sample, KiB (0 without a memory view).
+    now: f64,
 }
 
 impl IBalloon {
@@ -235,17 +240,24 @@ impl Balancer for IBalloon {
                 let pfm = self.classifier.observe(c.vm, &c.sample);
                 let size = if c.sample.guest_size.0 > 0 { c.sample.guest_size } else { c.sample.mem.map_or(Kib::ZERO, |m| m.total) };
                 let used = pfm.map_or(0.0, |p| size.0 as f64 * (1.0 - p));
-                Vm { class: pfm.map(|p| self.classifier.config().class_of(p)), used }
+                let now = observed_free(&c.sample).map_or(0.0, |o| size.0 as f64 * (1.0 - o));
+                Vm { class: pfm.map(|p| self.classifier.config().class_of(p)), used, now }
             })
             .collect();
-        // Normal (and unobserved) VMs start from their want; Warn and Critical ones are not
-        // shrunk by it: they start from the larger of their want and present size.
+        // Normal VMs start from their want, but their policy shrinks them no further than
+        // their Warn boundary (by the larger of the predicted and the observed use): a want
+        // that keeps less free than iBalloon's Normal would make them Warn or Critical,
+        // be grown back by Algorithm 2 and shrunk again, for ever. Warn and Critical VMs
+        // are not shrunk by their want: they start from the larger of it and their present
+        // size. Unobserved VMs start from their want.
+        let warn_below = self.classifier.config().warn_below;
         let mut t: Vec<Kib> = claims
             .iter()
             .zip(&vms)
             .map(|(c, v)| match v.class {
                 Some(Class::Warn | Class::Critical) => c.room.clamp(c.want.max(c.room.commanded)),
-                _ => c.room.clamp(c.want),
+                Some(Class::Normal) => c.room.clamp(c.want.max(c.room.commanded.min(Self::size_at(v.used.max(v.now), warn_below)))),
+                None => c.room.clamp(c.want),
             })
             .collect();
         let has = |c: Class| vms.iter().any(|v| v.class == Some(c));
