@@ -9,10 +9,12 @@
 //! Critical: the seed's 1, 2 and 4 MiB per event (256, 512, 1024 pages) for a 1 GiB guest,
 //! proportional to the guest's size above that (16, 32, 64 MiB a second for 16 GiB). A
 //! guest under its own pressure (its PSI, same levels) grows by its level's step instead
-//! (the seed's shrinker-driven deflate). A VM takes at most one pressure step a second
-//! (the seed throttled QEMU to one event a second), never below its room's floor; between
-//! steps it may shrink as its policy wishes but not grow. With no host pressure every VM
-//! gets its want.
+//! (the seed's shrinker-driven deflate), or to its want if that is more; so does, at once,
+//! a guest whose programs have committed memory they do not have yet (`Committed_AS`
+//! beyond its resident and swapped memory, the estimator's `overcommitted`). A VM takes at
+//! most one pressure step a second (the seed throttled QEMU to one event a second), never
+//! below its room's floor; between steps it may shrink as its policy wishes but not grow
+//! unless it shows need. With no host pressure every VM gets its want.
 
 use super::fit::{fit, kib_f64};
 use super::{Balancer, Claim, HostView, VmId};
@@ -166,12 +168,21 @@ impl PressureBalancer {
         // Where the steps so far have got to, if the rails have not applied them yet.
         let stepped = self.stepped.get(&c.vm).copied();
         let at = c.sample.at;
+        let guest = self.cfg.guest.level(c.sample.pressure.as_ref());
+        // A guest that shows need — its own pressure, or memory its programs committed and
+        // do not have yet — grows to its want at once, host pressure or not: the seed's
+        // shrinker-driven deflate (a step a second) is too slow for a program's burst.
+        // Not a pressure step: the throttle does not hold it.
+        let overcommitted = c.sample.mem.as_ref().map_or(Kib::ZERO, |m| m.overcommitted());
+        if (guest > Level::None || overcommitted > Kib::ZERO) && want > base {
+            self.stepped.insert(c.vm, want);
+            return want;
+        }
         let throttled = self.last_step.get(&c.vm).is_some_and(|l| at < l.saturating_add(self.cfg.every));
         let hold = c.room.clamp(want.min(base));
         if throttled {
             return hold;
         }
-        let guest = self.cfg.guest.level(c.sample.pressure.as_ref());
         let t = if guest > Level::None {
             let from = stepped.map_or(base, |s| s.max(base));
             c.room.clamp(from.saturating_add(self.cfg.step(base, guest)))
