@@ -79,6 +79,18 @@ pub fn plan_reload(old: &Config, new: &Config, cli_json: bool, cli_verbose: bool
     if o.migration_shrink != n.migration_shrink {
         plan.restart_needed.push("controller.migration_shrink".into());
     }
+    // The host's memory and the balancer are set up once, at start.
+    for (key, changed) in [
+        ("balancer", o.balancer != n.balancer),
+        ("capacity_mib", o.capacity_mib != n.capacity_mib),
+        ("host_reserve_mib", o.host_reserve_mib != n.host_reserve_mib),
+        ("pressure_file", o.pressure_file != n.pressure_file),
+        ("memory_cgroup", o.memory_cgroup != n.memory_cgroup),
+    ] {
+        if changed {
+            plan.restart_needed.push(format!("controller.{key}"));
+        }
+    }
     if old.defaults != new.defaults {
         plan.restart_needed.push("[defaults]".into());
     }

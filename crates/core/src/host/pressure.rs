@@ -11,7 +11,8 @@
 //! guest under its own pressure (its PSI, same levels) grows by its level's step instead
 //! (the seed's shrinker-driven deflate), or to its want if that is more; so does, at once,
 //! a guest whose programs have committed memory they do not have yet (`Committed_AS`
-//! beyond its resident and swapped memory, the estimator's `overcommitted`). A VM takes at
+//! beyond its resident and swapped memory, the estimator's `overcommitted`, at least
+//! 1/16 of its size and 16 MiB: an idle guest's runs a little above zero). A VM takes at
 //! most one pressure step a second (the seed throttled QEMU to one event a second), never
 //! below its room's floor; between steps it may shrink as its policy wishes but not grow
 //! unless it shows need. With no host pressure every VM gets its want.
@@ -102,6 +103,11 @@ pub struct PressureConfig {
     pub step_floor: Kib,
     /// At most one pressure step per VM this often (default 1 s).
     pub every: Duration,
+    /// Overcommitted memory that shows a guest's need, as a fraction of its size (default
+    /// 1/16): an idle guest's `Committed_AS` runs a little above its resident memory.
+    pub need_fraction: f64,
+    /// The least overcommitted memory that shows need (default 16 MiB).
+    pub need_floor: Kib,
 }
 
 impl Default for PressureConfig {
@@ -112,6 +118,8 @@ impl Default for PressureConfig {
             step_fraction: 1.0 / 1024.0,
             step_floor: Kib::from_mib_saturating(1),
             every: Duration::from_secs(1),
+            need_fraction: 1.0 / 16.0,
+            need_floor: Kib::from_mib_saturating(16),
         }
     }
 }
@@ -122,6 +130,13 @@ impl PressureConfig {
         let f = if self.step_fraction.is_nan() { 0.0 } else { self.step_fraction.clamp(0.0, 1.0) };
         let base = kib_f64(size.0 as f64 * f).max(self.step_floor);
         Kib(base.0.saturating_mul(level.multiplier()))
+    }
+
+    /// Whether a guest of `size` whose programs have `overcommitted` memory they do not
+    /// have yet needs it: at least `max(need_floor, size · need_fraction)`.
+    pub fn needs(&self, size: Kib, overcommitted: Kib) -> bool {
+        let f = if self.need_fraction.is_nan() { 0.0 } else { self.need_fraction.clamp(0.0, 1.0) };
+        overcommitted > Kib::ZERO && overcommitted >= kib_f64(size.0 as f64 * f).max(self.need_floor)
     }
 }
 
@@ -174,7 +189,7 @@ impl PressureBalancer {
         // shrinker-driven deflate (a step a second) is too slow for a program's burst.
         // Not a pressure step: the throttle does not hold it.
         let overcommitted = c.sample.mem.as_ref().map_or(Kib::ZERO, |m| m.overcommitted());
-        if (guest > Level::None || overcommitted > Kib::ZERO) && want > base {
+        if (guest > Level::None || self.cfg.needs(base, overcommitted)) && want > base {
             self.stepped.insert(c.vm, want);
             return want;
         }
