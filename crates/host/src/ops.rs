@@ -175,6 +175,17 @@ mod tests {
     }
 
     #[test]
+    fn the_balancer_and_the_hosts_memory_need_a_restart() {
+        let new = cfg("[controller]\nbalancer='iballoon'\ncapacity_mib=2048\nhost_reserve_mib=0\npressure_file='/p'\nmemory_cgroup='/sys/fs/cgroup/machine.slice'");
+        let p = plan_reload(&cfg(""), &new, false, false);
+        assert_eq!(
+            p.restart_needed,
+            ["controller.balancer", "controller.capacity_mib", "controller.host_reserve_mib", "controller.pressure_file", "controller.memory_cgroup"]
+        );
+        assert!(Config::parse("[controller]\nmemory_cgroup='machine.slice'\n[[vm]]\nname='a'\nqmp='/a.qmp'\n").and_then(|c| c.validate()).is_err(), "a relative memory_cgroup");
+    }
+
+    #[test]
     fn summary_has_one_line_per_vm() {
         let c = cfg("");
         let s = summary(&c);
