@@ -96,6 +96,15 @@ struct Vm {
     now: f64,
 }
 
+impl Vm {
+    /// The use a VM's class boundaries are measured from when it gives memory: the larger
+    /// of the predicted and the observed, as the prediction lags behind a VM whose size
+    /// just changed (`size · (1 − PFM)` with a PFM of the old size).
+    fn floor_use(&self) -> f64 {
+        self.used.max(self.now)
+    }
+}
+
 impl IBalloon {
     /// A balancer with `cfg` (made sane: fractions in [0, 1], cushion ≤ 0.99).
     pub fn new(cfg: IBalloonConfig) -> IBalloon {
@@ -163,9 +172,7 @@ impl IBalloon {
     }
 
     fn relieve(&self, host: &HostView, claims: &[Claim], vms: &[Vm], t: &mut [Kib]) -> IBalloonStep {
-        let cfg = *self.classifier.config();
-        let of = |c: Class| -> Vec<usize> { (0..vms.len()).filter(|&i| vms[i].class == Some(c)).collect() };
-        let (critical, warn, normal) = (of(Class::Critical), of(Class::Warn), of(Class::Normal));
+        let critical: Vec<usize> = (0..vms.len()).filter(|&i| vms[i].class == Some(Class::Critical)).collect();
         let mut need = vec![Kib::ZERO; claims.len()];
         let mut cushion = vec![Kib::ZERO; claims.len()];
         for &i in &critical {
@@ -184,19 +191,41 @@ impl IBalloon {
         // from Normal VMs, then Warn ones, so the last pass (`fit`, which cuts every VM in
         // proportion) cuts nobody while they can give.
         over = over.saturating_sub(Self::take(claims, t, &critical, |i| cushion[i], over));
-        let mut rest = delta.saturating_sub(from_host).saturating_add(over);
-        let from_normal = Self::take(claims, t, &normal, |i| Self::size_at(vms[i].used, cfg.warn_below), rest);
-        rest = rest.saturating_sub(from_normal);
-        let mut from_warn = Kib::ZERO;
-        if rest > Kib::ZERO {
-            let both: Vec<usize> = warn.iter().chain(&normal).copied().collect();
-            from_warn = Self::take(claims, t, &both, |i| Self::size_at(vms[i].used, cfg.critical_below), rest);
-        }
+        let rest = delta.saturating_sub(from_host).saturating_add(over);
+        let (from_normal, from_warn) = Self::take_in_order(claims, vms, t, self.classifier.config(), rest);
         // What was taken pays the excess first; the rest goes to the Critical VMs.
         let found = from_host.saturating_add(from_normal).saturating_add(from_warn).saturating_sub(over);
         Self::give(t, &critical, &need, found);
         // Short: what the Critical VMs needed and did not get (an excess left is `fit`'s).
         IBalloonStep::Relieve { need: delta, from_host, from_normal, from_warn, short: delta.saturating_sub(found) }
+    }
+
+    /// Takes `amount` the way Algorithm 2 finds memory: from Normal VMs down to their Warn
+    /// boundary, then from Warn and Normal VMs down to their Critical boundary, in
+    /// proportion; returns what each stage took.
+    fn take_in_order(claims: &[Claim], vms: &[Vm], t: &mut [Kib], cfg: &ClassifierConfig, amount: Kib) -> (Kib, Kib) {
+        let of = |c: Class| -> Vec<usize> { (0..vms.len()).filter(|&i| vms[i].class == Some(c)).collect() };
+        let normal = of(Class::Normal);
+        let from_normal = Self::take(claims, t, &normal, |i| Self::size_at(vms[i].floor_use(), cfg.warn_below), amount);
+        let rest = amount.saturating_sub(from_normal);
+        let mut from_warn = Kib::ZERO;
+        if rest > Kib::ZERO {
+            let both: Vec<usize> = of(Class::Warn).into_iter().chain(normal).collect();
+            from_warn = Self::take(claims, t, &both, |i| Self::size_at(vms[i].floor_use(), cfg.critical_below), rest);
+        }
+        (from_normal, from_warn)
+    }
+
+    /// With no Critical VM: what the starts hold above the capacity is taken in Algorithm
+    /// 2's order before the last pass, which would cut every VM in proportion (a Warn VM
+    /// at its cushion among Normal VMs at their wants was cut into Critical, relieved, and
+    /// cut again, for ever).
+    fn shed(&self, host: &HostView, claims: &[Claim], vms: &[Vm], t: &mut [Kib]) {
+        let Some(cap) = host.capacity else { return };
+        let over = total(t.iter().copied()).saturating_sub(cap);
+        if over > Kib::ZERO {
+            Self::take_in_order(claims, vms, t, self.classifier.config(), over);
+        }
     }
 
     fn balance_groups(claims: &[Claim], vms: &[Vm], t: &mut [Kib]) -> IBalloonStep {
@@ -256,7 +285,7 @@ impl Balancer for IBalloon {
             .zip(&vms)
             .map(|(c, v)| match v.class {
                 Some(Class::Warn | Class::Critical) => c.room.clamp(c.want.max(c.room.commanded)),
-                Some(Class::Normal) => c.room.clamp(c.want.max(c.room.commanded.min(Self::size_at(v.used.max(v.now), warn_below)))),
+                Some(Class::Normal) => c.room.clamp(c.want.max(c.room.commanded.min(Self::size_at(v.floor_use(), warn_below)))),
                 None => c.room.clamp(c.want),
             })
             .collect();
@@ -268,6 +297,9 @@ impl Balancer for IBalloon {
         } else {
             IBalloonStep::Idle
         };
+        if !has(Class::Critical) {
+            self.shed(host, claims, &vms, &mut t);
+        }
         fit(host, claims, &t)
     }
 }

@@ -161,6 +161,37 @@ fn a_normal_vm_is_not_shrunk_out_of_normal_so_its_size_settles() {
     }
 }
 
+/// The second cycle, seen on real guests (tests/host_iballoon.rs, the busy guest 768 → 558 →
+/// 605 → 667 → 738 → 768 → 558 … every 7 s): a busy VM lifted to its ceiling (21 % free)
+/// turns Warn; with nobody Critical the idle Normal VMs start from their wants (a 192 MiB
+/// buffer), the starts exceed the capacity, and the last pass cut every VM in proportion,
+/// the busy one into Critical, whose relief took from the idle ones again. Before the fix
+/// the busy VM went 768 → 496 → 534 → 587 → 656 → 735 → 768 → 496 …; now the excess is
+/// taken from the Normal VMs first, down to their Warn boundary, in every step.
+#[test]
+fn a_warn_vm_is_not_cut_into_critical_while_normal_vms_hold_their_wants() {
+    let mut w = ScriptWorld::new(768, vec![vec![600], vec![150], vec![150], vec![150]], Some(1450));
+    let mut hl = HostLoop::new(IBalloon::default());
+    for i in 0..4 {
+        let rails = crate::guard::GuardRails { min: mib(128), dead_band: mib(16), ..Default::default() };
+        let policy = crate::policy::SwapFree::new(mib(192));
+        hl.add_vm(VmId(i), crate::control::ControlLoop::new(policy, rails, crate::interval::Interval::Fixed(std::time::Duration::from_secs(1))));
+    }
+    let mut sizes: Vec<Vec<u64>> = vec![Vec::new(); 4];
+    for _ in 0..120 {
+        host_step(&mut hl, &mut w);
+        assert!(w.mib().iter().sum::<u64>() <= 1450, "{:?}", w.mib());
+        for (s, now) in sizes.iter_mut().zip(w.mib()) {
+            s.push(now);
+        }
+    }
+    for s in &sizes {
+        assert_eq!(reversals(&s[40..]), 0, "settled: {sizes:?}");
+    }
+    assert_eq!(*sizes[0].last().unwrap(), 768, "the busy VM keeps its ceiling (cushion 750): {:?}", sizes[0]);
+    assert!(sizes[1..].iter().all(|s| free(mib(*s.last().unwrap()), 150) >= 0.30 - 1e-3), "the idle ones stay Normal: {sizes:?}");
+}
+
 fn arb_claim() -> impl Strategy<Value = Claim> {
     let kib = prop_oneof![0u64..1 << 22, Just(0u64), Just(u64::MAX), any::<u64>()];
     (0u32..4, kib.clone(), kib.clone(), kib.clone(), kib.clone(), kib, any::<bool>()).prop_map(|(vm, size, avail, a, b, want, mem)| {
@@ -196,4 +227,5 @@ proptest! {
         }
     }
 }
+
 
