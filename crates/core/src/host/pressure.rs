@@ -149,8 +149,10 @@ pub struct PressureBalancer {
     /// Each VM's last stepped target while the host is under pressure. The per-VM rails
     /// hold changes smaller than their dead band (16 MiB in the daemon), larger than the
     /// seed's steps below a few GiB: steps are taken from here, so they add up until one
-    /// passes. Dropped when the host's pressure ends.
-    stepped: BTreeMap<VmId, Kib>,
+    /// passes. Kept with the size it was stepped from, and used only while that is still
+    /// the VM's size (`room.commanded`): once the rails applied a step, or anything else
+    /// moved the VM, steps start from its size again. Dropped when the host's pressure ends.
+    stepped: BTreeMap<VmId, (Kib, Kib)>,
     level: Level,
 }
 
@@ -181,7 +183,7 @@ impl PressureBalancer {
             return want;
         }
         // Where the steps so far have got to, if the rails have not applied them yet.
-        let stepped = self.stepped.get(&c.vm).copied();
+        let stepped = self.stepped.get(&c.vm).filter(|(from, _)| *from == base).map(|(_, t)| *t);
         let at = c.sample.at;
         let guest = self.cfg.guest.level(c.sample.pressure.as_ref());
         // A guest that shows need — its own pressure, or memory its programs committed and
@@ -190,7 +192,6 @@ impl PressureBalancer {
         // Not a pressure step: the throttle does not hold it.
         let overcommitted = c.sample.mem.as_ref().map_or(Kib::ZERO, |m| m.overcommitted());
         if (guest > Level::None || self.cfg.needs(base, overcommitted)) && want > base {
-            self.stepped.insert(c.vm, want);
             return want;
         }
         let throttled = self.last_step.get(&c.vm).is_some_and(|l| at < l.saturating_add(self.cfg.every));
@@ -207,7 +208,7 @@ impl PressureBalancer {
         };
         if t != hold {
             self.last_step.insert(c.vm, at);
-            self.stepped.insert(c.vm, t);
+            self.stepped.insert(c.vm, (base, t));
         }
         t
     }

@@ -91,9 +91,35 @@ fn a_guest_that_shows_need_grows_to_its_want_under_host_pressure() {
     }
     claims[3].sample.mem.as_mut().unwrap().committed_as = mib(100 + 15);
     claims[3].want = mib(300);
-    assert_eq!(in_mib(&b.balance(&host, &claims))[3], 252, "a critical step, not its want");
+    assert_eq!(in_mib(&b.balance(&host, &claims))[3], 248, "a critical step (after the one the rails held), not its want");
     let c = PressureConfig::default();
     assert!(!c.needs(mib(1024), mib(63)) && c.needs(mib(1024), mib(64)) && c.needs(mib(100), mib(16)) && !c.needs(mib(100), Kib::ZERO));
+}
+
+/// Found in the A1 benchmark: a guest grown to its ceiling (768) for a fill, then shrunk to
+/// its want (469) by its policy, felt its own pressure at the next job, and the balancer
+/// stepped it up from the last target it had stepped (768) instead of from its size: back
+/// to its ceiling, then down to its want, and so on every other second. A step now starts
+/// from the size it was taken from, or the VM's size if that moved.
+#[test]
+fn steps_start_from_the_vms_size_once_it_moved() {
+    let mut b = PressureBalancer::default();
+    let host = view(None, Some(psi(20.0, 0.0)));
+    let mut c = claim(0, 469, 400, 128, 768);
+    c.want = mib(768);
+    c.sample.pressure = Some(psi(5.0, 0.0));
+    assert_eq!(in_mib(&b.balance(&host, std::slice::from_ref(&c))), vec![768], "own pressure: its want");
+    // The rails applied it; a second later its policy wants 469 and its PSI is gone.
+    let mut c = claim(0, 768, 400, 128, 768);
+    c.want = mib(469);
+    c.sample.at = Duration::from_secs(1);
+    assert_eq!(in_mib(&b.balance(&host, std::slice::from_ref(&c))), vec![469]);
+    // Applied; its own pressure returns at the next job: a Low step from 469, not from 768.
+    let mut c = claim(0, 469, 460, 128, 768);
+    c.want = mib(436);
+    c.sample.at = Duration::from_secs(2);
+    c.sample.pressure = Some(psi(2.0, 0.0));
+    assert_eq!(in_mib(&b.balance(&host, std::slice::from_ref(&c))), vec![470]);
 }
 
 /// Two VMs whose programs need 900 MiB each on a host that swaps above 1800 MiB held:
