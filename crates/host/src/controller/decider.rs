@@ -53,9 +53,12 @@ fn cgroup_kib(dir: &std::path::Path, files: &[&str]) -> Option<Kib> {
     files.iter().find_map(|f| std::fs::read_to_string(dir.join(f)).ok()).and_then(|t| t.trim().parse::<u64>().ok()).map(|b| Kib(b / 1024))
 }
 
-/// What a memory cgroup with a limit leaves: `limit − (usage − inactive file cache)`.
-/// `None` without a limit (v2 `max`, v1's near-`u64::MAX` default) or readable files.
-fn cgroup_room(dir: &std::path::Path) -> Option<Kib> {
+/// What a memory cgroup with a limit leaves VMs that hold `held`: `limit − (usage −
+/// inactive file cache) + held`, at most the limit. The VMs' memory is counted as if all of
+/// it were resident (their QEMUs' resident memory is not known here), so until the guests
+/// have touched their memory the QEMUs' own part of the usage counts as theirs. `None`
+/// without a limit (v2 `max`, v1's near-`u64::MAX` default) or readable files.
+fn cgroup_capacity(dir: &std::path::Path, held: Kib) -> Option<Kib> {
     let limit = cgroup_kib(dir, &["memory.max", "memory.limit_in_bytes"]).filter(|l| l.0 < 1 << 50)?;
     let usage = cgroup_kib(dir, &["memory.current", "memory.usage_in_bytes"])?;
     // Page cache the kernel drops first is room, as in MemAvailable (v2 `inactive_file`,
@@ -65,7 +68,7 @@ fn cgroup_room(dir: &std::path::Path) -> Option<Kib> {
         .iter()
         .find_map(|k| stat.lines().find_map(|l| l.strip_prefix(k)).and_then(|v| v.trim().parse::<u64>().ok()))
         .map_or(Kib::ZERO, |b| Kib(b / 1024));
-    Some(limit.saturating_sub(usage.saturating_sub(cache)))
+    Some(limit.saturating_sub(usage.saturating_sub(cache)).saturating_add(held).min(limit))
 }
 
 impl HostMemory {
@@ -83,7 +86,7 @@ impl HostMemory {
             let available = MemView::from_meminfo(&m).ok()?.available;
             Some(available.saturating_add(vms_hold).saturating_sub(self.reserve))
         };
-        let group = || self.cgroup.as_deref().and_then(cgroup_room).map(|r| r.saturating_add(vms_hold));
+        let group = || self.cgroup.as_deref().and_then(|g| cgroup_capacity(g, vms_hold));
         let capacity = self.capacity.or_else(|| match (host(), group()) {
             (Some(h), Some(g)) => Some(h.min(g)),
             (h, g) => h.or(g),
@@ -295,6 +298,10 @@ mod tests {
         std::fs::write(v2.join("memory.current"), format!("{}\n", 1500u64 << 20)).unwrap();
         std::fs::write(v2.join("memory.stat"), format!("anon 1\nfile 2\ninactive_file {}\nactive_file 0\n", 100u64 << 20)).unwrap();
         assert_eq!(mem.view(hold).capacity, Some(mib(2048 - 1400 + 1200)), "limit − (usage − inactive file) + what the VMs hold");
+        // VMs whose guests have not touched their memory: never more than the limit.
+        std::fs::write(v2.join("memory.current"), format!("{}\n", 600u64 << 20)).unwrap();
+        assert_eq!(mem.view(hold).capacity, Some(mib(2048)));
+        std::fs::write(v2.join("memory.current"), format!("{}\n", 1500u64 << 20)).unwrap();
         // No limit: the host's MemAvailable alone.
         std::fs::write(v2.join("memory.max"), "max\n").unwrap();
         assert_eq!(mem.view(hold).capacity, Some(from_host));
