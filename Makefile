@@ -82,10 +82,10 @@ integration-test: image
 	@$(QEMU10_INSTALL)
 	AUTOBALLOON_IMAGE="$$(cat $(IMAGE_PATH))" cargo test --locked --workspace --tests --doc -- --test-threads=1
 
-# Host memory pressure from a real cgroup with swap (tests/host_pressure.rs): left out of
-# `make test`, as the PSI a host program causes depends on the machine (docs/balancers.md).
+# Host memory pressure from a real cgroup with a zram swap (tests/host_pressure.rs), alone
+# and with its table; `make test` runs it too (docs/balancers.md).
 test-host-pressure: image
-	AUTOBALLOON_IMAGE="$$(cat $(IMAGE_PATH))" cargo test --locked -p autoballoon-testbed --test host_pressure -- --ignored --nocapture
+	AUTOBALLOON_IMAGE="$$(cat $(IMAGE_PATH))" cargo test --locked -p autoballoon-testbed --test host_pressure -- --nocapture
 
 # Everything: the cargo suite (unit, property, doc and QEMU tests; the kernel scenarios
 # are ignored there), then the kernel scenarios, which build both kernels if not cached.

@@ -38,6 +38,10 @@ pub struct ControllerConfig {
     pub capacity_mib: u64,
     /// Memory kept for the host itself when the capacity comes from MemAvailable, MiB.
     pub host_reserve_mib: u64,
+    /// The memory cgroup the VMs run in (its directory, cgroup v2 or v1), if it has a
+    /// limit: with `capacity_mib = 0` the capacity is then also at most the group's
+    /// limit less what others use in it. Empty = none.
+    pub memory_cgroup: PathBuf,
     /// The PSI file whose memory pressure is the host's (`pressure` balancer); empty =
     /// `/proc/pressure/memory`. A cgroup v2's `memory.pressure` watches only the VMs' cgroup.
     pub pressure_file: PathBuf,
@@ -64,6 +68,7 @@ impl Default for ControllerConfig {
             balancer: BalancerKind::Independent,
             capacity_mib: 0,
             host_reserve_mib: 1024,
+            memory_cgroup: PathBuf::new(),
             pressure_file: PathBuf::new(),
             metrics_listen: DEFAULT_METRICS_LISTEN.into(),
             status_socket: DEFAULT_STATUS_SOCKET.into(),
@@ -222,6 +227,10 @@ impl Config {
         let sock = &self.controller.status_socket;
         if !sock.as_os_str().is_empty() && (!sock.is_absolute() || sock.file_name().is_none()) {
             return Err(ConfigError::Invalid { key: "controller.status_socket".into(), why: "must be an absolute path, or \"\" for off".into() });
+        }
+        let cg = &self.controller.memory_cgroup;
+        if !cg.as_os_str().is_empty() && !cg.is_absolute() {
+            return Err(ConfigError::Invalid { key: "controller.memory_cgroup".into(), why: "must be an absolute path (the cgroup's directory, e.g. \"/sys/fs/cgroup/machine.slice\"), or \"\" for none".into() });
         }
         self.defaults.validate("defaults.")?;
         let mut names = std::collections::HashSet::new();

@@ -79,6 +79,18 @@ pub fn plan_reload(old: &Config, new: &Config, cli_json: bool, cli_verbose: bool
     if o.migration_shrink != n.migration_shrink {
         plan.restart_needed.push("controller.migration_shrink".into());
     }
+    // The host's memory and the balancer are set up once, at start.
+    for (key, changed) in [
+        ("balancer", o.balancer != n.balancer),
+        ("capacity_mib", o.capacity_mib != n.capacity_mib),
+        ("host_reserve_mib", o.host_reserve_mib != n.host_reserve_mib),
+        ("pressure_file", o.pressure_file != n.pressure_file),
+        ("memory_cgroup", o.memory_cgroup != n.memory_cgroup),
+    ] {
+        if changed {
+            plan.restart_needed.push(format!("controller.{key}"));
+        }
+    }
     if old.defaults != new.defaults {
         plan.restart_needed.push("[defaults]".into());
     }
@@ -160,6 +172,17 @@ mod tests {
             p.restart_needed,
             ["controller.interval_ms", "controller.metrics_listen", "[defaults]", "vm \"c\" added", "vm \"b\" removed"]
         );
+    }
+
+    #[test]
+    fn the_balancer_and_the_hosts_memory_need_a_restart() {
+        let new = cfg("[controller]\nbalancer='iballoon'\ncapacity_mib=2048\nhost_reserve_mib=0\npressure_file='/p'\nmemory_cgroup='/sys/fs/cgroup/machine.slice'");
+        let p = plan_reload(&cfg(""), &new, false, false);
+        assert_eq!(
+            p.restart_needed,
+            ["controller.balancer", "controller.capacity_mib", "controller.host_reserve_mib", "controller.pressure_file", "controller.memory_cgroup"]
+        );
+        assert!(Config::parse("[controller]\nmemory_cgroup='machine.slice'\n[[vm]]\nname='a'\nqmp='/a.qmp'\n").and_then(|c| c.validate()).is_err(), "a relative memory_cgroup");
     }
 
     #[test]

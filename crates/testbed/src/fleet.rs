@@ -94,6 +94,8 @@ pub struct Row {
     pub sizes: BTreeMap<String, u64>,
     /// The daemon's last targets, MiB.
     pub targets: BTreeMap<String, u64>,
+    /// Guest memory in use (size − MemAvailable) as the daemon last saw it, MiB.
+    pub used: BTreeMap<String, u64>,
     pub classes: BTreeMap<String, String>,
     pub group_mib: Option<u64>,
     pub psi_some10: Option<f64>,
@@ -122,11 +124,12 @@ impl Recorder {
                     let vms = doc["vms"].as_array().cloned().unwrap_or_default();
                     let sampled = |v: &serde_json::Value| v["samples"].as_u64().unwrap_or(0) > 0;
                     let sizes = vms.iter().filter(|v| sampled(v)).filter_map(|v| Some((v["name"].as_str()?.to_string(), v["size"].as_u64()? >> 10))).collect();
-                    let targets = vms.iter().filter_map(|v| Some((v["name"].as_str()?.to_string(), v["target"].as_u64()? >> 10))).collect();
+                    let mib = |key: &str| vms.iter().filter_map(|v| Some((v["name"].as_str()?.to_string(), v[key].as_u64()? >> 10))).collect();
+                    let (targets, used) = (mib("target"), mib("used"));
                     let classes = vms.iter().filter_map(|v| Some((v["name"].as_str()?.to_string(), v["class"].as_str()?.to_string()))).collect();
                     let group_mib = std::fs::read_to_string(&usage).ok().and_then(|t| t.trim().parse::<u64>().ok()).map(|b| b >> 20);
                     let psi_some10 = std::fs::read_to_string(&psi).ok().and_then(|t| t.lines().next()?.split_whitespace().find_map(|w| w.strip_prefix("avg10="))?.parse().ok());
-                    r.lock().unwrap().push(Row { t: t0.elapsed().as_secs_f64(), sizes, targets, classes, group_mib, psi_some10 });
+                    r.lock().unwrap().push(Row { t: t0.elapsed().as_secs_f64(), sizes, targets, used, classes, group_mib, psi_some10 });
                 }
                 std::thread::sleep(Duration::from_millis(500));
             }

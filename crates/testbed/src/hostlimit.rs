@@ -2,9 +2,9 @@
 //! the QEMU processes (cgroup v2 `memory.max`, or cgroup v1 `memory.limit_in_bytes` on a
 //! hybrid host), a cgroup v2 group beside it for the processes' own PSI
 //! (`memory.pressure`, the file the daemon's `pressure_file` reads), and optionally a swap
-//! file so that going over the limit is slow reclaim (pressure) rather than an OOM kill.
-//! Everything is undone on drop: processes go back to the parent groups, the groups and
-//! the swap file are removed.
+//! file or a zram device so that going over the limit is reclaim (pressure) rather than an
+//! OOM kill. Everything is undone on drop: processes go back to the parent groups, the
+//! groups are removed, the swap is switched off and its file or zram device removed.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -41,6 +41,44 @@ fn v2_root() -> Option<PathBuf> {
     ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"].iter().map(PathBuf::from).find(|p| p.join("cgroup.controllers").is_file())
 }
 
+/// Runs a shell script that sets up swap; its stderr is the error.
+fn swap_sh(script: &str) -> Result<(), HostLimitError> {
+    match Command::new("sh").args(["-c", script]).output() {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(HostLimitError::Swap(String::from_utf8_lossy(&o.stderr).trim().to_string())),
+        Err(e) => Err(HostLimitError::Swap(e.to_string())),
+    }
+}
+
+/// The swap a limit brought with it.
+enum Swap {
+    File(PathBuf),
+    /// `/dev/zramN`, added through `/sys/class/zram-control`.
+    Zram(u32),
+}
+
+impl Swap {
+    fn device(&self) -> PathBuf {
+        match self {
+            Swap::File(f) => f.clone(),
+            Swap::Zram(n) => PathBuf::from(format!("/dev/zram{n}")),
+        }
+    }
+
+    /// Switches the swap off and removes the file or the zram device.
+    fn remove(&self) {
+        let _ = Command::new("swapoff").arg(self.device()).output();
+        match self {
+            Swap::File(f) => {
+                let _ = std::fs::remove_file(f);
+            }
+            Swap::Zram(n) => {
+                let _ = std::fs::write("/sys/class/zram-control/hot_remove", n.to_string());
+            }
+        }
+    }
+}
+
 /// The limit, and where processes are put.
 pub struct HostLimit {
     /// The group that holds the memory limit.
@@ -49,7 +87,7 @@ pub struct HostLimit {
     psi: PathBuf,
     /// Each group with the parent's `cgroup.procs`, to move processes back to on drop.
     groups: Vec<(PathBuf, PathBuf)>,
-    swap: Option<PathBuf>,
+    swap: Option<Swap>,
     pub limit_mib: u64,
 }
 
@@ -88,12 +126,33 @@ impl HostLimit {
         let _ = Command::new("swapoff").arg(&f).output();
         let _ = std::fs::remove_file(&f);
         let sh = format!("set -e; dd if=/dev/zero of='{0}' bs=1M count={mib} status=none; chmod 600 '{0}'; mkswap '{0}' >/dev/null; swapon '{0}'", f.display());
-        let out = Command::new("sh").args(["-c", &sh]).output().map_err(|e| HostLimitError::Swap(e.to_string()))?;
-        if !out.status.success() {
+        if let Err(e) = swap_sh(&sh) {
             let _ = std::fs::remove_file(&f);
-            return Err(HostLimitError::Swap(String::from_utf8_lossy(&out.stderr).trim().to_string()));
+            return Err(e);
         }
-        self.swap = Some(f);
+        self.swap = Some(Swap::File(f));
+        Ok(self)
+    }
+
+    /// Adds a zram swap device of `mib` (a new `/dev/zramN` from `/sys/class/zram-control`,
+    /// removed on drop) at a priority above other swap. Swapping to compressed RAM costs CPU
+    /// in the reclaiming task, not I/O, so a group that thrashes on it stalls (PSI) by a
+    /// share that depends little on the machine's disks, and reclaim always makes progress
+    /// (no OOM kill while a swap file's writeback is still in flight).
+    pub fn with_zram_swap(mut self, mib: u64) -> Result<HostLimit, HostLimitError> {
+        let ctl = Path::new("/sys/class/zram-control/hot_add");
+        if !ctl.exists() {
+            let _ = Command::new("modprobe").args(["zram", "num_devices=0"]).output();
+        }
+        let n: u32 = std::fs::read_to_string(ctl).map_err(|e| HostLimitError::Swap(format!("{}: {e} (no zram module?)", ctl.display())))?.trim().parse().map_err(|e| HostLimitError::Swap(format!("{}: {e}", ctl.display())))?;
+        let swap = Swap::Zram(n);
+        let dev = swap.device();
+        let sh = format!("set -e; echo {mib}M > /sys/block/zram{n}/disksize; mkswap '{0}' >/dev/null; swapon -p 32000 '{0}'", dev.display());
+        if let Err(e) = swap_sh(&sh) {
+            swap.remove();
+            return Err(e);
+        }
+        self.swap = Some(swap);
         Ok(self)
     }
 
@@ -163,9 +222,8 @@ impl Drop for HostLimit {
             }
             let _ = std::fs::remove_dir(group);
         }
-        if let Some(f) = &self.swap {
-            let _ = Command::new("swapoff").arg(f).output();
-            let _ = std::fs::remove_file(f);
+        if let Some(s) = &self.swap {
+            s.remove();
         }
     }
 }

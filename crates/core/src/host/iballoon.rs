@@ -3,10 +3,12 @@
 //! Every VM is classified by the EWMA of its free fraction ([`Classifier`]: α = 0.125,
 //! Critical < 15 %, Warn < 30 %, Normal ≥ 30 %). Its predicted use is
 //! `u = size · (1 − PFM)`, and the size at which it has free fraction `r` is `u / (1 − r)`.
-//! Each VM starts from its per-VM policy's want if it is Normal (or not yet observed), and
-//! from the larger of its want and its present size if it is Warn or Critical: the per-VM
-//! policy may shrink a VM's surplus, but a VM short of free memory is only ever shrunk by
-//! Algorithm 2 itself, to save a Critical one. From those starts:
+//! Each VM starts from its per-VM policy's want if it is Normal (or not yet observed), but
+//! a Normal VM's want shrinks it no further than its Warn boundary `u / (1 − r2)` (by the
+//! larger of its predicted and observed use), and from the larger of its want and its
+//! present size if it is Warn or Critical: the per-VM policy may shrink a VM's surplus,
+//! never out of Normal, and a VM short of free memory is only ever shrunk by Algorithm 2
+//! itself, to save a Critical one. From those starts:
 //!
 //! - Some VM Critical: `δ = Σ_critical (u/(1 − cushion) − start)⁺` (cushion 20 %). The
 //!   host's unassigned memory (`capacity − Σ start`, all of δ without a capacity; zero in
@@ -25,7 +27,7 @@
 //! No VM leaves its room (givers stop at their floor, takers at their ceiling) and the sum
 //! is cut to the capacity last.
 
-use super::classify::{Class, Classifier, ClassifierConfig};
+use super::classify::{observed_free, Class, Classifier, ClassifierConfig};
 use super::fit::{fit, kib_f64, total};
 use super::{Balancer, Claim, HostView, VmId};
 use crate::units::Kib;
@@ -88,7 +90,19 @@ impl Default for IBalloon {
 /// One classified VM inside a step.
 struct Vm {
     class: Option<Class>,
+    /// Predicted use `size · (1 − PFM)`, KiB.
     used: f64,
+    /// Observed use `size − MemAvailable` of this sample, KiB (0 without a memory view).
+    now: f64,
+}
+
+impl Vm {
+    /// The use a VM's class boundaries are measured from when it gives memory: the larger
+    /// of the predicted and the observed, as the prediction lags behind a VM whose size
+    /// just changed (`size · (1 − PFM)` with a PFM of the old size).
+    fn floor_use(&self) -> f64 {
+        self.used.max(self.now)
+    }
 }
 
 impl IBalloon {
@@ -158,9 +172,7 @@ impl IBalloon {
     }
 
     fn relieve(&self, host: &HostView, claims: &[Claim], vms: &[Vm], t: &mut [Kib]) -> IBalloonStep {
-        let cfg = *self.classifier.config();
-        let of = |c: Class| -> Vec<usize> { (0..vms.len()).filter(|&i| vms[i].class == Some(c)).collect() };
-        let (critical, warn, normal) = (of(Class::Critical), of(Class::Warn), of(Class::Normal));
+        let critical: Vec<usize> = (0..vms.len()).filter(|&i| vms[i].class == Some(Class::Critical)).collect();
         let mut need = vec![Kib::ZERO; claims.len()];
         let mut cushion = vec![Kib::ZERO; claims.len()];
         for &i in &critical {
@@ -179,19 +191,41 @@ impl IBalloon {
         // from Normal VMs, then Warn ones, so the last pass (`fit`, which cuts every VM in
         // proportion) cuts nobody while they can give.
         over = over.saturating_sub(Self::take(claims, t, &critical, |i| cushion[i], over));
-        let mut rest = delta.saturating_sub(from_host).saturating_add(over);
-        let from_normal = Self::take(claims, t, &normal, |i| Self::size_at(vms[i].used, cfg.warn_below), rest);
-        rest = rest.saturating_sub(from_normal);
-        let mut from_warn = Kib::ZERO;
-        if rest > Kib::ZERO {
-            let both: Vec<usize> = warn.iter().chain(&normal).copied().collect();
-            from_warn = Self::take(claims, t, &both, |i| Self::size_at(vms[i].used, cfg.critical_below), rest);
-        }
+        let rest = delta.saturating_sub(from_host).saturating_add(over);
+        let (from_normal, from_warn) = Self::take_in_order(claims, vms, t, self.classifier.config(), rest);
         // What was taken pays the excess first; the rest goes to the Critical VMs.
         let found = from_host.saturating_add(from_normal).saturating_add(from_warn).saturating_sub(over);
         Self::give(t, &critical, &need, found);
         // Short: what the Critical VMs needed and did not get (an excess left is `fit`'s).
         IBalloonStep::Relieve { need: delta, from_host, from_normal, from_warn, short: delta.saturating_sub(found) }
+    }
+
+    /// Takes `amount` the way Algorithm 2 finds memory: from Normal VMs down to their Warn
+    /// boundary, then from Warn and Normal VMs down to their Critical boundary, in
+    /// proportion; returns what each stage took.
+    fn take_in_order(claims: &[Claim], vms: &[Vm], t: &mut [Kib], cfg: &ClassifierConfig, amount: Kib) -> (Kib, Kib) {
+        let of = |c: Class| -> Vec<usize> { (0..vms.len()).filter(|&i| vms[i].class == Some(c)).collect() };
+        let normal = of(Class::Normal);
+        let from_normal = Self::take(claims, t, &normal, |i| Self::size_at(vms[i].floor_use(), cfg.warn_below), amount);
+        let rest = amount.saturating_sub(from_normal);
+        let mut from_warn = Kib::ZERO;
+        if rest > Kib::ZERO {
+            let both: Vec<usize> = of(Class::Warn).into_iter().chain(normal).collect();
+            from_warn = Self::take(claims, t, &both, |i| Self::size_at(vms[i].floor_use(), cfg.critical_below), rest);
+        }
+        (from_normal, from_warn)
+    }
+
+    /// With no Critical VM: what the starts hold above the capacity is taken in Algorithm
+    /// 2's order before the last pass, which would cut every VM in proportion (a Warn VM
+    /// at its cushion among Normal VMs at their wants was cut into Critical, relieved, and
+    /// cut again, for ever).
+    fn shed(&self, host: &HostView, claims: &[Claim], vms: &[Vm], t: &mut [Kib]) {
+        let Some(cap) = host.capacity else { return };
+        let over = total(t.iter().copied()).saturating_sub(cap);
+        if over > Kib::ZERO {
+            Self::take_in_order(claims, vms, t, self.classifier.config(), over);
+        }
     }
 
     fn balance_groups(claims: &[Claim], vms: &[Vm], t: &mut [Kib]) -> IBalloonStep {
@@ -235,17 +269,24 @@ impl Balancer for IBalloon {
                 let pfm = self.classifier.observe(c.vm, &c.sample);
                 let size = if c.sample.guest_size.0 > 0 { c.sample.guest_size } else { c.sample.mem.map_or(Kib::ZERO, |m| m.total) };
                 let used = pfm.map_or(0.0, |p| size.0 as f64 * (1.0 - p));
-                Vm { class: pfm.map(|p| self.classifier.config().class_of(p)), used }
+                let now = observed_free(&c.sample).map_or(0.0, |o| size.0 as f64 * (1.0 - o));
+                Vm { class: pfm.map(|p| self.classifier.config().class_of(p)), used, now }
             })
             .collect();
-        // Normal (and unobserved) VMs start from their want; Warn and Critical ones are not
-        // shrunk by it: they start from the larger of their want and present size.
+        // Normal VMs start from their want, but their policy shrinks them no further than
+        // their Warn boundary (by the larger of the predicted and the observed use): a want
+        // that keeps less free than iBalloon's Normal would make them Warn or Critical,
+        // be grown back by Algorithm 2 and shrunk again, for ever. Warn and Critical VMs
+        // are not shrunk by their want: they start from the larger of it and their present
+        // size. Unobserved VMs start from their want.
+        let warn_below = self.classifier.config().warn_below;
         let mut t: Vec<Kib> = claims
             .iter()
             .zip(&vms)
             .map(|(c, v)| match v.class {
                 Some(Class::Warn | Class::Critical) => c.room.clamp(c.want.max(c.room.commanded)),
-                _ => c.room.clamp(c.want),
+                Some(Class::Normal) => c.room.clamp(c.want.max(c.room.commanded.min(Self::size_at(v.floor_use(), warn_below)))),
+                None => c.room.clamp(c.want),
             })
             .collect();
         let has = |c: Class| vms.iter().any(|v| v.class == Some(c));
@@ -256,6 +297,9 @@ impl Balancer for IBalloon {
         } else {
             IBalloonStep::Idle
         };
+        if !has(Class::Critical) {
+            self.shed(host, claims, &vms, &mut t);
+        }
         fit(host, claims, &t)
     }
 }

@@ -9,10 +9,13 @@
 //! Critical: the seed's 1, 2 and 4 MiB per event (256, 512, 1024 pages) for a 1 GiB guest,
 //! proportional to the guest's size above that (16, 32, 64 MiB a second for 16 GiB). A
 //! guest under its own pressure (its PSI, same levels) grows by its level's step instead
-//! (the seed's shrinker-driven deflate). A VM takes at most one pressure step a second
-//! (the seed throttled QEMU to one event a second), never below its room's floor; between
-//! steps it may shrink as its policy wishes but not grow. With no host pressure every VM
-//! gets its want.
+//! (the seed's shrinker-driven deflate), or to its want if that is more; so does, at once,
+//! a guest whose programs have committed memory they do not have yet (`Committed_AS`
+//! beyond its resident and swapped memory, the estimator's `overcommitted`, at least
+//! 1/16 of its size and 16 MiB: an idle guest's runs a little above zero). A VM takes at
+//! most one pressure step a second (the seed throttled QEMU to one event a second), never
+//! below its room's floor; between steps it may shrink as its policy wishes but not grow
+//! unless it shows need. With no host pressure every VM gets its want.
 
 use super::fit::{fit, kib_f64};
 use super::{Balancer, Claim, HostView, VmId};
@@ -100,6 +103,11 @@ pub struct PressureConfig {
     pub step_floor: Kib,
     /// At most one pressure step per VM this often (default 1 s).
     pub every: Duration,
+    /// Overcommitted memory that shows a guest's need, as a fraction of its size (default
+    /// 1/16): an idle guest's `Committed_AS` runs a little above its resident memory.
+    pub need_fraction: f64,
+    /// The least overcommitted memory that shows need (default 16 MiB).
+    pub need_floor: Kib,
 }
 
 impl Default for PressureConfig {
@@ -110,6 +118,8 @@ impl Default for PressureConfig {
             step_fraction: 1.0 / 1024.0,
             step_floor: Kib::from_mib_saturating(1),
             every: Duration::from_secs(1),
+            need_fraction: 1.0 / 16.0,
+            need_floor: Kib::from_mib_saturating(16),
         }
     }
 }
@@ -120,6 +130,13 @@ impl PressureConfig {
         let f = if self.step_fraction.is_nan() { 0.0 } else { self.step_fraction.clamp(0.0, 1.0) };
         let base = kib_f64(size.0 as f64 * f).max(self.step_floor);
         Kib(base.0.saturating_mul(level.multiplier()))
+    }
+
+    /// Whether a guest of `size` whose programs have `overcommitted` memory they do not
+    /// have yet needs it: at least `max(need_floor, size · need_fraction)`.
+    pub fn needs(&self, size: Kib, overcommitted: Kib) -> bool {
+        let f = if self.need_fraction.is_nan() { 0.0 } else { self.need_fraction.clamp(0.0, 1.0) };
+        overcommitted > Kib::ZERO && overcommitted >= kib_f64(size.0 as f64 * f).max(self.need_floor)
     }
 }
 
@@ -132,8 +149,10 @@ pub struct PressureBalancer {
     /// Each VM's last stepped target while the host is under pressure. The per-VM rails
     /// hold changes smaller than their dead band (16 MiB in the daemon), larger than the
     /// seed's steps below a few GiB: steps are taken from here, so they add up until one
-    /// passes. Dropped when the host's pressure ends.
-    stepped: BTreeMap<VmId, Kib>,
+    /// passes. Kept with the size it was stepped from, and used only while that is still
+    /// the VM's size (`room.commanded`): once the rails applied a step, or anything else
+    /// moved the VM, steps start from its size again. Dropped when the host's pressure ends.
+    stepped: BTreeMap<VmId, (Kib, Kib)>,
     level: Level,
 }
 
@@ -164,14 +183,22 @@ impl PressureBalancer {
             return want;
         }
         // Where the steps so far have got to, if the rails have not applied them yet.
-        let stepped = self.stepped.get(&c.vm).copied();
+        let stepped = self.stepped.get(&c.vm).filter(|(from, _)| *from == base).map(|(_, t)| *t);
         let at = c.sample.at;
+        let guest = self.cfg.guest.level(c.sample.pressure.as_ref());
+        // A guest that shows need — its own pressure, or memory its programs committed and
+        // do not have yet — grows to its want at once, host pressure or not: the seed's
+        // shrinker-driven deflate (a step a second) is too slow for a program's burst.
+        // Not a pressure step: the throttle does not hold it.
+        let overcommitted = c.sample.mem.as_ref().map_or(Kib::ZERO, |m| m.overcommitted());
+        if (guest > Level::None || self.cfg.needs(base, overcommitted)) && want > base {
+            return want;
+        }
         let throttled = self.last_step.get(&c.vm).is_some_and(|l| at < l.saturating_add(self.cfg.every));
         let hold = c.room.clamp(want.min(base));
         if throttled {
             return hold;
         }
-        let guest = self.cfg.guest.level(c.sample.pressure.as_ref());
         let t = if guest > Level::None {
             let from = stepped.map_or(base, |s| s.max(base));
             c.room.clamp(from.saturating_add(self.cfg.step(base, guest)))
@@ -181,7 +208,7 @@ impl PressureBalancer {
         };
         if t != hold {
             self.last_step.insert(c.vm, at);
-            self.stepped.insert(c.vm, t);
+            self.stepped.insert(c.vm, (base, t));
         }
         t
     }

@@ -39,9 +39,36 @@ pub(crate) struct HostMemory {
     pub proc_dir: PathBuf,
     /// The PSI file of the host's memory pressure; `None`: `proc_dir`'s `pressure/memory`.
     pub pressure_file: Option<PathBuf>,
-    /// A fixed capacity; `None`: MemAvailable plus what the VMs hold, less `reserve`.
+    /// A fixed capacity; `None`: MemAvailable plus what the VMs hold, less `reserve`
+    /// (and at most what `cgroup` leaves them).
     pub capacity: Option<Kib>,
     pub reserve: Kib,
+    /// The VMs' memory cgroup (v2 or v1 directory), whose limit bounds the capacity.
+    pub cgroup: Option<PathBuf>,
+}
+
+/// Reads the first of `files` in `dir` that holds a number of bytes (`max`, v2's
+/// "no limit", is none), in KiB.
+fn cgroup_kib(dir: &std::path::Path, files: &[&str]) -> Option<Kib> {
+    files.iter().find_map(|f| std::fs::read_to_string(dir.join(f)).ok()).and_then(|t| t.trim().parse::<u64>().ok()).map(|b| Kib(b / 1024))
+}
+
+/// What a memory cgroup with a limit leaves VMs that hold `held`: `limit − (usage −
+/// inactive file cache) + held`, at most the limit. The VMs' memory is counted as if all of
+/// it were resident (their QEMUs' resident memory is not known here), so until the guests
+/// have touched their memory the QEMUs' own part of the usage counts as theirs. `None`
+/// without a limit (v2 `max`, v1's near-`u64::MAX` default) or readable files.
+fn cgroup_capacity(dir: &std::path::Path, held: Kib) -> Option<Kib> {
+    let limit = cgroup_kib(dir, &["memory.max", "memory.limit_in_bytes"]).filter(|l| l.0 < 1 << 50)?;
+    let usage = cgroup_kib(dir, &["memory.current", "memory.usage_in_bytes"])?;
+    // Page cache the kernel drops first is room, as in MemAvailable (v2 `inactive_file`,
+    // v1's hierarchical `total_inactive_file`).
+    let stat = std::fs::read_to_string(dir.join("memory.stat")).unwrap_or_default();
+    let cache = ["total_inactive_file ", "inactive_file "]
+        .iter()
+        .find_map(|k| stat.lines().find_map(|l| l.strip_prefix(k)).and_then(|v| v.trim().parse::<u64>().ok()))
+        .map_or(Kib::ZERO, |b| Kib(b / 1024));
+    Some(limit.saturating_sub(usage.saturating_sub(cache)).saturating_add(held).min(limit))
 }
 
 impl HostMemory {
@@ -52,10 +79,17 @@ impl HostMemory {
         let read = |f: &str| std::fs::read_to_string(self.proc_dir.join(f)).ok();
         let psi = self.pressure_file.clone().unwrap_or_else(|| self.proc_dir.join("pressure/memory"));
         let pressure = std::fs::read_to_string(psi).ok().and_then(|t| parse_pressure(&t).ok());
-        let capacity = self.capacity.or_else(|| {
+        // Without a configured capacity: what the host has, and what the VMs' cgroup leaves,
+        // each plus what the VMs hold (counted as if all of it were resident).
+        let host = || {
             let m = parse_meminfo(&read("meminfo")?).ok()?;
             let available = MemView::from_meminfo(&m).ok()?.available;
             Some(available.saturating_add(vms_hold).saturating_sub(self.reserve))
+        };
+        let group = || self.cgroup.as_deref().and_then(|g| cgroup_capacity(g, vms_hold));
+        let capacity = self.capacity.or_else(|| match (host(), group()) {
+            (Some(h), Some(g)) => Some(h.min(g)),
+            (h, g) => h.or(g),
         });
         HostView { capacity, pressure }
     }
@@ -230,18 +264,59 @@ mod tests {
         std::fs::copy(fixtures.join("linux-6.12-guest-idle/pressure-memory"), dir.join("pressure/memory")).unwrap();
         let text = std::fs::read_to_string(dir.join("meminfo")).unwrap();
         let available = MemView::from_meminfo(&parse_meminfo(&text).unwrap()).unwrap().available;
-        let mem = HostMemory { proc_dir: dir.clone(), pressure_file: None, capacity: None, reserve: Kib::from_mib_saturating(1024) };
+        let mem = HostMemory { proc_dir: dir.clone(), pressure_file: None, capacity: None, reserve: Kib::from_mib_saturating(1024), cgroup: None };
         let v = mem.view(Kib::from_gib_saturating(4));
         assert_eq!(v.capacity, Some(available.saturating_add(Kib::from_gib_saturating(4)).saturating_sub(Kib::from_mib_saturating(1024))));
         assert!(v.pressure.is_some());
         let fixed = HostMemory { capacity: Some(Kib::from_gib_saturating(8)), ..mem };
         assert_eq!(fixed.view(Kib::ZERO).capacity, Some(Kib::from_gib_saturating(8)));
-        let none = HostMemory { proc_dir: dir.join("nope"), pressure_file: None, capacity: None, reserve: Kib::ZERO };
+        let none = HostMemory { proc_dir: dir.join("nope"), pressure_file: None, capacity: None, reserve: Kib::ZERO, cgroup: None };
         assert_eq!(none.view(Kib::ZERO), HostView::default(), "no procfs, no limit");
         // A cgroup's memory.pressure instead of the host's (same format).
         std::fs::write(dir.join("cg.pressure"), "some avg10=12.50 avg60=3.00 avg300=1.00 total=99\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n").unwrap();
-        let cg = HostMemory { proc_dir: dir.join("nope"), pressure_file: Some(dir.join("cg.pressure")), capacity: None, reserve: Kib::ZERO };
+        let cg = HostMemory { proc_dir: dir.join("nope"), pressure_file: Some(dir.join("cg.pressure")), capacity: None, reserve: Kib::ZERO, cgroup: None };
         assert_eq!(cg.view(Kib::ZERO).pressure.map(|p| p.some.avg10), Some(12.5));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_memory_cgroup_limit_bounds_the_capacity() {
+        let dir = std::env::temp_dir().join(format!("ab-host-cgroup-{}", std::process::id()));
+        let (v2, v1) = (dir.join("v2"), dir.join("v1"));
+        std::fs::create_dir_all(dir.join("pressure")).unwrap();
+        let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../core/fixtures");
+        std::fs::copy(fixtures.join("host-6.18/meminfo"), dir.join("meminfo")).unwrap();
+        let mib = |n: u64| Kib::from_mib_saturating(n);
+        let hold = mib(1200);
+        let hm = |cgroup: Option<PathBuf>, capacity| HostMemory { proc_dir: dir.clone(), pressure_file: None, capacity, reserve: mib(1024), cgroup };
+        let mem = hm(Some(v2.clone()), None);
+        let from_host = hm(None, None).view(hold).capacity.unwrap();
+        assert!(from_host > mib(4096), "the fixture host has more than the group: {from_host}");
+        // cgroup v2: 2 GiB limit, 1500 MiB used of which 100 MiB inactive file cache.
+        std::fs::create_dir_all(&v2).unwrap();
+        std::fs::write(v2.join("memory.max"), format!("{}\n", 2048u64 << 20)).unwrap();
+        std::fs::write(v2.join("memory.current"), format!("{}\n", 1500u64 << 20)).unwrap();
+        std::fs::write(v2.join("memory.stat"), format!("anon 1\nfile 2\ninactive_file {}\nactive_file 0\n", 100u64 << 20)).unwrap();
+        assert_eq!(mem.view(hold).capacity, Some(mib(2048 - 1400 + 1200)), "limit − (usage − inactive file) + what the VMs hold");
+        // VMs whose guests have not touched their memory: never more than the limit.
+        std::fs::write(v2.join("memory.current"), format!("{}\n", 600u64 << 20)).unwrap();
+        assert_eq!(mem.view(hold).capacity, Some(mib(2048)));
+        std::fs::write(v2.join("memory.current"), format!("{}\n", 1500u64 << 20)).unwrap();
+        // No limit: the host's MemAvailable alone.
+        std::fs::write(v2.join("memory.max"), "max\n").unwrap();
+        assert_eq!(mem.view(hold).capacity, Some(from_host));
+        // cgroup v1 (this test host's memory controller): limit_in_bytes and total_inactive_file.
+        std::fs::create_dir_all(&v1).unwrap();
+        std::fs::write(v1.join("memory.limit_in_bytes"), format!("{}\n", 2048u64 << 20)).unwrap();
+        std::fs::write(v1.join("memory.usage_in_bytes"), format!("{}\n", 2000u64 << 20)).unwrap();
+        std::fs::write(v1.join("memory.stat"), format!("inactive_file 7\ntotal_inactive_file {}\n", 48u64 << 20)).unwrap();
+        let v1mem = hm(Some(v1.clone()), None);
+        assert_eq!(v1mem.view(hold).capacity, Some(mib(96 + 1200)));
+        std::fs::write(v1.join("memory.limit_in_bytes"), "9223372036854771712\n").unwrap();
+        assert_eq!(v1mem.view(hold).capacity, Some(from_host), "v1's default is no limit");
+        // A configured capacity wins; a missing group leaves MemAvailable.
+        assert_eq!(hm(Some(v1.clone()), Some(mib(100))).view(hold).capacity, Some(mib(100)));
+        assert_eq!(hm(Some(dir.join("nope")), None).view(hold).capacity, Some(from_host));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

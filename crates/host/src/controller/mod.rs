@@ -206,6 +206,7 @@ impl Controller {
             pressure_file: (!c.pressure_file.as_os_str().is_empty()).then(|| c.pressure_file.clone()),
             capacity: (c.capacity_mib > 0).then(|| Kib::from_mib_saturating(c.capacity_mib)),
             reserve: Kib::from_mib_saturating(c.host_reserve_mib),
+            cgroup: (!c.memory_cgroup.as_os_str().is_empty()).then(|| c.memory_cgroup.clone()),
         };
         let d = decider::Decider::new(inboxes, c.balancer.build(config.shares()), memory, interval, started, logger, shutdown.clone(), bell.clone());
         workers.push(spawn("decider", move || d.run()));

@@ -17,13 +17,14 @@ pub struct Fleet(autoballoon_testbed::fleet::Fleet);
 
 impl Fleet {
     /// Boots `names` (each `mib` MiB, agent on, deflate-on-oom) at once, every QEMU born
-    /// inside a cgroup limited to `limit_mib` (and, with `swap_mib`, a swap file so that
-    /// going over the limit is slow reclaim rather than an OOM kill).
-    pub fn boot(test: &str, names: &[&str], mib: u64, limit_mib: u64, swap_mib: Option<u64>) -> Fleet {
+    /// inside a cgroup limited to `limit_mib` (and, with `zram_swap_mib`, a zram swap device
+    /// so that going over the limit is reclaim rather than an OOM kill). The cgroups are
+    /// named after the test and this process, so that two runs of the suite do not meet.
+    pub fn boot(test: &str, names: &[&str], mib: u64, limit_mib: u64, zram_swap_mib: Option<u64>) -> Fleet {
         let dir = vm_dir(test, "fleet");
-        let mut limit = HostLimit::new(&format!("autoballoon-{test}"), limit_mib).unwrap_or_else(|e| panic!("host limit: {e}"));
-        if let Some(s) = swap_mib {
-            limit = limit.with_swap(&dir, s).unwrap_or_else(|e| panic!("{e}"));
+        let mut limit = HostLimit::new(&format!("autoballoon-{test}-{}", std::process::id()), limit_mib).unwrap_or_else(|e| panic!("host limit: {e}"));
+        if let Some(s) = zram_swap_mib {
+            limit = limit.with_zram_swap(s).unwrap_or_else(|e| panic!("{e}"));
         }
         let specs = names.iter().map(|n| VmSpec::new(n, Kib::from_mib_saturating(mib))).collect();
         let t = Instant::now();
