@@ -367,6 +367,9 @@ fn overhead_section(o: &mut String, records: &[Record]) {
         );
     }
     o.push('\n');
+    if cs.iter().any(|c| c.kernel() == super::model::Kernel::Patched) {
+        let _ = writeln!(o, "The patched configurations boot another kernel (the series on 6.12, a small config) than no balloon (Debian's 6.1): their difference to no balloon is mostly the kernel's; compare them with each other.\n");
+    }
 }
 
 /// The size sweep (the first seed's Figure 1, after a fill and free) and the physical limit.
