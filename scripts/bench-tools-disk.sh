@@ -31,7 +31,9 @@ fi
 say "building the tools disk ($(tr '\n' ' ' <<< "$versions"))"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-(cd "$work" && apt-get download -qq $versions) 2>/dev/null || (cd "$work" && apt-get download -qq $versions) || die "apt-get download failed"
+# As root, apt's download sandbox user cannot write to the temporary directory: download as
+# ourselves (as scripts/install-qemu10.sh does).
+(cd "$work" && apt-get -o "APT::Sandbox::User=$(id -un)" download -qq $versions) || die "apt-get download failed"
 mkdir -p "$work/pkg" "$work/root/usr/bin"
 for d in "$work"/*.deb; do dpkg-deb -x "$d" "$work/pkg"; done
 cp "$work/pkg/usr/bin/memcached" "$work/pkg/usr/bin/mbw" "$work/root/usr/bin/"

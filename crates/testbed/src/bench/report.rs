@@ -214,11 +214,11 @@ pub fn markdown(meta: &Meta, records: &[Record]) -> String {
             let _ = writeln!(o, "\n{fails} failing cell(s).\n");
         }
     }
+    let (sw, ph) = sweeps(records);
     spike_section(&mut o, &ms);
     overhead_section(&mut o, records);
-    sweep_section(&mut o, records);
+    sweep_section(&mut o, &sw, &ph);
     footprint_section(&mut o, &fp);
-    let (sw, ph) = sweeps(records);
     let all_ms: Vec<MigrationRecord> = ms.iter().chain(&sw).chain(&ph).cloned().collect();
     problems(&mut o, &all_ms, &fp, &cr);
     kernel_section(&mut o, meta.kernel.as_ref(), &meta.kernel_written);
@@ -373,8 +373,7 @@ fn overhead_section(o: &mut String, records: &[Record]) {
 }
 
 /// The size sweep (the first seed's Figure 1, after a fill and free) and the physical limit.
-fn sweep_section(o: &mut String, records: &[Record]) {
-    let (sw, ph) = sweeps(records);
+fn sweep_section(o: &mut String, sw: &[MigrationRecord], ph: &[MigrationRecord]) {
     if sw.is_empty() && ph.is_empty() {
         return;
     }
@@ -388,7 +387,7 @@ fn sweep_section(o: &mut String, records: &[Record]) {
         let v: Vec<&MigrationRecord> = sw.iter().filter(|r| r.memory_mib == Some(size) && r.config == c).collect();
         (!v.is_empty()).then(|| Cell::of(&v))
     };
-    let version = sw.iter().chain(&ph).next().map(|r| r.qemu_version.clone()).unwrap_or_default();
+    let version = sw.iter().chain(ph).next().map(|r| r.qemu_version.clone()).unwrap_or_default();
     let _ = writeln!(o, "## Size sweep: idle migrations by guest size (QEMU {version})\n");
     let _ = writeln!(o, "Each size on fresh guests: the idle moment (3/4 of the memory written and freed, 10 s idle), one run. Cells: MiB sent (× FPR), seconds, healthy. Plot: `bench/migration-by-size.svg`.\n");
     let _ = writeln!(o, "| guest size | {} |", cs.iter().map(|c| c.label()).collect::<Vec<_>>().join(" | "));
