@@ -123,10 +123,9 @@ fn holds_shrinking_while_migrating() {
 #[test]
 fn a_failed_write_is_counted_and_the_target_forgotten() {
     let mut g = Guest::new("loop-actuator", no_hold_off());
-    std::fs::create_dir(g.t.kernel.join("target_pages")).unwrap();
-    assert!(matches!(step(&mut g.lp, &mut g.source, &mut g.actuator), Err(StepError::Actuator(_))));
+    let mut gone = KernelTarget::new(&g.t.kernel.join("gone"));
+    assert!(matches!(step(&mut g.lp, &mut g.source, &mut gone), Err(StepError::Actuator(_))));
     assert_eq!((g.lp.metrics().actuator_errors, g.lp.commanded()), (1, None));
-    std::fs::remove_dir(g.t.kernel.join("target_pages")).unwrap();
     let a = g.tick().outcome.unwrap();
     assert_eq!(a.previous, Kib::from_mib_saturating(2048), "measured from the guest's size again");
 }
@@ -138,4 +137,22 @@ fn a_bad_sample_changes_nothing() {
     assert!(matches!(step(&mut g.lp, &mut g.source, &mut g.actuator), Err(StepError::Source(_))));
     assert!(!g.t.kernel.join("target_pages").exists(), "no target from a bad sample");
     assert_eq!(g.lp.metrics().ticks, 0);
+}
+
+#[test]
+fn shrinks_again_after_the_kernel_raised_the_target_itself() {
+    // The patched kernel's allocator hook serves a spike from the balloon and raises
+    // target_pages to what it gave: the loop must take the kernel's target as the one in
+    // force, or it sees its own old target, wants that, and never writes it again.
+    let mut g = Guest::new("loop-hook-raise", no_hold_off());
+    while g.tick().outcome.is_ok() {}
+    assert_eq!(g.size_mib(), 264);
+    let raised = (Kib::from_mib_saturating(853).to_pages_floor().0).to_string();
+    std::fs::write(g.t.kernel.join("target_pages"), &raised).unwrap();
+    std::fs::write(g.t.kernel.join("current_pages"), &raised).unwrap();
+    g.write_meminfo();
+    let a = g.tick().outcome.expect("the guest is 589 MiB above what it needs");
+    assert_eq!((a.previous, a.target), (Kib::from_mib_saturating(853), Kib::from_mib_saturating(264)));
+    assert_eq!(g.size_mib(), 264);
+    assert_eq!(g.lp.metrics().moved_outside, 1, "the kernel's raise, once");
 }

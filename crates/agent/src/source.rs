@@ -52,6 +52,21 @@ impl GuestSize {
             GuestSize::HostOwned => Ok((Kib::ZERO, Kib::ZERO)),
         }
     }
+
+    /// The target in force (`target_pages`, `target_kb`), which the kernel's allocator
+    /// hook raises by itself; `None` where the guest cannot read it (the host owns it) or
+    /// before anything was written (a kernel without the file).
+    fn read_target(&self) -> Result<Option<Kib>, SourceError> {
+        let optional = |r: Result<Kib, SourceError>| match r {
+            Err(SourceError::Read { source, .. }) if source.kind() == ErrorKind::NotFound => Ok(None),
+            r => r.map(Some),
+        };
+        match self {
+            GuestSize::Kernel { dir } => optional(read_pages(&dir.join("target_pages"))),
+            GuestSize::Xen { dir, .. } => optional(read_number(&dir.join("target_kb")).map(Kib)),
+            GuestSize::HostOwned => Ok(None),
+        }
+    }
 }
 
 fn read_text(path: &Path) -> Result<String, SourceError> {
@@ -121,6 +136,7 @@ impl Source for ProcSource {
         let at = self.start.elapsed();
         let meminfo = read_text(&self.proc_dir.join("meminfo"))?;
         let (guest_size, max) = self.size.read()?;
+        let target_in_force = self.size.read_target()?;
         let vmstat = read_text(&self.proc_dir.join("vmstat"))?;
         let pressure = self.read_pressure()?;
 
@@ -132,7 +148,7 @@ impl Source for ProcSource {
             None => None,
         };
         self.balloon = vmstat.balloon_pages();
-        Ok(Sample { at, guest_size, max, mem: Some(mem), migrating: self.migrating, preparing_migration: false, shrink_while_migrating: false, pressure, oom_kills: vmstat.oom_kills() })
+        Ok(Sample { at, guest_size, max, target_in_force, mem: Some(mem), migrating: self.migrating, preparing_migration: false, shrink_while_migrating: false, pressure, oom_kills: vmstat.oom_kills() })
     }
 }
 
@@ -149,7 +165,9 @@ mod tests {
         let mut s = ProcSource::new(t.proc.clone(), GuestSize::Kernel { dir: t.kernel.clone() });
         s.set_migrating(true);
         let x = s.sample().unwrap();
-        assert_eq!((x.guest_size, x.max), (Kib::from_mib_saturating(256), Kib::from_gib_saturating(2)));
+        assert_eq!((x.guest_size, x.max, x.target_in_force), (Kib::from_mib_saturating(256), Kib::from_gib_saturating(2), None));
+        std::fs::write(t.kernel.join("target_pages"), "131072\n").unwrap();
+        assert_eq!(s.sample().unwrap().target_in_force, Some(Kib::from_mib_saturating(512)), "target_pages, once there");
         let want = MemView::from_meminfo(&parse_meminfo(&fixture("linux-6.1-guest-spike", "meminfo")).unwrap()).unwrap();
         assert_eq!(x.mem, Some(want));
         assert_eq!(x.pressure, Some(parse_pressure(&fixture("linux-6.1-guest-spike", "pressure-memory")).unwrap()));

@@ -76,6 +76,9 @@ pub struct LoopMetrics {
     pub no_decision: u64,
     /// Actions the actuator refused or could not deliver.
     pub actuator_errors: u64,
+    /// Ticks that found the target in force moved by someone else since the loop's last
+    /// command (the patched kernel's hook raised it).
+    pub moved_outside: u64,
 }
 
 /// One VM's loop: its policy, rails, optional outlier filter and interval, and what it
@@ -154,6 +157,13 @@ impl<P: Policy> ControlLoop<P> {
 
     /// The first half of a tick: the policy's wish and the VM's room. Pure.
     pub fn propose(&mut self, s: &Sample) -> Proposal {
+        if let Some(t) = s.target_in_force.filter(|&t| self.commanded != Some(t)) {
+            // Moved by someone else (the kernel's hook served a spike from the balloon):
+            // measured from there, or the loop would want its own old target and, seeing
+            // no change, never ask for it again.
+            self.metrics.moved_outside += u64::from(self.commanded.is_some());
+            self.commanded = Some(t);
+        }
         let commanded = self.commanded.unwrap_or(s.guest_size);
         Proposal { decision: self.policy.decide(s), room: self.rails.room(&self.rail_state, s, commanded) }
     }

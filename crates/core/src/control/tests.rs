@@ -131,3 +131,17 @@ fn preparing_a_migration_through_the_configured_loop_shrinks_to_the_migration_bu
     s.preparing_migration = true;
     assert_eq!(lp.tick(&s).outcome.unwrap().target, Kib::from_mib_saturating(448 + 8));
 }
+
+#[test]
+fn a_target_moved_outside_the_loop_becomes_its_last_command() {
+    let mut lp = ControlLoop::new(Scripted(vec![Some(300), Some(300), Some(300)]), GuardRails::default(), Interval::Fixed(Duration::from_secs(1)));
+    let first = Sample { target_in_force: Some(Kib::from_mib_saturating(2048)), ..at(0, false) };
+    assert_eq!(lp.tick(&first).outcome.unwrap().target, Kib::from_mib_saturating(300));
+    assert_eq!(lp.metrics().moved_outside, 0, "adopting the boot target is no outside move");
+    let raised = Sample { target_in_force: Some(Kib::from_mib_saturating(900)), ..at(1, false) };
+    let a = lp.tick(&raised).outcome.expect("the old target is wanted again");
+    assert_eq!((a.previous, a.target), (Kib::from_mib_saturating(900), Kib::from_mib_saturating(300)));
+    let same = Sample { target_in_force: Some(Kib::from_mib_saturating(300)), ..at(2, false) };
+    assert_eq!(lp.tick(&same).outcome, Err(Idle::Held(Hold::Unchanged)));
+    assert_eq!(lp.metrics().moved_outside, 1);
+}

@@ -80,7 +80,7 @@ pub fn merge(v: &SizeViews) -> Merged {
 impl Merged {
     /// The sample for the policy.
     pub fn sample(&self, at: Duration, max: Kib, migrating: bool) -> Sample {
-        Sample { at, guest_size: self.guest_size, max, mem: self.mem, migrating, preparing_migration: false, shrink_while_migrating: false, pressure: self.pressure, oom_kills: self.oom_kills }
+        Sample { at, guest_size: self.guest_size, max, target_in_force: None, mem: self.mem, migrating, preparing_migration: false, shrink_while_migrating: false, pressure: self.pressure, oom_kills: self.oom_kills }
     }
 }
 

@@ -22,6 +22,11 @@ pub struct Sample {
     pub guest_size: Kib,
     /// The guest's configured (maximum) size.
     pub max: Kib,
+    /// The size the balloon is driven to now, where the backend can read it back (the
+    /// patched kernel's `target_pages`, Xen's `target_kb`); `None` over QMP. Something
+    /// besides the loop may move it (the patched kernel's allocator hook raises it by
+    /// what it served from the balloon), so the loop takes it as its last command.
+    pub target_in_force: Option<Kib>,
     /// The guest's own view of its memory, if a fresh one is at hand.
     pub mem: Option<MemView>,
     /// A live migration of this VM is running.

@@ -231,7 +231,13 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         let text = |k: &str| m.and_then(|m| m[k].as_str()).map(str::to_string);
         meta.wall_min = m.and_then(|m| m["wall_min"].as_f64()).unwrap_or(f64::NAN);
         let (cmd, when, commit) = (text("command").unwrap_or("?".into()), text("generated").unwrap_or("?".into()), text("commit").unwrap_or("?".into()));
-        meta.command = format!("{cmd}` ({when}, commit {commit}); the report rewritten from its records by `autoballoon-bench --report-from {}", from.display());
+        // The measuring command once, however often its report was rewritten since.
+        const REWRITTEN: &str = "; the report rewritten from its records by `";
+        let measured = match cmd.split_once(REWRITTEN) {
+            Some((measured, _)) => measured.to_string(),
+            None => format!("{cmd}` ({when}, commit {commit})"),
+        };
+        meta.command = format!("{measured}{REWRITTEN}autoballoon-bench --report-from {}", from.display());
         if let Some(setup) = m.and_then(|m| m["setup"].as_array()) {
             meta.setup = setup.iter().filter_map(|v| v.as_str().map(str::to_string)).collect();
         }
