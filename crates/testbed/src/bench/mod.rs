@@ -268,7 +268,12 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
     };
     let sweep_points = if sizes.is_empty() { 0 } else { sizes.len() * configs.len() + 1 };
     let tools = if a.no_overhead { None } else { a.tools_disk.clone() };
-    let overhead_points = if tools.is_some() { runs as usize * configs.len() } else { 0 };
+    // The overhead's patched rows need no balloon on the patched kernel to compare with.
+    let mut overhead_configs = configs.clone();
+    if configs.iter().any(|c| c.kernel() == model::Kernel::Patched) && !configs.contains(&Config::NoBalloonPatched) {
+        overhead_configs.push(Config::NoBalloonPatched);
+    }
+    let overhead_points = if tools.is_some() { runs as usize * overhead_configs.len() } else { 0 };
     let total: usize = if a.no_migrations { 0 } else { lines.iter().map(|l| l.2.len() * l.3 as usize * configs.len()).sum::<usize>() } + sweep_points + overhead_points;
     let mut done = 0;
     println!("[bench] {} configuration(s) {:?}, {total} migrations; records in {}", configs.len(), configs.iter().map(|c| c.key()).collect::<Vec<_>>(), jsonl.display());
@@ -319,8 +324,9 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
             fleet.shutdown();
             r?;
             if let (QemuLine::System, Some(disk)) = (*line, &tools) {
+                let configs = &overhead_configs;
                 println!("[bench] overhead inside the guest: booting {} guests with the tools disk", configs.len());
-                let mut fleet = Fleet::boot_with_disk(*line, qemu, &configs, &images, memory, &out.join("overhead"), a.migration_shrink, Some(disk))?;
+                let mut fleet = Fleet::boot_with_disk(*line, qemu, configs, &images, memory, &out.join("overhead"), a.migration_shrink, Some(disk))?;
                 let r = (0..*runs).try_for_each(|run| {
                     (0..configs.len()).try_for_each(|i| {
                         let c = configs[(i + run as usize) % configs.len()];

@@ -41,6 +41,10 @@ pub enum Config {
     /// The same with free page reporting on.
     #[value(name = "ab-patched+fpr")]
     AbPatchedFpr,
+    /// The patched kernel with no agent, balloon never moved, no free page reporting: the
+    /// overhead's baseline for the patched rows (another kernel than `none`'s).
+    #[value(name = "none-patched")]
+    NoBalloonPatched,
 }
 
 impl Config {
@@ -56,6 +60,7 @@ impl Config {
             Config::AbStockNoFpr => "ab-stock-nofpr",
             Config::AbPatched => "ab-patched",
             Config::AbPatchedFpr => "ab-patched+fpr",
+            Config::NoBalloonPatched => "none-patched",
         }
     }
 
@@ -69,6 +74,7 @@ impl Config {
             Config::AbStockNoFpr => "autoballoon, stock kernel, no FPR",
             Config::AbPatched => "autoballoon, patched kernel",
             Config::AbPatchedFpr => "autoballoon, patched kernel +FPR",
+            Config::NoBalloonPatched => "no balloon, patched kernel",
         }
     }
 
@@ -82,12 +88,13 @@ impl Config {
             Config::AbStockNoFpr => "as ab-stock without free page reporting".into(),
             Config::AbPatched => "patched kernel, agent `--backend kernel` (default policy, no host controller); migrated by plain QMP".into(),
             Config::AbPatchedFpr => "as ab-patched with `free-page-reporting=on`".into(),
+            Config::NoBalloonPatched => "patched kernel, balloon never moved, no agent, no free page reporting (the overhead's baseline for the patched rows)".into(),
         }
     }
 
     pub fn kernel(self) -> Kernel {
         match self {
-            Config::AbPatched | Config::AbPatchedFpr => Kernel::Patched,
+            Config::AbPatched | Config::AbPatchedFpr | Config::NoBalloonPatched => Kernel::Patched,
             _ => Kernel::Stock,
         }
     }
@@ -118,6 +125,14 @@ impl Config {
     /// checks (at most 0.8× FPR's bytes, 1.0× its time).
     pub fn product(self) -> bool {
         matches!(self, Config::AbStock | Config::AbPatched | Config::AbPatchedFpr)
+    }
+
+    /// What this configuration's overhead is measured against: no balloon on its kernel.
+    pub fn baseline(self) -> Config {
+        match self.kernel() {
+            Kernel::Stock => Config::NoBalloon,
+            Kernel::Patched => Config::NoBalloonPatched,
+        }
     }
 }
 
