@@ -147,7 +147,7 @@ mod tests {
         let got = ch.wait(Duration::from_secs(5));
         assert_eq!(got, vec![HostMessage::MigrationEnded { outcome: MigrationOutcome::Failed }]);
         host.write_all(b"ation_started\"}\n").unwrap();
-        assert_eq!(ch.wait(Duration::from_secs(5)), vec![HostMessage::MigrationStarted], "a line split across reads");
+        assert_eq!(ch.wait(Duration::from_secs(5)), vec![HostMessage::MigrationStarted { shrink_allowed: false }], "a line split across reads");
         let t = Instant::now();
         assert!(ch.wait(Duration::from_millis(50)).is_empty());
         assert!(t.elapsed() >= Duration::from_millis(50), "waits the whole timeout when nothing comes");

@@ -3,7 +3,7 @@
 //! `target_pages` and rewrites meminfo for a guest using a given amount).
 
 use crate::actuator::KernelTarget;
-use crate::source::{GuestSize, ProcSource};
+use crate::source::{GuestSize, Migration, ProcSource};
 use crate::testutil::ProcTree;
 use autoballoon_core::config::PolicyConfig;
 use autoballoon_core::control::{step, ControlLoop, Idle, StepError, Tick};
@@ -107,7 +107,7 @@ fn holds_shrinking_while_migrating() {
     let mut g = Guest::new("loop-migration", no_hold_off());
     while g.tick().outcome.is_ok() {}
     assert_eq!(g.size_mib(), 264);
-    g.source.set_migrating(true);
+    g.source.set_migration(Migration::HoldShrinking);
     g.use_mib(100);
     assert_eq!(g.tick().outcome, Err(Idle::Held(Hold::Migration)));
     assert_eq!(g.size_mib(), 264);
@@ -115,7 +115,7 @@ fn holds_shrinking_while_migrating() {
     assert_eq!(g.tick().outcome.unwrap().target, Kib::from_mib_saturating(464), "growth while migrating");
     g.use_mib(100);
     assert_eq!(g.tick().outcome, Err(Idle::Held(Hold::Migration)));
-    g.source.set_migrating(false);
+    g.source.set_migration(Migration::None);
     assert_eq!(g.tick().outcome.unwrap().target, Kib::from_mib_saturating(164), "shrinking resumes when it ends");
     assert_eq!(g.lp.metrics().held_for_migration, 2);
 }
@@ -155,4 +155,16 @@ fn shrinks_again_after_the_kernel_raised_the_target_itself() {
     assert_eq!((a.previous, a.target), (Kib::from_mib_saturating(853), Kib::from_mib_saturating(264)));
     assert_eq!(g.size_mib(), 264);
     assert_eq!(g.lp.metrics().moved_outside, 1, "the kernel's raise, once");
+}
+
+#[test]
+fn shrinks_during_a_migration_the_host_allows_it_for() {
+    let mut g = Guest::new("loop-migration-allowed", no_hold_off());
+    while g.tick().outcome.is_ok() {}
+    g.source.set_migration(Migration::ShrinkAllowed);
+    g.use_mib(400);
+    assert_eq!(g.tick().outcome.unwrap().target, Kib::from_mib_saturating(464));
+    g.use_mib(100);
+    assert_eq!(g.tick().outcome.unwrap().target, Kib::from_mib_saturating(164), "freed memory goes back at once");
+    assert_eq!(g.lp.metrics().held_for_migration, 0);
 }

@@ -8,7 +8,7 @@
 use crate::actuator::{KernelTarget, XenTarget};
 use crate::channel::Channel;
 use crate::logging::{info, RateLimited};
-use crate::source::{GuestSize, ProcSource};
+use crate::source::{GuestSize, Migration, ProcSource};
 use crate::{protect, BackendKind, RunArgs};
 use autoballoon_core::config::PolicyConfig;
 use autoballoon_core::control::{step, Actuator, ControlLoop, Source, StepError, Tick};
@@ -197,12 +197,16 @@ impl<'a> Agent<'a> {
         };
         for m in ch.wait(next_in) {
             match m {
-                HostMessage::MigrationStarted => {
-                    self.source.set_migrating(true);
+                HostMessage::MigrationStarted { shrink_allowed: false } => {
+                    self.source.set_migration(Migration::HoldShrinking);
                     info(format_args!("migration started: no shrinking until it ends"));
                 }
+                HostMessage::MigrationStarted { shrink_allowed: true } => {
+                    self.source.set_migration(Migration::ShrinkAllowed);
+                    info(format_args!("migration started: the host's hypervisor allows shrinking during it"));
+                }
                 HostMessage::MigrationEnded { outcome } => {
-                    self.source.set_migrating(false);
+                    self.source.set_migration(Migration::None);
                     info(format_args!("migration ended ({outcome}): shrinking resumes"));
                 }
             }

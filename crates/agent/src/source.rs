@@ -89,22 +89,32 @@ pub struct ProcSource {
     proc_dir: PathBuf,
     size: GuestSize,
     start: Instant,
-    migrating: bool,
+    migration: Migration,
     balloon: Option<Pages>,
+}
+
+/// What the host said of a live migration of this guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Migration {
+    None,
+    /// One runs; the target must not go down until it ends.
+    HoldShrinking,
+    /// One runs, and the host's hypervisor keeps it correct while the balloon shrinks.
+    ShrinkAllowed,
 }
 
 impl ProcSource {
     pub fn new(proc_dir: PathBuf, size: GuestSize) -> ProcSource {
-        ProcSource { proc_dir, size, start: Instant::now(), migrating: false, balloon: None }
+        ProcSource { proc_dir, size, start: Instant::now(), migration: Migration::None, balloon: None }
     }
 
     /// The host's notices: a live migration runs (samples say so until it ends).
-    pub fn set_migrating(&mut self, migrating: bool) {
-        self.migrating = migrating;
+    pub fn set_migration(&mut self, m: Migration) {
+        self.migration = m;
     }
 
     pub fn migrating(&self) -> bool {
-        self.migrating
+        self.migration != Migration::None
     }
 
     /// Pages in the balloon at the last sample, as the guest counts them (/proc/vmstat
@@ -148,7 +158,7 @@ impl Source for ProcSource {
             None => None,
         };
         self.balloon = vmstat.balloon_pages();
-        Ok(Sample { at, guest_size, max, target_in_force, mem: Some(mem), migrating: self.migrating, preparing_migration: false, shrink_while_migrating: false, pressure, oom_kills: vmstat.oom_kills() })
+        Ok(Sample { at, guest_size, max, target_in_force, mem: Some(mem), migrating: self.migrating(), preparing_migration: false, shrink_while_migrating: self.migration == Migration::ShrinkAllowed, pressure, oom_kills: vmstat.oom_kills() })
     }
 }
 
@@ -163,7 +173,7 @@ mod tests {
         t.set_kernel(65536, 524288);
         std::fs::write(t.proc.join("vmstat"), "nr_free_pages 5\noom_kill 3\nballoon_inflate 10\nballoon_deflate 4\n").unwrap();
         let mut s = ProcSource::new(t.proc.clone(), GuestSize::Kernel { dir: t.kernel.clone() });
-        s.set_migrating(true);
+        s.set_migration(Migration::HoldShrinking);
         let x = s.sample().unwrap();
         assert_eq!((x.guest_size, x.max, x.target_in_force), (Kib::from_mib_saturating(256), Kib::from_gib_saturating(2), None));
         std::fs::write(t.kernel.join("target_pages"), "131072\n").unwrap();

@@ -77,7 +77,7 @@ fn raw_bytes_are_sent_as_is() {
 fn records_what_the_daemon_sends() {
     let port = FakeAgentPort::start();
     let (mut s, _r) = daemon(&port);
-    s.write_all(encode(&HostMessage::MigrationStarted).as_bytes())
+    s.write_all(encode(&HostMessage::MigrationStarted { shrink_allowed: false }).as_bytes())
         .unwrap();
     s.write_all(b"not json\n").unwrap();
     s.write_all(&vec![b'{'; MAX_LINE * 3]).unwrap();
@@ -87,7 +87,7 @@ fn records_what_the_daemon_sends() {
     };
     s.write_all(encode(&ended).as_bytes()).unwrap();
     assert!(wait_until(WAIT, || port.received().len() == 2));
-    assert_eq!(port.received(), [HostMessage::MigrationStarted, ended]);
+    assert_eq!(port.received(), [HostMessage::MigrationStarted { shrink_allowed: false }, ended]);
     assert_eq!(port.garbage_lines(), 2);
 }
 
@@ -99,7 +99,7 @@ fn not_reading_blocks_the_daemon() {
     std::thread::sleep(Duration::from_millis(20)); // let the reader notice
     s.set_write_timeout(Some(Duration::from_millis(100)))
         .unwrap();
-    let line = encode(&HostMessage::MigrationStarted);
+    let line = encode(&HostMessage::MigrationStarted { shrink_allowed: false });
     let chunk = line.repeat(1000);
     common::assert_writes_block(&mut s, chunk.as_bytes());
     port.set_reading(true);

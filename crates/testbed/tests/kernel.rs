@@ -401,7 +401,7 @@ fn patched_spike_cycles_with_migrations() {
         let mut link = agent_link(&q);
         let notices = || agent_log(&q).matches("migration started").count();
         let before = notices();
-        assert!(link.send(&HostMessage::MigrationStarted).expect("send the migration notice"), "the agent took the notice");
+        assert!(link.send(&HostMessage::MigrationStarted { shrink_allowed: false }).expect("send the migration notice"), "the agent took the notice");
         let told = wait_for(Duration::from_secs(30), Duration::from_millis(200), || notices() > before);
         assert!(told.is_some(), "cycle {i}: the agent did not take the migration notice:\n{}", agent_log(&q));
         wait_settled(Duration::from_secs(60), balloon).expect("the balloon holds still");
@@ -583,7 +583,7 @@ fn spike_during_migrations(test: &str, image: &GuestImage, variant: &str) {
         let cycle = log.holds;
         let (dst, port) = Qemu::start_incoming(image, vm(&format!("m{i}")), &common::vm_dir(test, &format!("m{i}"))).unwrap_or_else(|e| panic!("{e}"));
         if notice {
-            assert!(agent_link(&q).send(&HostMessage::MigrationStarted).expect("send the migration notice"), "the agent took the notice");
+            assert!(agent_link(&q).send(&HostMessage::MigrationStarted { shrink_allowed: false }).expect("send the migration notice"), "the agent took the notice");
         }
         match migrate(&ctl(&q), port, mibps << 20, Duration::from_secs(900)) {
             Ok(m) => {

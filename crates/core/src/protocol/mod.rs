@@ -52,8 +52,14 @@ pub struct AgentSample {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum HostMessage {
-    /// A live migration of this VM started: the agent must not lower its target.
-    MigrationStarted,
+    /// A live migration of this VM started. The agent lowers its target during it only if
+    /// `shrink_allowed`: the host found that its hypervisor keeps a migration correct while
+    /// the balloon shrinks ([`crate::migration::MigrationShrink`]). A host that does not
+    /// say (an older one) means no.
+    MigrationStarted {
+        #[serde(default)]
+        shrink_allowed: bool,
+    },
     /// The migration ended (completed or failed): shrinking may resume.
     MigrationEnded { outcome: MigrationOutcome },
 }
@@ -106,7 +112,8 @@ mod tests {
         let line = encode(&m);
         assert!(line.ends_with('\n') && !line[..line.len() - 1].contains('\n'));
         assert_eq!(decode::<AgentMessage>(&line), Some(m));
-        assert_eq!(decode::<HostMessage>("{\"type\":\"migration_started\"}"), Some(HostMessage::MigrationStarted));
+        assert_eq!(decode::<HostMessage>("{\"type\":\"migration_started\"}"), Some(HostMessage::MigrationStarted { shrink_allowed: false }), "an older host: no shrinking");
+        assert_eq!(decode::<HostMessage>("{\"type\":\"migration_started\",\"shrink_allowed\":true}"), Some(HostMessage::MigrationStarted { shrink_allowed: true }));
         assert_eq!(decode::<HostMessage>("{\"type\":\"migration_ended\",\"outcome\":\"completed\",\"new\":1}"),
                    Some(HostMessage::MigrationEnded { outcome: MigrationOutcome::Completed }));
         assert_eq!(decode::<HostMessage>("{\"type\":\"migration_ended\",\"outcome\":\"teleported\"}"),

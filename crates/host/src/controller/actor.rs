@@ -598,7 +598,7 @@ impl Actor {
                     size_asked: None, size_at_start: size, seconds: None, sent_bytes: None, downtime_ms: None,
                 });
             }
-            HostMessage::MigrationStarted
+            HostMessage::MigrationStarted { shrink_allowed: self.migration_shrink.allowed() }
         } else if !now_active && (*migrating || (ours && *status != MigrationStatus::None)) {
             *migrating = false;
             self.migration_ended(qmp, status);
