@@ -21,7 +21,7 @@ fn no_shrinking_while_migrating_growth_allowed_then_resumes_after_a_failure() {
 
     g.q().start_migration();
     wait_for(T, "state migrating", || d.status("a").state == VmState::Migrating);
-    wait_for(T, "the agent told of the migration", || g.p().received().contains(&HostMessage::MigrationStarted));
+    wait_for(T, "the agent told of the migration", || g.p().received().contains(&HostMessage::MigrationStarted { shrink_allowed: false }));
 
     // The guest frees memory: the estimator wants 364 MiB, but nothing may shrink now.
     let before = g.fakes.requests().len();
@@ -46,7 +46,7 @@ fn no_shrinking_while_migrating_growth_allowed_then_resumes_after_a_failure() {
     wait_for(T, "shrinking to 364 MiB after the failed migration", || g.fakes.last_request() == Some(expected_target(300)));
     assert_requests_in_bounds(&g.q());
     let received = g.p().received();
-    assert_eq!(received, vec![HostMessage::MigrationStarted, HostMessage::MigrationEnded { outcome: Outcome::Failed }], "one notice each");
+    assert_eq!(received, vec![HostMessage::MigrationStarted { shrink_allowed: false }, HostMessage::MigrationEnded { outcome: Outcome::Failed }], "one notice each");
 }
 
 #[test]
@@ -237,6 +237,7 @@ fn shrinks_during_the_migration_with(cfg: autoballoon_fakes::FakeQemuConfig, set
     let n = g.fakes.requests().len();
     g.q().start_migration();
     wait_for(T, "state migrating", || d.status("a").state == VmState::Migrating);
+    wait_for(T, "the agent told it may shrink", || g.p().received().contains(&HostMessage::MigrationStarted { shrink_allowed: true }));
     wait_for(T, "the shrink reached its target during the migration", || g.q().actual() == asked);
     assert!(g.fakes.requests()[n..].iter().all(|&r| r <= asked), "stopped: {:?}", g.fakes.requests());
     assert!(!d.log.text().contains("stopped at"), "{}", d.log.text());
