@@ -118,9 +118,9 @@ impl Domain {
     /// QEMU's version triple and package string and whether KVM is enabled, through
     /// libvirt's QMP passthrough (`virsh qemu-monitor-command`, read-only queries).
     pub fn hypervisor(&self) -> Result<Hypervisor, VirshError> {
-        let (version, package) = self.parsed("qemu-monitor-command", &[r#"{"execute":"query-version"}"#], parse::parse_query_version)?;
+        let version = self.parsed("qemu-monitor-command", &[r#"{"execute":"query-version"}"#], parse::parse_query_version)?;
         let kvm = self.parsed("qemu-monitor-command", &[r#"{"execute":"query-kvm"}"#], parse::parse_query_kvm)?;
-        Ok(Hypervisor::from_version(version, &package, if kvm { Accel::Kvm } else { Accel::Tcg }))
+        Ok(Hypervisor::from_version(version.triple(), &version.package, if kvm { Accel::Kvm } else { Accel::Tcg }))
     }
 
     /// The host end of the virtio port `port` declared in the domain's XML, if any.

@@ -2,6 +2,7 @@
 //! from real `virsh` 9.0 (Debian 12) under `crates/host/fixtures/virsh/`.
 
 use autoballoon_core::Kib;
+use autoballoon_qmp::QemuVersion;
 
 /// What `virsh dominfo` says that we use.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -179,9 +180,9 @@ mod qmp_passthrough_tests {
     #[test]
     fn query_version_and_kvm_through_virsh() {
         let v = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/virsh/qemu-monitor-command-query-version.json")).unwrap();
-        let ((major, minor, micro), package) = parse_query_version(&v).unwrap();
-        assert_eq!((major, minor, micro), (7, 2, 22));
-        assert!(package.starts_with("Debian 1:7.2"), "{package}");
+        let version = parse_query_version(&v).unwrap();
+        assert_eq!(version.triple(), (7, 2, 22));
+        assert!(version.package.starts_with("Debian 1:7.2"), "{}", version.package);
         let k = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/virsh/qemu-monitor-command-query-kvm.json")).unwrap();
         assert_eq!(parse_query_kvm(&k), Ok(false));
         assert!(parse_query_version("error").is_err() && parse_query_version(r#"{"return":{}}"#).is_err());
@@ -281,17 +282,20 @@ mod tests {
     }
 }
 
+/// The `return` of a QMP command passed through `virsh qemu-monitor-command` (libvirt adds
+/// an `id`); a QMP `error` is an error.
+fn qmp_return(text: &str) -> Result<serde_json::Value, String> {
+    let mut v: serde_json::Value = serde_json::from_str(text.trim()).map_err(|e| format!("not JSON: {e}"))?;
+    v.get_mut("return").map(serde_json::Value::take).ok_or_else(|| format!("no `return` in {}", text.trim()))
+}
+
 /// What `virsh qemu-monitor-command DOMAIN '{"execute":"query-version"}'` answers (libvirt's
-/// QMP passthrough): QEMU's `(major, minor, micro)` and package string.
-pub fn parse_query_version(text: &str) -> Result<((u32, u32, u32), String), String> {
-    let v: serde_json::Value = serde_json::from_str(text.trim()).map_err(|e| format!("not JSON: {e}"))?;
-    let r = v.get("return").ok_or("no `return`")?;
-    let n = |k: &str| r["qemu"][k].as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| format!("no `qemu.{k}`"));
-    Ok(((n("major")?, n("minor")?, n("micro")?), r["package"].as_str().unwrap_or("").trim().to_string()))
+/// QMP passthrough): QEMU's version and package string, parsed as the QMP client does.
+pub fn parse_query_version(text: &str) -> Result<QemuVersion, String> {
+    autoballoon_qmp::types::parse_query_version(&qmp_return(text)?).map_err(|e| e.to_string())
 }
 
 /// `... '{"execute":"query-kvm"}'`: whether KVM is enabled.
 pub fn parse_query_kvm(text: &str) -> Result<bool, String> {
-    let v: serde_json::Value = serde_json::from_str(text.trim()).map_err(|e| format!("not JSON: {e}"))?;
-    v["return"]["enabled"].as_bool().ok_or_else(|| "no `return.enabled`".into())
+    autoballoon_qmp::types::parse_kvm_enabled(&qmp_return(text)?).map_err(|e| e.to_string())
 }

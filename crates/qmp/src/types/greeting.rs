@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde_json::Value;
 
-use super::frame::abbreviate;
+use super::frame::{abbreviate, shape_error};
 use crate::error::QmpError;
 
 /// QEMU version from the QMP greeting, e.g. 7.2.22 with package
@@ -52,20 +52,7 @@ pub fn parse_greeting(frame: &Value) -> Result<Greeting, QmpError> {
     let bad = |what: &str| QmpError::Greeting(format!("{what} in {}", abbreviate(frame)));
     let qmp = frame.get("QMP").ok_or_else(|| bad("no \"QMP\" member"))?;
     let version = qmp.get("version").ok_or_else(|| bad("no QMP.version"))?;
-    let qemu = version
-        .get("qemu")
-        .ok_or_else(|| bad("no QMP.version.qemu"))?;
-    let num = |key: &str| -> Result<u32, QmpError> {
-        qemu.get(key)
-            .and_then(Value::as_u64)
-            .and_then(|n| u32::try_from(n).ok())
-            .ok_or_else(|| bad(&format!("missing or invalid QMP.version.qemu.{key}")))
-    };
-    let package = match version.get("package") {
-        None | Some(Value::Null) => String::new(),
-        Some(Value::String(s)) => s.clone(),
-        Some(_) => return Err(bad("non-string QMP.version.package")),
-    };
+    let version = version_in(version, "QMP.version", &bad)?;
     let capabilities = match qmp.get("capabilities") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(caps)) => caps
@@ -76,13 +63,44 @@ pub fn parse_greeting(frame: &Value) -> Result<Greeting, QmpError> {
         Some(_) => return Err(bad("non-array QMP.capabilities")),
     };
     Ok(Greeting {
-        version: QemuVersion {
-            major: num("major")?,
-            minor: num("minor")?,
-            micro: num("micro")?,
-            package,
-        },
+        version,
         capabilities,
+    })
+}
+
+/// Parses the `return` of `query-version`: the same object as the greeting's
+/// `QMP.version` (`{"qemu": {"major", "minor", "micro"}, "package"}`).
+pub fn parse_query_version(ret: &Value) -> Result<QemuVersion, QmpError> {
+    version_in(ret, "return", &|what: &str| {
+        shape_error("query-version", what, ret)
+    })
+}
+
+/// A version object found at `at` (for messages); `bad` makes the error.
+fn version_in(
+    version: &Value,
+    at: &str,
+    bad: &dyn Fn(&str) -> QmpError,
+) -> Result<QemuVersion, QmpError> {
+    let qemu = version
+        .get("qemu")
+        .ok_or_else(|| bad(&format!("no {at}.qemu")))?;
+    let num = |key: &str| -> Result<u32, QmpError> {
+        qemu.get(key)
+            .and_then(Value::as_u64)
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or_else(|| bad(&format!("missing or invalid {at}.qemu.{key}")))
+    };
+    let package = match version.get("package") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => return Err(bad(&format!("non-string {at}.package"))),
+    };
+    Ok(QemuVersion {
+        major: num("major")?,
+        minor: num("minor")?,
+        micro: num("micro")?,
+        package,
     })
 }
 
@@ -91,6 +109,21 @@ mod tests {
     use super::super::samples::{v, GREETING};
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn query_version_is_the_greetings_version_object() {
+        let ret = json!({"qemu": {"micro": 2, "minor": 0, "major": 10}, "package": "Debian 1:10.0.2+ds-2+deb13u1~bpo12+1"});
+        let v = parse_query_version(&ret).unwrap();
+        assert_eq!(
+            (v.triple(), v.package.as_str()),
+            ((10, 0, 2), "Debian 1:10.0.2+ds-2+deb13u1~bpo12+1")
+        );
+        let e = parse_query_version(&json!({"qemu": {"major": 10}})).unwrap_err();
+        assert!(
+            matches!(&e, QmpError::Protocol(m) if m.contains("return.qemu.minor")),
+            "{e:?}"
+        );
+    }
 
     #[test]
     fn greeting() {

@@ -32,7 +32,7 @@ mod samples;
 
 pub use balloon::{parse_balloon_info, parse_guest_stats, parse_memory_size_summary, GuestStats};
 pub use event::{parse_event, Event};
-pub use greeting::{parse_greeting, Greeting, QemuVersion};
+pub use greeting::{parse_greeting, parse_query_version, Greeting, QemuVersion};
 pub use migration::{parse_migration_info, MigrationInfo, MigrationStatus};
 pub use status::{parse_kvm_enabled, parse_status};
 
