@@ -9,7 +9,7 @@ use crate::config::PolicyConfig;
 use crate::log::{EventKind, Logger, RateLimit};
 use autoballoon_core::host::{host_step, Balancer, HostLoop, HostSample, HostView, VmId, World};
 use autoballoon_core::policy::{MemView, SwapFree};
-use autoballoon_core::procfs::{parse_meminfo, parse_pressure};
+use autoballoon_core::procfs::{parse_meminfo, parse_pressure, parse_vmstat};
 use autoballoon_core::sample::SampleSource;
 use autoballoon_core::Kib;
 use std::path::PathBuf;
@@ -62,12 +62,10 @@ fn cgroup_capacity(dir: &std::path::Path, held: Kib) -> Option<Kib> {
     let limit = cgroup_kib(dir, &["memory.max", "memory.limit_in_bytes"]).filter(|l| l.0 < 1 << 50)?;
     let usage = cgroup_kib(dir, &["memory.current", "memory.usage_in_bytes"])?;
     // Page cache the kernel drops first is room, as in MemAvailable (v2 `inactive_file`,
-    // v1's hierarchical `total_inactive_file`).
-    let stat = std::fs::read_to_string(dir.join("memory.stat")).unwrap_or_default();
-    let cache = ["total_inactive_file ", "inactive_file "]
-        .iter()
-        .find_map(|k| stat.lines().find_map(|l| l.strip_prefix(k)).and_then(|v| v.trim().parse::<u64>().ok()))
-        .map_or(Kib::ZERO, |b| Kib(b / 1024));
+    // v1's hierarchical `total_inactive_file`). memory.stat is `name value` lines, as
+    // /proc/vmstat.
+    let stat = std::fs::read_to_string(dir.join("memory.stat")).ok().and_then(|t| parse_vmstat(&t).ok());
+    let cache = stat.and_then(|s| s.get("total_inactive_file").or_else(|| s.get("inactive_file"))).map_or(Kib::ZERO, |b| Kib(b / 1024));
     Some(limit.saturating_sub(usage.saturating_sub(cache)).saturating_add(held).min(limit))
 }
 
