@@ -90,16 +90,12 @@ pub struct AgentSample {
 /// The guest command that prints them.
 const AGENT_PROC: &str = "p=$(pidof autoballoon-guest) && cat /proc/$p/stat && grep -E '^Vm(RSS|HWM):' /proc/$p/status";
 
-/// Parses [`AGENT_PROC`]'s output: a `stat` line (the fields after the `)` that ends the
-/// command name: state is the 3rd field, utime the 14th, stime the 15th) and the `VmRSS`,
-/// `VmHWM` lines. Pure.
+/// Parses [`AGENT_PROC`]'s output: a `stat` line (utime + stime, as the host bench reads
+/// the controller's) and the `VmRSS`, `VmHWM` lines. Pure.
 pub fn parse_agent_proc(text: &str) -> Option<AgentSample> {
     let stat = text.lines().find(|l| l.contains(") "))?;
-    let rest: Vec<&str> = stat[stat.rfind(") ")? + 2..].split_whitespace().collect();
-    // rest[0] is field 3 (state): utime is field 14, stime 15.
-    let ticks = rest.get(11)?.parse::<u64>().ok()? + rest.get(12)?.parse::<u64>().ok()?;
-    let kib = |key: &str| text.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok());
-    Some(AgentSample { ticks, rss_kib: kib("VmRSS:")?, hwm_kib: kib("VmHWM:")? })
+    let ticks = crate::hostbench::CpuTicks::parse(stat)?.total();
+    Some(AgentSample { ticks, rss_kib: crate::status_kib(text, "VmRSS")?, hwm_kib: crate::status_kib(text, "VmHWM")? })
 }
 
 fn agent_sample(q: &crate::Qemu) -> Option<AgentSample> {
