@@ -41,6 +41,11 @@ fn color(c: Config) -> &'static str {
     }
 }
 
+/// The distinct items, in order.
+fn distinct<T: Ord>(items: impl IntoIterator<Item = T>) -> Vec<T> {
+    items.into_iter().collect::<std::collections::BTreeSet<T>>().into_iter().collect()
+}
+
 fn f(v: f64, digits: usize) -> String {
     if v.is_nan() {
         "–".into()
@@ -59,12 +64,8 @@ fn x(v: f64) -> String {
 
 /// The configurations and moments present for a QEMU line, in their canonical order.
 fn axes(ms: &[MigrationRecord], line: QemuLine) -> (Vec<Config>, Vec<Moment>) {
-    let mut cs: Vec<Config> = ms.iter().filter(|r| r.qemu == line).map(|r| r.config).collect();
-    let mut mo: Vec<Moment> = ms.iter().filter(|r| r.qemu == line).map(|r| r.moment).collect();
-    cs.sort();
-    cs.dedup();
-    mo.sort();
-    mo.dedup();
+    let cs: Vec<Config> = distinct(ms.iter().filter(|r| r.qemu == line).map(|r| r.config));
+    let mo: Vec<Moment> = distinct(ms.iter().filter(|r| r.qemu == line).map(|r| r.moment));
     (cs, mo)
 }
 
@@ -164,16 +165,12 @@ pub fn markdown(meta: &Meta, records: &[Record]) -> String {
         let _ = writeln!(o, "- {s}");
     }
     let _ = writeln!(o, "\nConfigurations (each its own guest; ratios are against FPR (`F`) and no balloon (`N`) at the same moment, same QEMU, same runs):\n");
-    let mut all: Vec<Config> = ms.iter().map(|r| r.config).chain(fp.iter().map(|r| r.config)).collect();
-    all.sort();
-    all.dedup();
+    let all: Vec<Config> = distinct(ms.iter().map(|r| r.config).chain(fp.iter().map(|r| r.config)));
     for c in &all {
         let _ = writeln!(o, "- **{}** (`{}`): {}", c.label(), c.key(), c.describe(meta.fixed_mib));
     }
     o.push('\n');
-    let mut lines: Vec<QemuLine> = ms.iter().map(|r| r.qemu).collect();
-    lines.sort();
-    lines.dedup();
+    let lines: Vec<QemuLine> = distinct(ms.iter().map(|r| r.qemu));
     for &line in &lines {
         let _ = writeln!(o, "## Migrations, {}\n", line_title(&ms, &fp, line));
         let _ = writeln!(o, "### Main table: MiB sent (× FPR), destinations healthy / migrations\n");
@@ -230,9 +227,7 @@ fn footprint_section(o: &mut String, fp: &[FootprintRecord]) {
     if fp.is_empty() {
         return;
     }
-    let mut lines: Vec<QemuLine> = fp.iter().map(|r| r.qemu).collect();
-    lines.sort();
-    lines.dedup();
+    let lines: Vec<QemuLine> = distinct(fp.iter().map(|r| r.qemu));
     for line in lines {
         let _ = writeln!(o, "## Footprint, {}: source QEMU RSS integrated over the workload\n", line.label());
         let phases: Vec<&str> = super::footprint::PHASES.iter().map(|p| p.0).collect();
@@ -240,9 +235,7 @@ fn footprint_section(o: &mut String, fp: &[FootprintRecord]) {
         let _ = writeln!(o, "| configuration | GiB·min [min–max] | ×F | ×N | peak MiB | seconds | OOM kills | completed | agent CPU % / RSS MiB (peak) |");
         let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|");
         let base = |c| footprint(fp, line, c).map_or(f64::NAN, |v| v.1);
-        let mut cs: Vec<Config> = fp.iter().filter(|r| r.qemu == line).map(|r| r.config).collect();
-        cs.sort();
-        cs.dedup();
+        let cs: Vec<Config> = distinct(fp.iter().filter(|r| r.qemu == line).map(|r| r.config));
         for c in cs {
             let rs: Vec<&FootprintRecord> = fp.iter().filter(|r| r.qemu == line && r.config == c).collect();
             let (g, (lo, hi)) = footprint(fp, line, c).map_or((f64::NAN, (f64::NAN, f64::NAN)), |v| (v.1, v.2));
@@ -271,11 +264,7 @@ fn footprint_section(o: &mut String, fp: &[FootprintRecord]) {
         }
         o.push('\n');
         let fpr = base(Config::Fpr);
-        let checks: Vec<String> = fp
-            .iter()
-            .filter(|r| r.qemu == line && r.config.product())
-            .map(|r| r.config)
-            .collect::<std::collections::BTreeSet<_>>()
+        let checks: Vec<String> = distinct(fp.iter().filter(|r| r.qemu == line && r.config.product()).map(|r| r.config))
             .into_iter()
             .map(|c| {
                 let g = footprint(fp, line, c).map_or(f64::NAN, |v| v.1);
@@ -293,14 +282,10 @@ fn footprint_section(o: &mut String, fp: &[FootprintRecord]) {
 /// The spikes of the after-spike moments: completion, OOM kills, allocation time and the
 /// reaction time (the guest's size sampled every 100 ms during the spike).
 fn spike_section(o: &mut String, ms: &[MigrationRecord]) {
-    let mut lines: Vec<QemuLine> = ms.iter().filter(|r| r.moment.after_s().is_some()).map(|r| r.qemu).collect();
-    lines.sort();
-    lines.dedup();
+    let lines: Vec<QemuLine> = distinct(ms.iter().filter(|r| r.moment.after_s().is_some()).map(|r| r.qemu));
     for line in lines {
         let rs: Vec<&MigrationRecord> = ms.iter().filter(|r| r.qemu == line && r.moment.after_s().is_some() && r.spike_completed.is_some()).collect();
-        let mut cs: Vec<Config> = rs.iter().map(|r| r.config).collect();
-        cs.sort();
-        cs.dedup();
+        let cs: Vec<Config> = distinct(rs.iter().map(|r| r.config));
         let alloc = |c: Config| median(&rs.iter().filter(|r| r.config == c).filter_map(|r| r.spike_alloc_s).collect::<Vec<_>>());
         let _ = writeln!(o, "## The spike itself, {}: every after-spike moment's `spike 3 400`\n", line.label());
         let _ = writeln!(o, "Reaction time: from the spike's start until the guest's size (QMP `actual`, sampled every 100 ms) first covered 95 % of its growth to the spike's peak; \"–\" for guests whose size never moves.\n");
@@ -334,9 +319,7 @@ fn overhead_section(o: &mut String, records: &[Record]) {
     if ov.is_empty() {
         return;
     }
-    let mut cs: Vec<Config> = ov.iter().map(|r| r.config).collect();
-    cs.sort();
-    cs.dedup();
+    let cs: Vec<Config> = distinct(ov.iter().map(|r| r.config));
     let runs = ov.iter().map(|r| r.run).max().map_or(0, |r| r + 1);
     // No balloon on the row's own kernel; records from before that baseline existed have
     // only the stock one.
@@ -383,12 +366,8 @@ fn sweep_section(o: &mut String, sw: &[MigrationRecord], ph: &[MigrationRecord])
     if sw.is_empty() && ph.is_empty() {
         return;
     }
-    let mut sizes: Vec<u64> = sw.iter().filter_map(|r| r.memory_mib).collect();
-    sizes.sort();
-    sizes.dedup();
-    let mut cs: Vec<Config> = sw.iter().map(|r| r.config).collect();
-    cs.sort();
-    cs.dedup();
+    let sizes: Vec<u64> = distinct(sw.iter().filter_map(|r| r.memory_mib));
+    let cs: Vec<Config> = distinct(sw.iter().map(|r| r.config));
     let at = |size: u64, c: Config| -> Option<Cell> {
         let v: Vec<&MigrationRecord> = sw.iter().filter(|r| r.memory_mib == Some(size) && r.config == c).collect();
         (!v.is_empty()).then(|| Cell::of(&v))
@@ -425,9 +404,7 @@ pub fn by_size_svg(records: &[Record]) -> Option<String> {
     if sw.is_empty() {
         return None;
     }
-    let mut cs: Vec<Config> = sw.iter().map(|r| r.config).collect();
-    cs.sort();
-    cs.dedup();
+    let cs: Vec<Config> = distinct(sw.iter().map(|r| r.config));
     let series: Vec<Series> = cs
         .iter()
         .map(|&c| {
@@ -553,9 +530,7 @@ pub fn json(meta: &Meta, records: &[Record]) -> serde_json::Value {
     let (ms, fp) = split(records);
     let cr = crashes(records);
     let mut cells = Vec::new();
-    let mut lines: Vec<QemuLine> = ms.iter().map(|r| r.qemu).collect();
-    lines.sort();
-    lines.dedup();
+    let lines: Vec<QemuLine> = distinct(ms.iter().map(|r| r.qemu));
     for line in lines {
         let (cs, mo) = axes(&ms, line);
         for m in mo {
