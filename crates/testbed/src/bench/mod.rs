@@ -283,46 +283,51 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
     };
     let outcome = (|| -> Result<(), String> {
         for (line, qemu, moments, runs) in &lines {
-            println!("[bench] {}: booting {} guests ({})", line.label(), configs.len(), qemu.display());
-            let dir = out.join(match line {
-                QemuLine::System => "system",
-                QemuLine::Qemu10 => "qemu10",
-            });
-            let mut fleet = Fleet::boot(*line, qemu, &configs, &images, memory, &dir, a.migration_shrink)?;
-            println!("[bench] {} is QEMU {}", line.label(), fleet.version);
-            let r = (|| -> Result<(), String> {
-                if !a.no_footprint && *line == QemuLine::System {
-                    for &c in &configs {
-                        println!("[bench] footprint workload: {} ({:.0} min so far)", c.key(), t0.elapsed().as_secs_f64() / 60.0);
-                        let f = footprint::measure(&mut fleet, c, a.fixed_mib, 0)?;
-                        println!("[bench]   {:.3} GiB·min over {:.0} s, peak {:.0} MiB, completed {}", f.gib_min, f.seconds, f.peak_mib, f.completed);
-                        push(&mut records, Record::Footprint(f));
-                    }
-                }
-                for run in 0..if a.no_migrations { 0 } else { *runs } {
-                    for &m in moments {
-                        let n = configs.len();
-                        for i in 0..n {
-                            let c = configs[(i + run as usize) % n];
-                            done += 1;
-                            println!("[bench] {done}/{total} {} run {}/{runs} {m} {} ({:.0} min so far)", line.label(), run + 1, c.key(), t0.elapsed().as_secs_f64() / 60.0);
-                            if let Some(x) = scenario::crashed(&mut fleet, &images, c)? {
-                                println!("[bench]   {} had crashed after {:?}: {:?}", c.key(), x.after, x.kernel_errors.first());
-                                push(&mut records, Record::Crash(x));
-                            }
-                            let r = scenario::point(&mut fleet, &images, &setup, c, m, run)?;
-                            println!(
-                                "[bench]   {:.1} MiB sent, {:.2} s, downtime {:?} ms, size {:.0} MiB, healthy {}{}",
-                                r.sent_mib, r.total_s, r.downtime_ms, r.size_mib, r.healthy(), r.error.as_deref().map(|e| format!(" ({e})")).unwrap_or_default()
-                            );
-                            push(&mut records, Record::Migration(r));
+            // The main guests serve the footprint and the migrations; without either on this
+            // line, none are booted.
+            let footprint_here = !a.no_footprint && *line == QemuLine::System;
+            if footprint_here || !a.no_migrations {
+                println!("[bench] {}: booting {} guests ({})", line.label(), configs.len(), qemu.display());
+                let dir = out.join(match line {
+                    QemuLine::System => "system",
+                    QemuLine::Qemu10 => "qemu10",
+                });
+                let mut fleet = Fleet::boot(*line, qemu, &configs, &images, memory, &dir, a.migration_shrink)?;
+                println!("[bench] {} is QEMU {}", line.label(), fleet.version);
+                let r = (|| -> Result<(), String> {
+                    if footprint_here {
+                        for &c in &configs {
+                            println!("[bench] footprint workload: {} ({:.0} min so far)", c.key(), t0.elapsed().as_secs_f64() / 60.0);
+                            let f = footprint::measure(&mut fleet, c, a.fixed_mib, 0)?;
+                            println!("[bench]   {:.3} GiB·min over {:.0} s, peak {:.0} MiB, completed {}", f.gib_min, f.seconds, f.peak_mib, f.completed);
+                            push(&mut records, Record::Footprint(f));
                         }
                     }
-                }
-                Ok(())
-            })();
-            fleet.shutdown();
-            r?;
+                    for run in 0..if a.no_migrations { 0 } else { *runs } {
+                        for &m in moments {
+                            let n = configs.len();
+                            for i in 0..n {
+                                let c = configs[(i + run as usize) % n];
+                                done += 1;
+                                println!("[bench] {done}/{total} {} run {}/{runs} {m} {} ({:.0} min so far)", line.label(), run + 1, c.key(), t0.elapsed().as_secs_f64() / 60.0);
+                                if let Some(x) = scenario::crashed(&mut fleet, &images, c)? {
+                                    println!("[bench]   {} had crashed after {:?}: {:?}", c.key(), x.after, x.kernel_errors.first());
+                                    push(&mut records, Record::Crash(x));
+                                }
+                                let r = scenario::point(&mut fleet, &images, &setup, c, m, run)?;
+                                println!(
+                                    "[bench]   {:.1} MiB sent, {:.2} s, downtime {:?} ms, size {:.0} MiB, healthy {}{}",
+                                    r.sent_mib, r.total_s, r.downtime_ms, r.size_mib, r.healthy(), r.error.as_deref().map(|e| format!(" ({e})")).unwrap_or_default()
+                                );
+                                push(&mut records, Record::Migration(r));
+                            }
+                        }
+                    }
+                    Ok(())
+                })();
+                fleet.shutdown();
+                r?;
+            }
             if let (QemuLine::System, Some(disk)) = (*line, &tools) {
                 let configs = &overhead_configs;
                 println!("[bench] overhead inside the guest: booting {} guests with the tools disk", configs.len());
