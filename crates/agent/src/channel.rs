@@ -6,7 +6,7 @@
 use autoballoon_core::protocol::{decode, HostMessage, MAX_LINE};
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -23,6 +23,45 @@ pub struct Channel {
     dropped: u64,
     /// `dropped` when it was last reported, and when.
     reported: (u64, Option<Instant>),
+}
+
+/// What ended a wait.
+#[derive(Debug, Default, PartialEq)]
+pub struct Woken {
+    /// Messages from the host.
+    pub messages: Vec<HostMessage>,
+    /// The memory-pressure trigger fired.
+    pub pressure: bool,
+}
+
+fn poll_ms(left: Duration) -> i32 {
+    left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
+}
+
+/// Sleeps up to `timeout`, or until `trigger` (a PSI trigger's fd) signals: true if it did.
+pub fn wait_trigger(trigger: Option<RawFd>, timeout: Duration) -> bool {
+    let Some(fd) = trigger else {
+        std::thread::sleep(timeout);
+        return false;
+    };
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        let mut pfd = libc::pollfd { fd, events: libc::POLLPRI, revents: 0 };
+        // SAFETY: one valid pollfd for the duration of the call.
+        let r = unsafe { libc::poll(&mut pfd, 1, poll_ms(left)) };
+        if r > 0 && pfd.revents & libc::POLLPRI != 0 {
+            return true;
+        }
+        if r > 0 {
+            // An error on the trigger (POLLERR): it will not fire; sleep the rest.
+            std::thread::sleep(left);
+            return false;
+        }
+    }
 }
 
 impl Channel {
@@ -62,25 +101,34 @@ impl Channel {
 
     /// Waits up to `timeout` for messages from the host and returns those that arrived
     /// (at once when some did).
+    #[cfg(test)]
     pub fn wait(&mut self, timeout: Duration) -> Vec<HostMessage> {
+        self.wait_with(timeout, None).messages
+    }
+
+    /// [`Channel::wait`], and returns early too when `trigger` (a PSI trigger's fd)
+    /// signals.
+    pub fn wait_with(&mut self, timeout: Duration, trigger: Option<RawFd>) -> Woken {
         let deadline = Instant::now() + timeout;
-        let mut out = Vec::new();
+        let mut out = Woken::default();
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || !out.is_empty() {
+            if left.is_zero() || !out.messages.is_empty() || out.pressure {
                 return out;
             }
-            let mut pfd = libc::pollfd { fd: self.port.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-            let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
-            // SAFETY: one valid pollfd for the duration of the call.
-            let r = unsafe { libc::poll(&mut pfd, 1, ms) };
+            let mut pfds = [libc::pollfd { fd: self.port.as_raw_fd(), events: libc::POLLIN, revents: 0 }, libc::pollfd { fd: trigger.unwrap_or(-1), events: libc::POLLPRI, revents: 0 }];
+            // SAFETY: valid pollfds for the duration of the call (a negative fd is ignored).
+            let r = unsafe { libc::poll(pfds.as_mut_ptr(), 2, poll_ms(left)) };
             if r == 0 || (r < 0 && std::io::Error::last_os_error().kind() == ErrorKind::Interrupted) {
                 continue;
             }
-            if r < 0 || pfd.revents & libc::POLLIN == 0 || self.read_available(&mut out) == 0 {
+            if r > 0 && pfds[1].revents & libc::POLLPRI != 0 {
+                out.pressure = true;
+            }
+            if r < 0 || (pfds[0].revents != 0 && (pfds[0].revents & libc::POLLIN == 0 || self.read_available(&mut out.messages) == 0)) {
                 // No host on the other end (hang-up, error, end of file): poll would
-                // return at once forever.
-                std::thread::sleep(left);
+                // return at once forever; wait on the trigger alone.
+                out.pressure |= wait_trigger(trigger, deadline.saturating_duration_since(Instant::now()));
                 return out;
             }
         }

@@ -28,7 +28,7 @@ pub struct PolicyArgs {
     /// Changes smaller than this are ignored, MiB [default: 16].
     #[arg(long, value_name = "MIB")]
     pub dead_band_mib: Option<u64>,
-    /// Seconds without shrinking after the guest grew [default: 5].
+    /// Seconds without shrinking after the guest grew [default: 0].
     #[arg(long, value_name = "S")]
     pub hold_off_s: Option<u64>,
     /// Targets are rounded up to a multiple of this many MiB [default: 1].
@@ -47,6 +47,13 @@ pub struct PolicyArgs {
     /// --outlier-threshold-mib in KiB (rounded up to whole MiB).
     #[arg(long, value_name = "KIB", conflicts_with = "outlier_threshold_mib")]
     pub outlier_threshold_kb: Option<u64>,
+    /// Seconds a spike's memory stays as headroom after the spike, where a migration can
+    /// shed it (docs/spikes.md) [default: 30].
+    #[arg(long, value_name = "S")]
+    pub spike_hold_s: Option<u64>,
+    /// Seconds over which that headroom is then given back [default: 60].
+    #[arg(long, value_name = "S")]
+    pub spike_fade_s: Option<u64>,
 }
 
 /// MiB from a MiB flag or its KiB spelling, rounded up.
@@ -69,6 +76,8 @@ impl PolicyArgs {
             adaptive_interval: self.adaptive || d.adaptive_interval,
             outlier_delay_ms: self.outlier_delay_ms.unwrap_or(d.outlier_delay_ms),
             outlier_threshold_mib: mib(self.outlier_threshold_mib, self.outlier_threshold_kb).unwrap_or(d.outlier_threshold_mib),
+            spike_hold_s: self.spike_hold_s.unwrap_or(d.spike_hold_s),
+            spike_fade_s: self.spike_fade_s.unwrap_or(d.spike_fade_s),
             ..d
         };
         c.validate("").map_err(|e| format!("{e} (flag --{})", e.key.replace('_', "-")))?;
@@ -79,7 +88,8 @@ impl PolicyArgs {
     pub fn any(&self) -> bool {
         self.adaptive
             || [self.buffer_mib, self.buffer_kb, self.cache_buffer_mib, self.cache_buffer_kb, self.min_mib, self.max_shrink_mib_per_tick,
-                self.dead_band_mib, self.hold_off_s, self.align_mib, self.outlier_delay_ms, self.outlier_threshold_mib, self.outlier_threshold_kb]
+                self.dead_band_mib, self.hold_off_s, self.align_mib, self.outlier_delay_ms, self.outlier_threshold_mib, self.outlier_threshold_kb,
+                self.spike_hold_s, self.spike_fade_s]
                 .iter()
                 .any(Option::is_some)
     }

@@ -10,6 +10,7 @@ mod logging;
 mod protect;
 mod run;
 mod source;
+mod trigger;
 #[cfg(test)]
 mod loop_tests;
 #[cfg(test)]
@@ -82,6 +83,11 @@ pub struct RunArgs {
     /// Where to read procfs from (tests point this at a fixture tree).
     #[arg(long, default_value = "/proc")]
     pub proc_dir: PathBuf,
+    /// No memory-pressure trigger: the guest running short is seen at the next sample
+    /// only (by default a PSI trigger on /proc/pressure/memory wakes the agent within tens
+    /// of milliseconds of a stall; the host then grows the guest at once).
+    #[arg(long)]
+    pub no_pressure_trigger: bool,
     /// Skip self-protection (oom_score_adj, mlockall) and the overcommit sysctl, for tests on a host.
     #[arg(long)]
     pub unprivileged: bool,

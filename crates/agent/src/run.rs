@@ -6,7 +6,8 @@
 //! - `--backend host`: the same source, a report, wait. The host decides; no loop here.
 
 use crate::actuator::{KernelTarget, XenTarget};
-use crate::channel::Channel;
+use crate::channel::{wait_trigger, Channel};
+use crate::trigger::{PressureTrigger, STALL, WINDOW};
 use crate::logging::{info, RateLimited};
 use crate::source::{GuestSize, Migration, ProcSource};
 use crate::{protect, BackendKind, RunArgs};
@@ -45,6 +46,14 @@ pub fn run(a: &RunArgs) -> Result<(), String> {
     };
     let tau = Duration::from_millis(a.interval_ms);
     let mut agent = Agent::new(a, ProcSource::new(a.proc_dir.clone(), size), channel);
+    if !a.no_pressure_trigger {
+        match PressureTrigger::open(&a.proc_dir, STALL, WINDOW) {
+            Ok(t) => agent.trigger = Some(t),
+            // A kernel without PSI: samples carry no pressure either, silently.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => info(format_args!("no memory-pressure trigger ({e}): a guest running short is seen at the next sample")),
+        }
+    }
     let name = a.backend.name();
     if let Some(ch) = &mut agent.channel {
         let hello = AgentMessage::Hello { version: env!("CARGO_PKG_VERSION").into(), backend: name.into() };
@@ -67,10 +76,19 @@ pub fn run(a: &RunArgs) -> Result<(), String> {
 /// How much faster the host backend reports while a migration of the guest runs.
 const MIGRATION_DIVISOR: u32 = 4;
 
+/// How long after the pressure trigger fired the guest counts as running short: its
+/// reports say so, and the host backend reports every [`SHORT_EVERY`].
+const SHORT_FOR: Duration = Duration::from_secs(1);
+/// The host backend's reporting interval while the guest runs short: 8 a second, inside
+/// the host's limit of 10 (a spike's commitments reach the host as they grow).
+const SHORT_EVERY: Duration = Duration::from_millis(125);
+
 /// The host backend's reporting interval: τ, or τ / [`MIGRATION_DIVISOR`] (at least 50 ms)
-/// during a migration.
-fn report_interval(tau: Duration, migrating: bool) -> Duration {
-    if migrating {
+/// during a migration, or [`SHORT_EVERY`] while the guest runs short (never above τ).
+fn report_interval(tau: Duration, migrating: bool, short: bool) -> Duration {
+    if short {
+        SHORT_EVERY.min(tau)
+    } else if migrating {
         (tau / MIGRATION_DIVISOR).max(Duration::from_millis(50)).min(tau)
     } else {
         tau
@@ -94,6 +112,10 @@ struct Agent<'a> {
     args: &'a RunArgs,
     source: ProcSource,
     channel: Option<Channel>,
+    /// The memory-pressure trigger, if the kernel took one.
+    trigger: Option<PressureTrigger>,
+    /// The guest runs short until then (the trigger fired [`SHORT_FOR`] before).
+    short_until: Option<Instant>,
     /// Passes through the loop so far.
     seq: u64,
     bad_sample: RateLimited,
@@ -104,7 +126,7 @@ struct Agent<'a> {
 impl<'a> Agent<'a> {
     fn new(args: &'a RunArgs, source: ProcSource, channel: Option<Channel>) -> Agent<'a> {
         let limited = || RateLimited::new(ERROR_EVERY);
-        Agent { args, source, channel, seq: 0, bad_sample: limited(), bad_actuator: limited(), bad_port: limited() }
+        Agent { args, source, channel, trigger: None, short_until: None, seq: 0, bad_sample: limited(), bad_actuator: limited(), bad_port: limited() }
     }
 
     /// `--backend host`: sample, report, wait; until `--samples` if given. While the host
@@ -121,7 +143,8 @@ impl<'a> Agent<'a> {
             if self.done() {
                 return;
             }
-            self.wait(report_interval(tau, self.source.migrating()));
+            let short = self.short(Instant::now());
+            self.wait(report_interval(tau, self.source.migrating(), short));
         }
     }
 
@@ -175,8 +198,9 @@ impl<'a> Agent<'a> {
         }
         let (Some(ch), Some(mem)) = (&mut self.channel, s.mem) else { return };
         let uptime_ms = u64::try_from(s.at.as_millis()).unwrap_or(u64::MAX);
-        let msg = AgentSample { seq: self.seq, uptime_ms, mem, oom_kills: s.oom_kills, balloon: self.source.balloon(), target, pressure: s.pressure };
         let now = Instant::now();
+        let running_short = self.short_until.is_some_and(|t| now < t);
+        let msg = AgentSample { seq: self.seq, uptime_ms, mem, oom_kills: s.oom_kills, balloon: self.source.balloon(), target, pressure: s.pressure, running_short };
         if let Err(e) = ch.send(&encode(&AgentMessage::Sample(msg))) {
             self.bad_port.log(now, format_args!("cannot write to the host port: {e}"));
         }
@@ -189,13 +213,26 @@ impl<'a> Agent<'a> {
         self.args.samples > 0 && self.seq >= self.args.samples
     }
 
-    /// Sleeps until the next tick, taking the host's notices meanwhile.
+    /// Whether the guest counts as running short at `now`.
+    fn short(&self, now: Instant) -> bool {
+        self.short_until.is_some_and(|t| now < t)
+    }
+
+    /// Sleeps until the next tick, taking the host's notices meanwhile; returns early when
+    /// the pressure trigger fires (the guest then runs short for [`SHORT_FOR`]).
     fn wait(&mut self, next_in: Duration) {
-        let Some(ch) = &mut self.channel else {
-            std::thread::sleep(next_in);
-            return;
+        let trigger = self.trigger.as_ref().map(PressureTrigger::fd);
+        let woken = match &mut self.channel {
+            Some(ch) => ch.wait_with(next_in, trigger),
+            None => crate::channel::Woken { pressure: wait_trigger(trigger, next_in), ..Default::default() },
         };
-        for m in ch.wait(next_in) {
+        if woken.pressure {
+            if !self.short(Instant::now()) && self.args.verbose {
+                info(format_args!("memory pressure: tasks stalled on memory; sampling now"));
+            }
+            self.short_until = Some(Instant::now() + SHORT_FOR);
+        }
+        for m in woken.messages {
             match m {
                 HostMessage::MigrationStarted { shrink_allowed: false } => {
                     self.source.set_migration(Migration::HoldShrinking);
@@ -221,10 +258,18 @@ mod tests {
     #[test]
     fn reports_four_times_as_often_during_a_migration() {
         let tau = Duration::from_millis(1000);
-        assert_eq!(report_interval(tau, false), tau);
-        assert_eq!(report_interval(tau, true), Duration::from_millis(250));
+        assert_eq!(report_interval(tau, false, false), tau);
+        assert_eq!(report_interval(tau, true, false), Duration::from_millis(250));
         // Never below 50 ms, never above τ.
-        assert_eq!(report_interval(Duration::from_millis(100), true), Duration::from_millis(50));
-        assert_eq!(report_interval(Duration::from_millis(20), true), Duration::from_millis(20));
+        assert_eq!(report_interval(Duration::from_millis(100), true, false), Duration::from_millis(50));
+        assert_eq!(report_interval(Duration::from_millis(20), true, false), Duration::from_millis(20));
+    }
+
+    #[test]
+    fn reports_eight_times_a_second_while_running_short() {
+        let tau = Duration::from_millis(1000);
+        assert_eq!(report_interval(tau, false, true), SHORT_EVERY);
+        assert_eq!(report_interval(tau, true, true), SHORT_EVERY, "the faster of the two");
+        assert_eq!(report_interval(Duration::from_millis(20), false, true), Duration::from_millis(20), "never above τ");
     }
 }

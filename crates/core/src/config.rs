@@ -6,7 +6,7 @@ use crate::control::ControlLoop;
 use crate::guard::GuardRails;
 use crate::interval::{AdaptiveInterval, Interval};
 use crate::outlier::{Filtered, OutlierFilter};
-use crate::policy::SwapFree;
+use crate::policy::{Headroom, HeadroomRule, SwapFree};
 use crate::units::Kib;
 use serde::Deserialize;
 use std::time::Duration;
@@ -45,6 +45,12 @@ pub struct PolicyConfig {
     pub outlier_delay_ms: u64,
     /// See `outlier_delay_ms`.
     pub outlier_threshold_mib: u64,
+    /// Seconds a spike's memory stays in the guest after the spike ended, so a spike that
+    /// comes back starts on free memory; only where a migration can shed it (the
+    /// hypervisor lets the balloon shrink during one). 0 with `spike_fade_s` 0: off.
+    pub spike_hold_s: u64,
+    /// Seconds over which that memory is then given back, linearly.
+    pub spike_fade_s: u64,
 }
 
 impl Default for PolicyConfig {
@@ -63,6 +69,8 @@ impl Default for PolicyConfig {
             adaptive_interval: false,
             outlier_delay_ms: 0,
             outlier_threshold_mib: 64,
+            spike_hold_s: 30,
+            spike_fade_s: 60,
         }
     }
 }
@@ -103,6 +111,8 @@ impl PolicyConfig {
                 buffer: Kib::from_mib_saturating(self.buffer_mib),
                 cache_buffer: Kib::from_mib_saturating(self.cache_buffer_mib),
                 migration_buffer: Kib::from_mib_saturating(self.migration_buffer_mib),
+                headroom_rule: HeadroomRule { hold: Duration::from_secs(self.spike_hold_s), fade: Duration::from_secs(self.spike_fade_s) },
+                headroom: Headroom::default(),
             },
         }
     }
@@ -133,7 +143,8 @@ impl PolicyConfig {
         // Beyond a PiB the MiB-to-KiB conversions would saturate: a typo, not a wish.
         for (key, v) in [("buffer_mib", self.buffer_mib), ("migration_buffer_mib", self.migration_buffer_mib), ("cache_buffer_mib", self.cache_buffer_mib), ("min_mib", self.min_mib),
                          ("max_shrink_mib_per_tick", self.max_shrink_mib_per_tick), ("dead_band_mib", self.dead_band_mib),
-                         ("align_mib", self.align_mib), ("outlier_threshold_mib", self.outlier_threshold_mib)] {
+                         ("align_mib", self.align_mib), ("outlier_threshold_mib", self.outlier_threshold_mib),
+                         ("spike_hold_s", self.spike_hold_s), ("spike_fade_s", self.spike_fade_s)] {
             if v > 1 << 30 {
                 return bad(key, "must be at most 1073741824 (1 PiB)");
             }

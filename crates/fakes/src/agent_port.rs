@@ -220,6 +220,7 @@ pub fn sample(total: Kib, available: Kib, committed: Kib, balloon: Pages) -> Age
         balloon: Some(balloon),
         target: None,
         pressure: None,
+        running_short: false,
     }
 }
 

@@ -17,6 +17,7 @@ mod migrate;
 pub mod migbench;
 pub mod plot;
 mod qemu;
+pub mod spikebench;
 
 pub use console::{count_oom_kills, Console, ConsoleError};
 pub use migrate::{free_port, migrate, start_migration, wait_migration, Migrated};

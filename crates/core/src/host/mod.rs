@@ -140,12 +140,15 @@ impl<P: Policy, B: Balancer> HostLoop<P, B> {
             let Some(slot) = self.vms.get_mut(vm) else { continue };
             // A VM preparing a migration (or migrating where it may shrink) is due at
             // once: waiting out its interval is memory the migration would send.
-            if sample.at < slot.due && !sample.migration_urgent() {
+            // A VM running short is due at once for a growth: every moment waited, its
+            // spike stalls in reclaim.
+            let due = sample.at >= slot.due || sample.migration_urgent();
+            let p = (due || sample.running_short).then(|| slot.lp.propose(sample));
+            let Some(p) = p.filter(|p| due || p.want() > p.room.commanded) else {
                 let commanded = slot.lp.commanded().unwrap_or(sample.guest_size);
                 claims.push(Claim { vm: *vm, want: commanded, room: Room::fixed(commanded), sample: sample.clone() });
                 continue;
-            }
-            let p = slot.lp.propose(sample);
+            };
             claims.push(Claim { vm: *vm, want: p.want(), room: p.room, sample: sample.clone() });
             open.push((claims.len() - 1, p));
         }

@@ -193,3 +193,23 @@ fn a_vm_preparing_a_migration_is_due_at_once_and_shrinks_to_the_migration_buffer
     // SwapFree::new keeps no buffer for a migration: the estimate alone.
     assert_eq!(targets(&hl.tick(&s)), vec![Some(128)], "due at once, the hold-off skipped, down to the floor");
 }
+
+#[test]
+fn a_vm_running_short_is_due_at_once_for_a_growth_only() {
+    let mut hl = HostLoop::new(Independent);
+    hl.add_vm(VmId(0), lp());
+    assert_eq!(targets(&hl.tick(&host(0, None, vec![vm(0, 2048, 300)]))), vec![Some(364)]);
+    let at = |mut s: Sample, ms: u64| {
+        s.at = Duration::from_millis(ms);
+        s
+    };
+    // 200 ms later a spike has committed 1 GiB more: not due at its interval...
+    let spike = at(vm(0, 364, 1324), 200);
+    assert_eq!(hl.tick(&HostSample { at: spike.at, ..host(0, None, vec![spike.clone()]) }).len(), 0, "not due");
+    // ...but the agent says the guest is running short: the whole estimate at once.
+    let short = Sample { running_short: true, ..spike };
+    assert_eq!(targets(&hl.tick(&HostSample { at: short.at, ..host(0, None, vec![short]) })), vec![Some(1388)]);
+    // Running short never makes a shrink come sooner (a guest that always says so).
+    let lie = Sample { running_short: true, ..at(vm(0, 1388, 100), 400) };
+    assert_eq!(hl.tick(&HostSample { at: lie.at, ..host(0, None, vec![lie]) }).len(), 0, "a shrink waits for its interval");
+}

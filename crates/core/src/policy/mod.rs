@@ -3,9 +3,11 @@
 //! never sleeps. The same policy types run in the guest agent, the host controller and the
 //! simulator; only the sources of samples and the actuators differ.
 
+mod headroom;
 mod memview;
 mod swapfree;
 
+pub use headroom::{Headroom, HeadroomRule};
 pub use memview::MemView;
 pub use swapfree::{estimate, Estimate, SwapFree};
 /// Policies see the sample type of [`crate::sample`].
@@ -40,7 +42,11 @@ impl fmt::Display for Reason {
                 if e.swapped > crate::units::Kib::ZERO {
                     write!(f, " + swapped {}", e.swapped)?;
                 }
-                write!(f, " + buffer {}", e.buffer)
+                write!(f, " + buffer {}", e.buffer)?;
+                if e.headroom > crate::units::Kib::ZERO {
+                    write!(f, " + headroom {} (a recent need)", e.headroom)?;
+                }
+                Ok(())
             }
             Reason::NoData => f.write_str("no guest memory report"),
             Reason::Fixed => f.write_str("a fixed size was asked for"),

@@ -1,4 +1,4 @@
-use super::{Decision, MemView, Policy, Reason, Sample};
+use super::{Decision, Headroom, HeadroomRule, MemView, Policy, Reason, Sample};
 use crate::units::Kib;
 
 /// The inputs and result of one run of the swap-free estimator, all in KiB.
@@ -11,6 +11,8 @@ pub struct Estimate {
     /// Memory the guest has in swap (`SwapTotal − SwapFree`): demand it had no room for.
     pub swapped: Kib,
     pub buffer: Kib,
+    /// Kept on top for a need seen recently ([`super::headroom`]); zero from [`estimate`].
+    pub headroom: Kib,
 }
 
 /// The continuous self-ballooning estimator of the swap-free ballooning design:
@@ -41,6 +43,7 @@ pub fn estimate(mem: &MemView, current: Kib, max: Kib, buffer: Kib) -> Estimate 
         overcommitted,
         swapped,
         buffer,
+        headroom: Kib::ZERO,
     }
 }
 
@@ -55,13 +58,18 @@ pub struct SwapFree {
     /// The buffer while a migration is prepared (`Sample::preparing_migration`): free
     /// memory the migration would send for nothing. The cache buffer is not added then.
     pub migration_buffer: Kib,
+    /// How long a recent need is kept as headroom ([`super::headroom`]). It applies only
+    /// where a migration can shed it (`Sample::shrink_while_migrating`: the hypervisor lets
+    /// the balloon shrink during one), never while a migration runs or is prepared.
+    pub headroom_rule: HeadroomRule,
+    pub headroom: Headroom,
 }
 
 impl SwapFree {
-    /// The estimator with `buffer` and no cache buffer; a migration is prepared with no
-    /// buffer at all.
+    /// The estimator with `buffer`, no cache buffer and no headroom; a migration is
+    /// prepared with no buffer at all.
     pub fn new(buffer: Kib) -> SwapFree {
-        SwapFree { buffer, cache_buffer: Kib::ZERO, migration_buffer: Kib::ZERO }
+        SwapFree { buffer, cache_buffer: Kib::ZERO, migration_buffer: Kib::ZERO, headroom_rule: HeadroomRule::OFF, headroom: Headroom::default() }
     }
 }
 
@@ -73,7 +81,13 @@ impl Policy for SwapFree {
     fn decide(&mut self, s: &Sample) -> Option<Decision> {
         let mem = s.mem.as_ref()?;
         let buffer = if s.preparing_migration { self.migration_buffer } else { self.buffer.saturating_add(mem.cached.min(self.cache_buffer)) };
-        let e = estimate(mem, s.guest_size, s.max, buffer);
+        let mut e = estimate(mem, s.guest_size, s.max, buffer);
+        let need = estimate(mem, s.guest_size, s.max, Kib::ZERO).target;
+        let covered = self.headroom.observe(&self.headroom_rule, need, s.at);
+        if s.shrink_while_migrating && !s.migrating && !s.preparing_migration && covered > need {
+            e.headroom = covered.saturating_sub(need);
+            e.target = e.target.saturating_add(e.headroom).min(s.max);
+        }
         Some(Decision { target: e.target, reason: Reason::Estimate(e) })
     }
 }
@@ -113,7 +127,7 @@ mod tests {
 
     #[test]
     fn policy_needs_a_view_and_adds_the_cache_buffer() {
-        let mut p = SwapFree { buffer: Kib::from_mib_saturating(10), cache_buffer: Kib::from_mib_saturating(100), migration_buffer: Kib::from_mib_saturating(2) };
+        let mut p = SwapFree { buffer: Kib::from_mib_saturating(10), cache_buffer: Kib::from_mib_saturating(100), migration_buffer: Kib::from_mib_saturating(2), ..SwapFree::new(Kib::ZERO) };
         let mut s = Sample { guest_size: Kib::from_mib_saturating(1000), max: Kib::from_mib_saturating(2000), ..Sample::default() };
         assert_eq!(p.decide(&s), None);
         let mut v = view(500 * 1024, 0, 0, 0);

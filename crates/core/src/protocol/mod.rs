@@ -46,6 +46,12 @@ pub struct AgentSample {
     /// The guest's /proc/pressure/memory, if the kernel has PSI.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pressure: Option<Pressure>,
+    /// The guest is running short of memory now: its memory-pressure trigger fired (tasks
+    /// stalled on memory) within the last second. The host decides on this sample at once
+    /// instead of at its next tick; it can only make a decision come sooner, never a
+    /// larger one. An older agent does not say: false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub running_short: bool,
 }
 
 /// Host → guest.
@@ -108,7 +114,7 @@ mod tests {
 
     #[test]
     fn roundtrip_and_garbage() {
-        let m = AgentMessage::Sample(AgentSample { seq: 3, uptime_ms: 10, mem: MemView { available: Kib(5), ..Default::default() }, oom_kills: Some(0), balloon: Some(Pages(7)), target: None, pressure: None });
+        let m = AgentMessage::Sample(AgentSample { seq: 3, uptime_ms: 10, mem: MemView { available: Kib(5), ..Default::default() }, oom_kills: Some(0), balloon: Some(Pages(7)), target: None, pressure: None, running_short: true });
         let line = encode(&m);
         assert!(line.ends_with('\n') && !line[..line.len() - 1].contains('\n'));
         assert_eq!(decode::<AgentMessage>(&line), Some(m));

@@ -21,7 +21,7 @@ use serde_json::json;
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -90,6 +90,8 @@ pub(crate) struct Actor {
     started: Instant,
     log: Logger,
     inbox: Receiver<Msg>,
+    /// The inbox's own sender, for the agent link to wake the actor with [`Msg::Short`].
+    wake: SyncSender<Msg>,
     shutdown: Arc<AtomicBool>,
     bell: Arc<Bell>,
     shared: Arc<VmShared>,
@@ -111,8 +113,8 @@ pub(crate) struct Actor {
 
 impl Actor {
     #[allow(clippy::too_many_arguments)]
-    pub fn new(cfg: VmConfig, agent_stale_s: u64, interval: Duration, started: Instant, log: Logger, inbox: Receiver<Msg>, shutdown: Arc<AtomicBool>, bell: Arc<Bell>, shared: Arc<VmShared>) -> Actor {
-        Actor { cfg, agent_stale: Duration::from_secs(agent_stale_s), interval, started, log, inbox, shutdown, bell, shared, paused: false, epoch: 0, limits: HashMap::new(), prep: None, resample: false, agent_path: None, shrink_setting: ShrinkSetting::Auto, migration_shrink: MigrationShrink::HeldUnknown }
+    pub fn new(cfg: VmConfig, agent_stale_s: u64, interval: Duration, started: Instant, log: Logger, (wake, inbox): (SyncSender<Msg>, Receiver<Msg>), shutdown: Arc<AtomicBool>, bell: Arc<Bell>, shared: Arc<VmShared>) -> Actor {
+        Actor { cfg, agent_stale: Duration::from_secs(agent_stale_s), interval, started, log, inbox, wake, shutdown, bell, shared, paused: false, epoch: 0, limits: HashMap::new(), prep: None, resample: false, agent_path: None, shrink_setting: ShrinkSetting::Auto, migration_shrink: MigrationShrink::HeldUnknown }
     }
 
     pub fn with_migration_shrink(mut self, setting: ShrinkSetting) -> Actor {
@@ -245,6 +247,9 @@ impl Actor {
                         }
                     }
                 }
+                // Sample now (with a session to sample; paused VMs are left alone).
+                Ok(Msg::Short) if qmp.is_some() && !self.paused => return None,
+                Ok(Msg::Short) => {}
                 Ok(Msg::Held) => {
                     if let Some(p) = self.prep.as_mut().filter(|p| !p.started) {
                         p.held = true;
@@ -571,7 +576,12 @@ impl Actor {
             return;
         }
         *tried = Some(Instant::now());
-        if let Ok(link) = AgentLink::connect(path, configured) {
+        let wake = self.wake.clone();
+        let on_short = move || {
+            // Never blocks: a full queue already holds a reason to wake.
+            let _ = wake.try_send(Msg::Short);
+        };
+        if let Ok(link) = AgentLink::connect(path, configured, on_short) {
             *agent = Some(link);
         }
     }

@@ -43,12 +43,14 @@ pub struct AgentLink {
 
 impl AgentLink {
     /// Connects to the agent's chardev socket of a VM of `configured` size.
-    pub fn connect(path: &Path, configured: Kib) -> std::io::Result<AgentLink> {
+    /// `on_short` is called (from the reader thread; it must not block) for each accepted
+    /// sample that says the guest is running short.
+    pub fn connect(path: &Path, configured: Kib, on_short: impl Fn() + Send + 'static) -> std::io::Result<AgentLink> {
         let stream = UnixStream::connect(path)?;
         let reader = stream.try_clone()?;
         let inbox = Arc::new(Mutex::new(Inbox::default()));
         let shared = inbox.clone();
-        std::thread::Builder::new().name("agent-reader".into()).spawn(move || read_loop(reader, &shared, configured))?;
+        std::thread::Builder::new().name("agent-reader".into()).spawn(move || read_loop(reader, &shared, configured, on_short))?;
         Ok(AgentLink { stream, inbox, torn: false, notices_dropped: 0 })
     }
 
@@ -102,7 +104,7 @@ impl Drop for AgentLink {
     }
 }
 
-fn read_loop(stream: UnixStream, inbox: &Mutex<Inbox>, configured: Kib) {
+fn read_loop(stream: UnixStream, inbox: &Mutex<Inbox>, configured: Kib, on_short: impl Fn()) {
     let mut r = BufReader::new(stream);
     let mut line = Vec::with_capacity(MAX_LINE);
     loop {
@@ -122,7 +124,15 @@ fn read_loop(stream: UnixStream, inbox: &Mutex<Inbox>, configured: Kib) {
                     continue;
                 }
                 match check_sample(&s, configured) {
-                    Ok(v) => ib.latest = Some((now, v)),
+                    Ok(v) => {
+                        let short = v.running_short;
+                        ib.latest = Some((now, v));
+                        if short {
+                            ib.stats.short += 1;
+                            drop(ib);
+                            on_short();
+                        }
+                    }
                     Err(e) => {
                         ib.stats.rejected += 1;
                         ib.stats.last_rejection = Some(e.to_string());

@@ -114,6 +114,14 @@ impl QemuHost {
     }
 }
 
+impl QemuHost {
+    /// Whether a VM published a new sample that says its guest is running short: decide
+    /// now, without waiting for the others.
+    fn short_fresh(&self) -> bool {
+        self.vms.iter().any(|vm| lock(&vm.shared.mailbox).as_ref().is_some_and(|o| o.sample.running_short && vm.used.is_none_or(|u| o.taken > u)))
+    }
+}
+
 impl World for QemuHost {
     type Error = &'static str;
 
@@ -176,7 +184,7 @@ impl Decider {
             let starting = self.world.started.elapsed() < self.interval * 2;
             let window = if starting { self.interval * 2 } else { self.interval / 4 };
             let until = Instant::now() + window;
-            while !self.world.all_fresh(starting) && !self.shutdown.load(Ordering::SeqCst) {
+            while !self.world.all_fresh(starting) && !self.world.short_fresh() && !self.shutdown.load(Ordering::SeqCst) {
                 let left = until.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     break;

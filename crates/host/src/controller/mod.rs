@@ -63,6 +63,9 @@ pub(crate) enum Msg {
     Set(autoballoon_core::Kib),
     /// The decider decided on a sample that prepares a migration and changed nothing.
     Held,
+    /// The agent reports its guest running short of memory: sample now, so the decider
+    /// can grow the VM without waiting for the next tick.
+    Short,
     Command(VmCommand),
 }
 
@@ -194,7 +197,7 @@ impl Controller {
             let shared = Arc::new(VmShared { name: vm.name.clone(), id: VmId(i as u32), status: Mutex::new(status), history: Mutex::default(), mailbox: Mutex::new(None), session: Mutex::new(None) });
             let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
             let policy = config.policy_for(vm);
-            let a = actor::Actor::new(vm.clone(), policy.agent_stale_s, interval, started, logger.clone(), rx, shutdown.clone(), bell.clone(), shared.clone())
+            let a = actor::Actor::new(vm.clone(), policy.agent_stale_s, interval, started, logger.clone(), (tx.clone(), rx), shutdown.clone(), bell.clone(), shared.clone())
                 .with_migration_shrink(config.controller.migration_shrink);
             workers.push(spawn(&format!("vm-{}", vm.name), move || a.run()));
             inboxes.push((shared.clone(), tx.clone(), policy));

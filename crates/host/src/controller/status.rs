@@ -92,6 +92,8 @@ pub struct LinkStats {
     pub flooded: u64,
     /// Migration notices that could not be delivered (the guest was not reading).
     pub notices_dropped: u64,
+    /// Accepted samples that said the guest was running short (each woke the VM's actor).
+    pub short: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]

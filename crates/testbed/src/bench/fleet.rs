@@ -77,13 +77,21 @@ pub struct Fleet {
     ctl: Option<Controller>,
     /// The controller's `migration_shrink` (`autoballoon-bench --migration-shrink`).
     pub migration_shrink: ShrinkSetting,
+    /// vCPUs of every guest (sources and destinations).
+    pub cpus: u32,
 }
 
 const BOOT: Duration = Duration::from_secs(240);
 
 /// How a configuration's guests are started (sources and destinations alike).
 pub fn spec(config: Config, name: &str, memory: Kib, qemu: &Path) -> VmSpec {
+    spec_cpus(config, name, memory, qemu, 1)
+}
+
+/// [`spec`] with `cpus` vCPUs.
+pub fn spec_cpus(config: Config, name: &str, memory: Kib, qemu: &Path, cpus: u32) -> VmSpec {
     VmSpec {
+        cpus,
         qemu: qemu.to_path_buf(),
         agent: config.agent(),
         free_page_reporting: config.fpr(),
@@ -106,11 +114,22 @@ impl Fleet {
     /// guests are not for migrating.
     #[allow(clippy::too_many_arguments)]
     pub fn boot_with_disk(line: QemuLine, qemu: &Path, configs: &[Config], images: &Images, memory: Kib, out: &Path, migration_shrink: ShrinkSetting, disk: Option<&Path>) -> Result<Fleet, String> {
+        Fleet::boot_full(line, qemu, configs, images, memory, out, migration_shrink, disk, 1)
+    }
+
+    /// [`Fleet::boot`] with `cpus` vCPUs per guest.
+    #[allow(clippy::too_many_arguments)]
+    pub fn boot_cpus(line: QemuLine, qemu: &Path, configs: &[Config], images: &Images, memory: Kib, out: &Path, migration_shrink: ShrinkSetting, cpus: u32) -> Result<Fleet, String> {
+        Fleet::boot_full(line, qemu, configs, images, memory, out, migration_shrink, None, cpus)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn boot_full(line: QemuLine, qemu: &Path, configs: &[Config], images: &Images, memory: Kib, out: &Path, migration_shrink: ShrinkSetting, disk: Option<&Path>, cpus: u32) -> Result<Fleet, String> {
         std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
         let mut started = Vec::new();
         for &c in configs {
             let image = images.of(c.kernel())?;
-            let mut vm = spec(c, &format!("{}-b1", c.key()), memory, qemu);
+            let mut vm = spec_cpus(c, &format!("{}-b1", c.key()), memory, qemu, cpus);
             if let Some(d) = disk {
                 let copy = out.join(format!("{}.disk.raw", c.key()));
                 std::fs::copy(d, &copy).map_err(|e| format!("copying {} to {}: {e}", d.display(), copy.display()))?;
@@ -129,7 +148,7 @@ impl Fleet {
             Some(g) => step("QMP", Qmp::connect_with_retry(&g.q.qmp_ctl, Instant::now() + Duration::from_secs(10)))?.version().to_string(),
             None => String::new(),
         };
-        let mut f = Fleet { line, qemu: qemu.to_path_buf(), version, memory, out: out.to_path_buf(), guests, ctl: None, migration_shrink };
+        let mut f = Fleet { line, qemu: qemu.to_path_buf(), version, memory, out: out.to_path_buf(), guests, ctl: None, migration_shrink, cpus };
         f.start_controller()?;
         Ok(f)
     }
@@ -192,16 +211,16 @@ impl Fleet {
 
     /// A destination for `c`'s next migration: a QEMU waiting on a free port.
     pub fn destination(&mut self, c: Config, images: &Images) -> Result<(Qemu, u16), String> {
-        let (memory, qemu, out) = (self.memory, self.qemu.clone(), self.out.clone());
+        let (memory, qemu, out, cpus) = (self.memory, self.qemu.clone(), self.out.clone(), self.cpus);
         let g = self.guest(c);
         let name = format!("{}-b{}m{}", c.key(), g.boots, g.hops + 1);
-        step("starting the destination", Qemu::start_incoming(images.of(c.kernel())?, spec(c, &name, memory, &qemu), &out))
+        step("starting the destination", Qemu::start_incoming(images.of(c.kernel())?, spec_cpus(c, &name, memory, &qemu, cpus), &out))
     }
 
     /// Replaces `c`'s guest by a fresh boot (after an unhealthy destination or a failed
     /// migration), so that one crash does not spoil the next measurements.
     pub fn reboot(&mut self, c: Config, images: &Images) -> Result<(), String> {
-        let (memory, qemu, out) = (self.memory, self.qemu.clone(), self.out.clone());
+        let (memory, qemu, out, cpus) = (self.memory, self.qemu.clone(), self.out.clone(), self.cpus);
         let g = self.guest(c);
         g.q.kill();
         g.boots += 1;
@@ -209,7 +228,7 @@ impl Fleet {
         g.seen = Seen::default();
         let name = format!("{}-b{}", c.key(), g.boots);
         println!("[bench]   rebooting {} as {name}", c.key());
-        let q = step("starting QEMU", Qemu::start(images.of(c.kernel())?, spec(c, &name, memory, &qemu), &out))?;
+        let q = step("starting QEMU", Qemu::start(images.of(c.kernel())?, spec_cpus(c, &name, memory, &qemu, cpus), &out))?;
         step("booting", q.wait_booted(BOOT))?;
         let (qmp, agent) = (q.qmp.clone(), q.agent.clone());
         g.q = q;

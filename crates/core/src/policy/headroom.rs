@@ -1,0 +1,121 @@
+//! Spike headroom: memory a guest needed a moment ago stays in it for a while after the
+//! need is gone, so a spike that comes back starts on free memory instead of waiting for
+//! the balloon to deflate (Hyper-V keeps a buffer in proportion to demand, ESX taxes idle
+//! memory only gradually; senpai and TMO give memory back slowly for the same reason).
+//!
+//! Why: on a stock kernel a spike the guest has no room for stalls in reclaim while the
+//! balloon deflates, and on a guest with few vCPUs the stalled threads take the CPU the
+//! balloon's deflation needs (a 1.2 GiB spike into a shrunk 2 GiB guest took 4× as long as
+//! into memory free page reporting had given back; docs/spikes.md). Memory kept free in
+//! the guest costs the host little where free page reporting is on: the guest reports it
+//! back within seconds, and a spike refaults it as fast as with free page reporting alone.
+//!
+//! The rule, pure (time comes with each sample): the headroom remembers the largest *need*
+//! (the estimate without its buffer) seen recently; it is kept whole for `hold`, then fades
+//! linearly to nothing over `fade`. The target is `max(need now, remembered need) + buffer`.
+//! A larger need replaces the remembered one whenever it reaches its faded value.
+
+use crate::units::Kib;
+use std::time::Duration;
+
+/// How long a need is remembered: whole for `hold`, then fading over `fade`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadroomRule {
+    pub hold: Duration,
+    pub fade: Duration,
+}
+
+impl HeadroomRule {
+    /// No headroom at all: the estimate alone.
+    pub const OFF: HeadroomRule = HeadroomRule { hold: Duration::ZERO, fade: Duration::ZERO };
+
+    pub fn is_off(&self) -> bool {
+        self.hold.is_zero() && self.fade.is_zero()
+    }
+}
+
+/// The remembered need of one VM.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Headroom {
+    peak: Option<(Kib, Duration)>,
+}
+
+impl Headroom {
+    /// The remembered need at `at`, faded by `rule`; zero once faded out.
+    pub fn remembered(&self, rule: &HeadroomRule, at: Duration) -> Kib {
+        let Some((need, since)) = self.peak else { return Kib::ZERO };
+        let age = at.saturating_sub(since);
+        if age <= rule.hold {
+            return need;
+        }
+        let faded = age - rule.hold;
+        if faded >= rule.fade {
+            return Kib::ZERO;
+        }
+        // need × (1 − faded / fade), in u128 so no product overflows.
+        let left = rule.fade.as_nanos() - faded.as_nanos();
+        Kib((u128::from(need.0) * left / rule.fade.as_nanos()) as u64)
+    }
+
+    /// Takes the need at `at` and returns what the target covers: the larger of it and
+    /// the remembered need.
+    pub fn observe(&mut self, rule: &HeadroomRule, need: Kib, at: Duration) -> Kib {
+        if rule.is_off() {
+            self.peak = None;
+            return need;
+        }
+        let kept = self.remembered(rule, at);
+        if need >= kept {
+            self.peak = Some((need, at));
+            return need;
+        }
+        kept
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mib(n: u64) -> Kib {
+        Kib::from_mib_saturating(n)
+    }
+    fn s(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+    const RULE: HeadroomRule = HeadroomRule { hold: Duration::from_secs(30), fade: Duration::from_secs(60) };
+
+    #[test]
+    fn a_spike_is_kept_then_fades_out() {
+        let mut h = Headroom::default();
+        assert_eq!(h.observe(&RULE, mib(200), s(0)), mib(200));
+        assert_eq!(h.observe(&RULE, mib(1400), s(1)), mib(1400), "the spike");
+        assert_eq!(h.observe(&RULE, mib(200), s(3)), mib(1400), "freed: kept whole");
+        assert_eq!(h.observe(&RULE, mib(200), s(31)), mib(1400), "still within the hold");
+        assert_eq!(h.observe(&RULE, mib(200), s(61)), mib(700), "half faded");
+        assert_eq!(h.observe(&RULE, mib(200), s(85)), mib(200), "faded below the need");
+        assert_eq!(h.observe(&RULE, mib(200), s(91)), mib(200));
+        assert_eq!(h.remembered(&RULE, s(100)), mib(200), "the need itself is remembered now");
+    }
+
+    #[test]
+    fn a_spike_that_comes_back_renews_the_hold() {
+        let mut h = Headroom::default();
+        h.observe(&RULE, mib(1400), s(0));
+        assert_eq!(h.observe(&RULE, mib(1100), s(40)), Kib(1400 * 1024 * 50 / 60), "fading, and the smaller spike is inside it");
+        assert_eq!(h.observe(&RULE, mib(1200), s(50)), mib(1200), "the faded value fell below the need: renewed");
+        assert_eq!(h.observe(&RULE, mib(100), s(79)), mib(1200), "held 30 s from the renewal");
+    }
+
+    #[test]
+    fn off_is_the_need_alone() {
+        let mut h = Headroom::default();
+        h.observe(&RULE, mib(1400), s(0));
+        assert_eq!(h.observe(&HeadroomRule::OFF, mib(100), s(1)), mib(100));
+        assert_eq!(h.remembered(&RULE, s(1)), Kib::ZERO, "and forgets");
+        let no_fade = HeadroomRule { hold: s(10), fade: Duration::ZERO };
+        h.observe(&no_fade, mib(1400), s(0));
+        assert_eq!(h.observe(&no_fade, mib(100), s(10)), mib(1400));
+        assert_eq!(h.observe(&no_fade, mib(100), s(11)), mib(100), "no fade: gone after the hold");
+    }
+}
