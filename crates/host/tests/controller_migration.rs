@@ -296,3 +296,24 @@ fn migration_shrink_never_overrides_qemu_10() {
     let d = Daemon::start_with(controller, vec![g.fakes.vm("a", Some(quick_policy()))]);
     holds_during_the_migration(&g, &d, "\"never\"");
 }
+
+/// Where a migration can shed it (QEMU 10), a spike's memory stays in the guest after the
+/// spike (the next one starts on free memory) until a migration starts: then the VM
+/// shrinks to its estimate at once, and the headroom comes back only after it.
+#[test]
+fn spike_headroom_stays_until_a_migration_sheds_it() {
+    let g = Guest::start(Fakes::start_with(autoballoon_fakes::FakeQemuConfig { version: Some((10, 0, 2)), ..autoballoon_fakes::FakeQemuConfig::new(configured()) }), 1500);
+    let policy = autoballoon::config::PolicyConfig { spike_hold_s: 30, spike_fade_s: 60, ..quick_policy() };
+    let controller = autoballoon::config::ControllerConfig { interval_ms: 200, ..Default::default() };
+    let d = Daemon::start_with(controller, vec![g.fakes.vm("a", Some(policy))]);
+    wait_for(T, "the spike's size", || g.fakes.last_request().is_some_and(|r| r.abs_diff(expected_target(1500)) <= mib(8)));
+    g.set_used(200);
+    let n = g.fakes.requests().len();
+    wait_for(T, "the loop deciding on the freed spike", || d.status("a").metrics.ticks >= 10);
+    assert!(g.fakes.requests()[n..].iter().all(|&r| r.saturating_add(mib(8)) >= expected_target(1500)), "kept as headroom: {:?}", g.fakes.requests());
+    assert!(d.log.text().contains("(a recent need)") || g.fakes.requests().len() == n, "{}", d.log.text());
+    g.q().start_migration();
+    wait_for(T, "shrinking to about 264 MiB at the migration's start", || g.fakes.last_request().is_some_and(|r| r.abs_diff(expected_target(200)) <= mib(8)));
+    g.q().finish_migration(MigrationOutcome::Failed);
+    wait_for(T, "the headroom back after the migration", || g.fakes.last_request().is_some_and(|r| r.abs_diff(expected_target(1500)) <= mib(8)));
+}

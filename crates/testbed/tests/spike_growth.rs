@@ -35,6 +35,9 @@ fn spike_grows_the_guest_without_oom() {
     assert!(out.text.contains("SPIKE done cycles=1 failed=0"), "spike output: {}", out.text);
     assert!(peak >= before.saturating_add(Kib::from_mib_saturating(700)), "the guest grew from {before} only to {peak}");
     assert_eq!(autoballoon_testbed::guest::oom_kills(&q), 0, "OOM kills (dmesg and console)");
+    // The guest ran short (its PSI trigger fired) and said so: the host decided off its tick.
+    let link = vm.snapshot().agent;
+    assert!(link.short > 0, "no report said the guest ran short: {link:?}");
     // And it shrinks back afterwards.
     assert!(wait_for(Duration::from_secs(60), Duration::from_millis(200), || common::size(vm) <= before.saturating_add(Kib::from_mib_saturating(128))).is_some(),
         "shrinks back after the spike: {} vs {before}", common::size(vm));

@@ -49,8 +49,10 @@ pub fn vm(name: &str, qemu: &FakeQemu, agent: Option<&Path>, policy: Option<Poli
 }
 
 /// Defaults, with a short hold-off after growth so tests need not wait 5 s to see a shrink.
+/// A short hold-off and no spike headroom: the tests watch the estimate itself (the
+/// headroom has its own test).
 pub fn quick_policy() -> PolicyConfig {
-    PolicyConfig { hold_off_s: 1, ..Default::default() }
+    PolicyConfig { hold_off_s: 1, spike_hold_s: 0, spike_fade_s: 0, ..Default::default() }
 }
 
 /// The controller's JSON log, in a private temp dir.
