@@ -146,6 +146,7 @@ pub fn render(vms: &[VmStatus]) -> String {
         ("autoballoon_vm_agent_rejected_total", "Agent samples refused at the border (impossible values).", |v| Some(v.agent.rejected)),
         ("autoballoon_vm_agent_garbage_total", "Lines from the agent that were not valid messages.", |v| Some(v.agent.garbage)),
         ("autoballoon_vm_agent_flooded_total", "Agent samples dropped for exceeding the rate limit.", |v| Some(v.agent.flooded)),
+        ("autoballoon_vm_agent_short_total", "Agent samples that said the guest ran short of memory (each decided at once).", |v| Some(v.agent.short)),
         ("autoballoon_vm_agent_notices_dropped_total", "Migration notices the agent could not be sent (it was not reading).", |v| Some(v.agent.notices_dropped)),
     ];
     for (name, help, get) in counters {

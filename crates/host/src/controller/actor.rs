@@ -340,7 +340,11 @@ impl Actor {
             st.state = if migrating { VmState::Migrating } else { VmState::Running };
             st.migration_shrink = Some(self.migration_shrink.to_string());
         }
-        let msg = format!("managing {} ({}), configured {configured}; {}", self.cfg.endpoint(), qmp.describe(), self.migration_shrink);
+        let features = qmp.balloon_features(&self.cfg.balloon_device);
+        let missing = features.missing();
+        let advice = if missing.is_empty() { String::new() } else { format!(" ({} off: turning on QEMU's own switches makes spikes and migrations cheaper, docs/migration.md)", missing.join(" and ")) };
+        lock(&self.shared.status).balloon_features = Some(features);
+        let msg = format!("managing {} ({}), configured {configured}; {}; balloon: {features}{advice}", self.cfg.endpoint(), qmp.describe(), self.migration_shrink);
         // Rate-limited too: a QEMU that drops every session right after the handshake
         // would otherwise log one line per reconnect.
         self.note(EventKind::Connected, &msg, &[("configured_kib", json!(configured.0))]);

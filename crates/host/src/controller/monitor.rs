@@ -37,6 +37,42 @@ pub struct MigrationState {
 
 pub(crate) type Result<T> = std::result::Result<T, MonitorError>;
 
+/// QEMU's own switches on the VM's balloon device; `None`: not known (libvirt, an old
+/// QEMU, a device without the property).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BalloonFeatures {
+    pub free_page_reporting: Option<bool>,
+    pub free_page_hint: Option<bool>,
+    pub deflate_on_oom: Option<bool>,
+}
+
+impl BalloonFeatures {
+    /// The switches known to be off that help autoballoon: free page reporting gives free
+    /// memory back between the agent's samples, hinting skips free pages when a
+    /// migration starts (docs/migration.md, "QEMU's own switches").
+    pub fn missing(&self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        if self.free_page_reporting == Some(false) {
+            v.push("free-page-reporting");
+        }
+        if self.free_page_hint == Some(false) {
+            v.push("free-page-hint");
+        }
+        v
+    }
+}
+
+impl std::fmt::Display for BalloonFeatures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = |v: Option<bool>| match v {
+            Some(true) => "on",
+            Some(false) => "off",
+            None => "unknown",
+        };
+        write!(f, "free-page-reporting {}, free-page-hint {}, deflate-on-oom {}", s(self.free_page_reporting), s(self.free_page_hint), s(self.deflate_on_oom))
+    }
+}
+
 /// One VM's QEMU. Every call has a deadline (the QMP command timeout, or virsh's).
 pub(crate) trait Monitor: Send + Sync {
     /// For log lines: `QEMU 7.2.0`, `through libvirt`.
@@ -51,6 +87,8 @@ pub(crate) trait Monitor: Send + Sync {
     fn balloon_bytes(&self) -> Result<u64>;
     /// Sets the guest's size, bytes (QMP `balloon`, `virsh setmem`).
     fn set_guest_size(&self, bytes: u64) -> Result<()>;
+    /// QEMU's own switches on the balloon device. Never fails: what cannot be read is unknown.
+    fn balloon_features(&self, balloon_device: &str) -> BalloonFeatures;
     /// Has the guest's balloon driver refresh its statistics every `secs`.
     fn set_stats_period(&self, balloon_device: &str, secs: u32) -> Result<()>;
     /// The balloon driver's statistics.
@@ -98,6 +136,10 @@ impl Monitor for Qmp {
     }
     fn set_stats_period(&self, balloon_device: &str, secs: u32) -> Result<()> {
         Ok(self.set_stats_polling_interval(balloon_device, secs)?)
+    }
+    fn balloon_features(&self, balloon_device: &str) -> BalloonFeatures {
+        let get = |p: &str| self.qom_get(balloon_device, p).ok().and_then(|v| v.as_bool());
+        BalloonFeatures { free_page_reporting: get("free-page-reporting"), free_page_hint: get("free-page-hint"), deflate_on_oom: get("deflate-on-oom") }
     }
     fn guest_stats(&self, balloon_device: &str) -> Result<GuestStats> {
         Ok(Qmp::guest_stats(self, balloon_device)?)
@@ -179,6 +221,10 @@ impl Monitor for LibvirtMonitor {
     }
     fn set_guest_size(&self, bytes: u64) -> Result<()> {
         Ok(self.domain.setmem(Bytes(bytes).to_kib_floor())?)
+    }
+    fn balloon_features(&self, _balloon_device: &str) -> BalloonFeatures {
+        // The domain XML's <memballoon freePageReporting=…> would tell; not read yet.
+        BalloonFeatures::default()
     }
     fn set_stats_period(&self, _balloon_device: &str, secs: u32) -> Result<()> {
         Ok(self.domain.set_stats_period(secs)?)

@@ -129,6 +129,8 @@ pub struct VmStatus {
     /// Whether the balloon may shrink while a migration of this VM runs, and why (from
     /// QEMU's version and accelerator, read when the session starts; docs/migration.md).
     pub migration_shrink: Option<String>,
+    /// QEMU's own switches on the balloon device, as read at the session's start.
+    pub balloon_features: Option<super::monitor::BalloonFeatures>,
 }
 
 /// Who started a migration.

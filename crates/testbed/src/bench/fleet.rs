@@ -95,6 +95,7 @@ pub fn spec_cpus(config: Config, name: &str, memory: Kib, qemu: &Path, cpus: u32
         qemu: qemu.to_path_buf(),
         agent: config.agent(),
         free_page_reporting: config.fpr(),
+        free_page_hint: config.hint(),
         deflate_on_oom: true,
         // Under QEMU 7.2's multi-threaded TCG even guests without a balloon crashed after
         // migrations (SPEC part 5); the bench measures with one TCG thread.

@@ -60,7 +60,8 @@ pub struct BenchArgs {
     /// [default: $BENCH_QUICK=1].
     #[arg(long)]
     pub quick: bool,
-    /// Configurations, comma-separated [default: none,fpr,doo,ab-stock,ab-patched,ab-patched+fpr].
+    /// Configurations, comma-separated [default: none,fpr,hint,fpr+hint,doo,ab-stock,
+    /// fpr-patched,fpr+hint-patched,ab-patched,ab-patched+fpr].
     #[arg(long, value_delimiter = ',')]
     pub configs: Vec<Config>,
     /// Moments on the system QEMU: idle, spikeN (N seconds after the spike's free), during.

@@ -24,12 +24,19 @@ pub enum Config {
     /// QEMU's free page reporting alone: the bar.
     #[value(name = "fpr")]
     Fpr,
+    /// QEMU's free page hinting alone (`free-page-hint=on` with an iothread): the guest
+    /// hands QEMU its free pages when a migration starts.
+    #[value(name = "hint")]
+    Hint,
+    /// Free page reporting and hinting together: QEMU's best on its own.
+    #[value(name = "fpr+hint")]
+    FprHint,
     /// Stock virtio-balloon at a fixed size with deflate-on-oom: the operator sets the size
     /// (re-asserted before every measurement), the guest deflates under pressure.
     #[value(name = "doo")]
     DooFixed,
     /// autoballoon's default on a stock kernel: the host controller (in-process), the agent
-    /// `--backend host`, free page reporting on; migrations by plain QMP.
+    /// `--backend host`, free page reporting and hinting on; migrations by plain QMP.
     #[value(name = "ab-stock")]
     AbStock,
     /// The same without free page reporting.
@@ -38,9 +45,15 @@ pub enum Config {
     /// The patched kernel, the agent on its kernel interface (no host controller).
     #[value(name = "ab-patched")]
     AbPatched,
-    /// The same with free page reporting on.
+    /// The same with free page reporting and hinting on.
     #[value(name = "ab-patched+fpr")]
     AbPatchedFpr,
+    /// Free page reporting alone on the patched kernel (no agent): that kernel's bar.
+    #[value(name = "fpr-patched")]
+    FprPatched,
+    /// Free page reporting and hinting on the patched kernel (no agent).
+    #[value(name = "fpr+hint-patched")]
+    FprHintPatched,
     /// The patched kernel with no agent, balloon never moved, no free page reporting: the
     /// overhead's baseline for the patched rows (another kernel than `none`'s).
     #[value(name = "none-patched")]
@@ -49,12 +62,27 @@ pub enum Config {
 
 impl Config {
     /// The configurations `make bench` measures, in the tables' column order.
-    pub const DEFAULT: [Config; 6] = [Config::NoBalloon, Config::Fpr, Config::DooFixed, Config::AbStock, Config::AbPatched, Config::AbPatchedFpr];
+    pub const DEFAULT: [Config; 10] = [
+        Config::NoBalloon,
+        Config::Fpr,
+        Config::Hint,
+        Config::FprHint,
+        Config::DooFixed,
+        Config::AbStock,
+        Config::FprPatched,
+        Config::FprHintPatched,
+        Config::AbPatched,
+        Config::AbPatchedFpr,
+    ];
 
     pub fn key(self) -> &'static str {
         match self {
             Config::NoBalloon => "none",
             Config::Fpr => "fpr",
+            Config::Hint => "hint",
+            Config::FprHint => "fpr+hint",
+            Config::FprPatched => "fpr-patched",
+            Config::FprHintPatched => "fpr+hint-patched",
             Config::DooFixed => "doo",
             Config::AbStock => "ab-stock",
             Config::AbStockNoFpr => "ab-stock-nofpr",
@@ -69,11 +97,15 @@ impl Config {
         match self {
             Config::NoBalloon => "no balloon",
             Config::Fpr => "FPR",
+            Config::Hint => "hinting",
+            Config::FprHint => "FPR + hinting",
+            Config::FprPatched => "FPR, patched kernel",
+            Config::FprHintPatched => "FPR + hinting, patched kernel",
             Config::DooFixed => "balloon fixed + d-o-o",
-            Config::AbStock => "autoballoon, stock kernel (+FPR)",
+            Config::AbStock => "autoballoon, stock kernel (+FPR +hinting)",
             Config::AbStockNoFpr => "autoballoon, stock kernel, no FPR",
             Config::AbPatched => "autoballoon, patched kernel",
-            Config::AbPatchedFpr => "autoballoon, patched kernel +FPR",
+            Config::AbPatchedFpr => "autoballoon, patched kernel +FPR +hinting",
             Config::NoBalloonPatched => "no balloon, patched kernel",
         }
     }
@@ -83,24 +115,39 @@ impl Config {
         match self {
             Config::NoBalloon => "balloon device present, never moved; no free page reporting".into(),
             Config::Fpr => "`free-page-reporting=on`, no agent, balloon never moved".into(),
+            Config::Hint => "`free-page-hint=on,iothread=…`, no agent, balloon never moved".into(),
+            Config::FprHint => "`free-page-reporting=on,free-page-hint=on,iothread=…`, no agent, balloon never moved: QEMU's best on its own".into(),
+            Config::FprPatched => "as FPR, on the patched kernel".into(),
+            Config::FprHintPatched => "as FPR + hinting, on the patched kernel".into(),
             Config::DooFixed => format!("stock balloon set to {fixed_mib} MiB over QMP before every measurement, `deflate-on-oom=on`, no agent"),
-            Config::AbStock => "stock kernel, agent `--backend host`, the host controller in-process with the default policy, `free-page-reporting=on`; migrated by plain QMP".into(),
+            Config::AbStock => "stock kernel, agent `--backend host`, the host controller in-process with the default policy, `free-page-reporting=on,free-page-hint=on`; migrated by plain QMP".into(),
             Config::AbStockNoFpr => "as ab-stock without free page reporting".into(),
             Config::AbPatched => "patched kernel, agent `--backend kernel` (default policy, no host controller); migrated by plain QMP".into(),
-            Config::AbPatchedFpr => "as ab-patched with `free-page-reporting=on`".into(),
+            Config::AbPatchedFpr => "as ab-patched with `free-page-reporting=on,free-page-hint=on`".into(),
             Config::NoBalloonPatched => "patched kernel, balloon never moved, no agent, no free page reporting (the overhead's baseline for the patched rows)".into(),
         }
     }
 
     pub fn kernel(self) -> Kernel {
         match self {
-            Config::AbPatched | Config::AbPatchedFpr | Config::NoBalloonPatched => Kernel::Patched,
+            Config::AbPatched | Config::AbPatchedFpr | Config::NoBalloonPatched | Config::FprPatched | Config::FprHintPatched => Kernel::Patched,
             _ => Kernel::Stock,
         }
     }
 
     pub fn fpr(self) -> bool {
-        matches!(self, Config::Fpr | Config::AbStock | Config::AbPatchedFpr)
+        matches!(self, Config::Fpr | Config::FprHint | Config::FprPatched | Config::FprHintPatched | Config::AbStock | Config::AbPatchedFpr)
+    }
+
+    /// Free page hinting on (with its iothread).
+    pub fn hint(self) -> bool {
+        matches!(self, Config::Hint | Config::FprHint | Config::FprHintPatched | Config::AbStock | Config::AbPatchedFpr)
+    }
+
+    /// QEMU's own mechanisms alone (no agent, balloon never moved): what the product is
+    /// measured against, each on its kernel.
+    pub fn qemu_own(self) -> bool {
+        matches!(self, Config::Fpr | Config::Hint | Config::FprHint | Config::FprPatched | Config::FprHintPatched)
     }
 
     pub fn agent(self) -> GuestAgent {

@@ -26,12 +26,21 @@ pub struct Meta {
 /// The done-when thresholds of issue 10 for the product's configurations.
 pub const MAX_BYTES_VS_FPR: f64 = 0.8;
 pub const MAX_TIME_VS_FPR: f64 = 1.0;
+/// Issue 18's migration rule: at most this × the floor where QEMU's best reaches it...
+pub const MAX_VS_FLOOR: f64 = 1.05;
+/// ...and at most this × QEMU's best (the fewest bytes of FPR, hinting and both on the
+/// same kernel) where it does not.
+pub const MAX_VS_QEMU_BEST: f64 = 0.8;
 
 /// A configuration's colour in the plots.
 fn color(c: Config) -> &'static str {
     match c {
         Config::NoBalloon => "#7f7f7f",
         Config::Fpr => "#1f77b4",
+        Config::Hint => "#17becf",
+        Config::FprHint => "#aec7e8",
+        Config::FprPatched => "#98df8a",
+        Config::FprHintPatched => "#c5b0d5",
         Config::DooFixed => "#8c564b",
         Config::AbStock => "#d62728",
         Config::AbStockNoFpr => "#ff9896",
@@ -146,6 +155,52 @@ pub fn verdict(c: &Cell, fpr: Option<&Cell>) -> (bool, String) {
     (why.is_empty(), if why.is_empty() { format!("pass ({}, {})", x(b), x(t)) } else { format!("**FAIL** ({})", why.join(", ")) })
 }
 
+/// QEMU's best at moment `m` on `kernel`: the configuration of its own mechanisms alone
+/// that sent the fewest MiB (the patched kernel's own baselines if measured, else the
+/// stock kernel's).
+fn qemu_best(ms: &[MigrationRecord], line: QemuLine, m: Moment, kernel: super::model::Kernel) -> Option<(Config, Cell)> {
+    let of = |k| {
+        distinct(ms.iter().filter(|r| r.qemu == line && r.config.qemu_own() && r.config.kernel() == k).map(|r| r.config))
+            .into_iter()
+            .filter_map(|c| cell(ms, line, m, c).map(|x| (c, x)))
+            .filter(|(_, x)| !x.sent_mib.is_nan())
+            .min_by(|a, b| a.1.sent_mib.total_cmp(&b.1.sent_mib))
+    };
+    of(kernel).or_else(|| of(super::model::Kernel::Stock))
+}
+
+/// The floor of a line: what the physical limit's guest (booted with just the memory the
+/// idle guest uses) sent, median.
+fn floor(ph: &[MigrationRecord], line: QemuLine) -> Option<f64> {
+    let v: Vec<f64> = ph.iter().filter(|r| r.qemu == line && r.completed).map(|r| r.sent_mib).collect();
+    (!v.is_empty()).then(|| median(&v))
+}
+
+/// The byte limit of issue 18's rule: `MAX_VS_FLOOR` × the floor where QEMU's best reaches
+/// it, else `MAX_VS_QEMU_BEST` × QEMU's best (never below the former).
+pub fn best_limit(best: f64, floor: Option<f64>) -> f64 {
+    let vs_best = MAX_VS_QEMU_BEST * best;
+    floor.map_or(vs_best, |fl| vs_best.max(MAX_VS_FLOOR * fl))
+}
+
+/// The verdict of one product cell against QEMU's best at the same moment.
+pub fn verdict_best(c: &Cell, best: Option<&(Config, Cell)>, floor: Option<f64>) -> (bool, String) {
+    let Some((bc, b)) = best else { return (false, "**FAIL** (no QEMU baseline)".into()) };
+    let limit = best_limit(b.sent_mib, floor);
+    let mut why = Vec::new();
+    if c.sent_mib.is_nan() || c.sent_mib > limit {
+        why.push(format!("{} MiB > {} MiB", f(c.sent_mib, 0), f(limit, 0)));
+    }
+    if c.healthy < c.n {
+        why.push(format!("{} of {} unhealthy", c.n - c.healthy, c.n));
+    }
+    if c.oom_kills > 0 {
+        why.push(format!("{} OOM kill(s)", c.oom_kills));
+    }
+    let vs = format!("{} {}", x(ratio(c.sent_mib, b.sent_mib)), bc.key());
+    (why.is_empty(), if why.is_empty() { format!("pass ({vs})") } else { format!("**FAIL** ({vs}; {})", why.join(", ")) })
+}
+
 fn line_title(ms: &[MigrationRecord], fp: &[FootprintRecord], line: QemuLine) -> String {
     let v = ms.iter().find(|r| r.qemu == line).map(|r| r.qemu_version.clone()).unwrap_or_default();
     let runs = ms.iter().filter(|r| r.qemu == line).map(|r| r.run).max().map_or(0, |r| r + 1);
@@ -195,13 +250,39 @@ pub fn markdown(meta: &Meta, records: &[Record]) -> String {
             let _ = writeln!(o, "| moment | {} |", product.iter().map(|c| c.label()).collect::<Vec<_>>().join(" | "));
             let _ = writeln!(o, "|---|{}", "---|".repeat(product.len()));
             let mut fails = 0;
-            for m in mo {
+            for &m in &mo {
                 let fpr = cell(&ms, line, m, Config::Fpr);
                 let v: Vec<String> = product
                     .iter()
                     .map(|&c| {
                         cell_with(&ms, &cr, line, m, c).map_or("".into(), |x| {
                             let (ok, s) = verdict(&x, fpr.as_ref());
+                            fails += usize::from(!ok);
+                            s
+                        })
+                    })
+                    .collect();
+                let _ = writeln!(o, "| {} | {} |", m.label(), v.join(" | "));
+            }
+            let _ = writeln!(o, "\n{fails} failing cell(s).\n");
+        }
+        let (_, ph) = sweeps(records);
+        let fl = floor(&ph, line);
+        if !product.is_empty() && cs.iter().any(|c| c.qemu_own()) {
+            let _ = writeln!(
+                o,
+                "### Against QEMU's best: at most {MAX_VS_FLOOR}× the floor where QEMU's best reaches it, else {MAX_VS_QEMU_BEST}× QEMU's best (the fewest MiB of FPR, hinting and both, on the same kernel); all healthy, no OOM kill\n"
+            );
+            let _ = writeln!(o, "Floor: {}.\n", fl.map_or("not measured on this line (the physical limit runs on the system line): the rule is 0.8× QEMU's best".into(), |v| format!("{} MiB (the physical limit)", f(v, 0))));
+            let _ = writeln!(o, "| moment | {} |", product.iter().map(|c| c.label()).collect::<Vec<_>>().join(" | "));
+            let _ = writeln!(o, "|---|{}", "---|".repeat(product.len()));
+            let mut fails = 0;
+            for &m in &mo {
+                let v: Vec<String> = product
+                    .iter()
+                    .map(|&c| {
+                        cell_with(&ms, &cr, line, m, c).map_or("".into(), |x| {
+                            let (ok, s) = verdict_best(&x, qemu_best(&ms, line, m, c.kernel()).as_ref(), fl);
                             fails += usize::from(!ok);
                             s
                         })
@@ -613,6 +694,15 @@ mod tests {
         assert!(!verdict(&Cell { sent_mib: 10.0, total_s: 2.1, ..base.clone() }, Some(&base)).0);
         assert!(!verdict(&Cell { sent_mib: 10.0, oom_kills: 1, ..base.clone() }, Some(&base)).0);
         assert!(!verdict(&Cell { sent_mib: 10.0, ..base.clone() }, None).0, "no FPR figure: no pass");
+        // Against QEMU's best: the floor where QEMU's best reaches it, else 0.8× the best.
+        assert_eq!(best_limit(100.0, Some(100.0)), 105.0);
+        assert_eq!(best_limit(600.0, Some(100.0)), 480.0);
+        assert_eq!(best_limit(600.0, None), 480.0);
+        let best = (Config::FprHint, Cell { sent_mib: 100.0, ..base.clone() });
+        assert!(verdict_best(&Cell { sent_mib: 105.0, ..base.clone() }, Some(&best), Some(100.0)).0);
+        assert!(!verdict_best(&Cell { sent_mib: 106.0, ..base.clone() }, Some(&best), Some(100.0)).0);
+        assert!(!verdict_best(&Cell { sent_mib: 50.0, oom_kills: 1, ..base.clone() }, Some(&best), None).0);
+        assert!(!verdict_best(&Cell { sent_mib: 50.0, ..base.clone() }, None, None).0, "no QEMU figure: no pass");
     }
 
     #[test]
@@ -658,14 +748,14 @@ mod tests {
         r.push(fpt(Config::Fpr, 0.8));
         r.push(fpt(Config::AbStock, 0.7));
         let md = markdown(&Meta::default(), &r);
-        assert!(md.contains("| autoballoon, stock kernel (+FPR) | 2/2 | 0 | 1.20 | 1.20× | 0.30 [0.30–0.30] | 250 → 1450 |"), "{md}");
+        assert!(md.contains("| autoballoon, stock kernel (+FPR +hinting) | 2/2 | 0 | 1.20 | 1.20× | 0.30 [0.30–0.30] | 250 → 1450 |"), "{md}");
         assert!(md.contains("| no balloon | 2/2 | 0 | 1.00 | 1.00× | – | – |"), "{md}");
         assert!(md.contains("| 4096 MiB | 400 (1.00×) 4.00 s | 60 (0.15×) 0.60 s |"), "{md}");
         assert!(md.contains("**40 MiB sent in 0.40 s**"), "{md}");
         assert!(md.contains("| 512 MiB | 2.50× bytes, 2.50× time | 1.25× bytes, 1.25× time |"), "{md}");
-        assert!(md.contains("| autoballoon, stock kernel (+FPR) | 990 (-1.0 %) | 2100 (+5.0 %) | 2100 (+5.0 %) | – (–) | 0 | 0/1 |"), "{md}");
+        assert!(md.contains("| autoballoon, stock kernel (+FPR +hinting) | 990 (-1.0 %) | 2100 (+5.0 %) | 2100 (+5.0 %) | – (–) | 0 | 0/1 |"), "{md}");
         assert!(md.contains("| autoballoon, patched kernel | 505 (+1.0 %) | 3800 (-5.0 %) |"), "against no balloon on its own kernel: {md}");
-        assert!(md.contains("Done-when check, footprint at most FPR's: autoballoon, stock kernel (+FPR): pass (0.87×)."), "{md}");
+        assert!(md.contains("Done-when check, footprint at most FPR's: autoballoon, stock kernel (+FPR +hinting): pass (0.87×)."), "{md}");
         assert!(by_size_svg(&r).is_some_and(|s| s.contains(">ab-stock<")));
     }
 
