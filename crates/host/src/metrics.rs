@@ -134,7 +134,7 @@ pub fn render(vms: &[VmStatus]) -> String {
         }
     }
 
-    let counters: [(&str, &str, Get); 12] = [
+    let counters: [(&str, &str, Get); 13] = [
         ("autoballoon_vm_samples_total", "Samples taken of the VM since the daemon started.", |v| Some(v.samples)),
         ("autoballoon_vm_ticks_total", "Decisions the VM's control loop made (including no change).", |v| Some(v.metrics.ticks)),
         ("autoballoon_vm_held_for_migration_total", "Shrinks withheld because a live migration was running.", |v| Some(v.metrics.held_for_migration)),
