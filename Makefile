@@ -9,7 +9,7 @@ AGENT := target/$(TRIPLE)/release/autoballoon-guest
 DEMOBIN := target/release/autoballoon-demo
 IMAGE_PATH := run/image.path
 
-.PHONY: all qemu10 test-qemu10 deps build agent host testbed image demo migbench test unit-test integration-test test-host-pressure bench bench-host clean help guest-deb packaging-test
+.PHONY: all qemu10 test-qemu10 deps build agent host testbed image demo migbench spikebench test unit-test integration-test test-host-pressure bench bench-host clean help guest-deb packaging-test
 
 all: build
 
@@ -17,6 +17,7 @@ help:
 	@echo "make demo   - boot a guest, spike it, migrate it without autoballoon, with it, and with free page reporting"
 	@echo "make test   - the whole suite (unit, property and QEMU integration tests, make kernel-test)"
 	@echo "make bench  - writes bench/RESULTS.md: migrations at every moment and footprint per configuration against FPR, and the kernel bench (BENCH_QUICK=1, BENCH_RUNS=N)"
+	@echo "make spikebench - spikes at steady state against FPR alone and no balloon (SPIKEBENCH_ARGS='--shapes 3x400 --cpus 1')"
 	@echo "make bench-host - the host controller's CPU and RSS per VM (1/4/16 VMs), iBalloon's mixed workloads (static vs balancer), E1 balloon overhead (ballooned vs configured) and A1 auto-ballooning on an overcommitted host (vanilla vs pressure) into bench/host/RESULTS.md; HOSTBENCH_ONLY=cost,mixed,e1,a1 runs some, keeping the others' previous results"
 	@echo "make migbench - migrations idle and after a spike against free page reporting (MIGBENCH_ARGS='--runs 2')"
 	@echo "make image  - build the guest image (cached under $(CACHE))"
@@ -70,6 +71,11 @@ packaging-test: agent
 demo: testbed image
 	$(DEMOBIN) --image "$$(cat $(IMAGE_PATH))" --out run/demo
 
+# Spikes at steady state, each configuration against FPR alone and no balloon, on the
+# system QEMU (docs/spikes.md); about 3 min a shape. Writes run/spikebench/SPIKES.md.
+spikebench: testbed image
+	target/release/autoballoon-spikebench --image "$$(cat $(IMAGE_PATH))" --out run/spikebench --results run/spikebench $(SPIKEBENCH_ARGS)
+
 # Migrations idle and after a spike: autoballoon (plain QMP and `autoballoon migrate`), with
 # and without free page reporting, against FPR alone (docs/migration.md). ~5 min a run.
 migbench: testbed image
@@ -109,6 +115,10 @@ test-qemu10: image
 # moments, a short kernel bench (development); BENCH_KERNEL=0 skips the kernel bench;
 # BENCH_ARGS passes options to autoballoon-bench (--help).
 BENCH_KERNEL ?= 1
+# Then autoballoon-spikebench (bench/SPIKES.md): spikes at steady state against FPR alone
+# on both QEMU lines, 1 and 2 vCPUs (about 40 min); BENCH_SPIKES=0 skips it,
+# SPIKEBENCH_ARGS passes options (--help).
+BENCH_SPIKES ?= 1
 bench: agent testbed image
 	@images=$$(kernel/scripts/images.sh $(AGENT)) && \
 	patched=$$(sed -n 1p <<< "$$images") && stock=$$(sed -n 2p <<< "$$images") && \
@@ -120,7 +130,12 @@ bench: agent testbed image
 	target/release/autoballoon-bench --image "$$(cat $(IMAGE_PATH))" --patched-image "$$patched" \
 	  --system-qemu "$$(scripts/build-qemu72-fixed.sh)" --tools-disk "$$(scripts/bench-tools-disk.sh)" \
 	  --qemu10 "$$(scripts/install-qemu10.sh)" --kernel-json run/bench/kernel.json \
-	  --out run/bench/migration --results bench $(BENCH_ARGS)
+	  --out run/bench/migration --results bench $(BENCH_ARGS) && \
+	if [ "$(BENCH_SPIKES)" = 1 ]; then \
+	  target/release/autoballoon-spikebench --image "$$(cat $(IMAGE_PATH))" --patched-image "$$patched" \
+	    --qemu "$$(scripts/build-qemu72-fixed.sh),$$(scripts/install-qemu10.sh)" --cpus 1,2 \
+	    --out run/bench/spikes --results bench $(SPIKEBENCH_ARGS); \
+	fi
 
 # The host controller's own CPU and RSS per managed VM (1, 4, 16 fake VMs and one real guest)
 # and the iBalloon seed's mixed-workload experiment on four real guests, static sizes against

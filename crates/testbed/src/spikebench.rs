@@ -36,9 +36,10 @@ pub struct SpikeArgs {
     /// The patched kernel's guest image; without it the patched configurations are left out.
     #[arg(long)]
     pub patched_image: Option<PathBuf>,
-    /// QEMU binary or wrapper [default: $AUTOBALLOON_QEMU, else qemu-system-x86_64].
-    #[arg(long)]
-    pub qemu: Option<PathBuf>,
+    /// QEMU binaries or wrappers, one fleet each, comma-separated [default:
+    /// $AUTOBALLOON_QEMU, else qemu-system-x86_64].
+    #[arg(long, value_delimiter = ',')]
+    pub qemu: Vec<PathBuf>,
     /// Configurations, comma-separated [default: none,fpr,ab-stock, and ab-patched,
     /// ab-patched+fpr with --patched-image].
     #[arg(long, value_delimiter = ',')]
@@ -58,9 +59,9 @@ pub struct SpikeArgs {
     /// Rounds per shape (the configurations' order rotates per round).
     #[arg(long, default_value_t = 1)]
     pub rounds: u32,
-    /// Guest vCPUs.
-    #[arg(long, default_value_t = 1)]
-    pub cpus: u32,
+    /// Guest vCPUs, one fleet each, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub cpus: Vec<u32>,
     #[arg(long, default_value_t = 2048)]
     pub memory_mib: u64,
     /// Diagnostic: before each spike, configurations without an agent are ballooned to
@@ -102,6 +103,9 @@ impl Shape {
 /// One spike of one configuration.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct SpikeRecord {
+    /// QEMU's version as QMP reports it.
+    #[serde(default)]
+    pub qemu_version: String,
     pub config: Config,
     pub shape: Shape,
     pub round: u32,
@@ -119,6 +123,61 @@ pub struct SpikeRecord {
     /// From the spike's start until `actual` had made 90 % of its way to the peak, seconds.
     #[serde(default)]
     pub grown_s: Option<f64>,
+    /// What the guest's kernel counted during the spike, if it could be read.
+    #[serde(default)]
+    pub guest: Option<GuestDelta>,
+}
+
+/// What the guest's kernel counted during one spike (`/proc/vmstat` and
+/// `/proc/pressure/memory` read before and after it): where its time went.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct GuestDelta {
+    /// Time some / all tasks stalled on memory (PSI), seconds.
+    pub psi_some_s: f64,
+    pub psi_full_s: f64,
+    /// Direct reclaim entries and pages scanned by it.
+    pub allocstall: u64,
+    pub pgscan_direct: u64,
+    /// OOM kills.
+    pub oom_kill: u64,
+    /// Pages the balloon gave back (deflated) and took (inflated).
+    pub balloon_deflate: u64,
+    pub balloon_inflate: u64,
+    /// Faults that got a transparent huge page, and those that fell back.
+    pub thp_fault_alloc: u64,
+}
+
+/// The guest's counters now: `/proc/vmstat` and the PSI totals in one console command.
+fn guest_counters(q: &crate::Qemu) -> Option<(std::collections::HashMap<String, u64>, autoballoon_core::procfs::Pressure)> {
+    let out = q.console.run("cat /proc/vmstat; echo ==; cat /proc/pressure/memory", Duration::from_secs(30)).ok()?;
+    let (vm, psi) = out.text.split_once("==")?;
+    let vm = vm.lines().filter_map(|l| l.split_once(' ')).filter_map(|(k, v)| Some((k.trim().to_string(), v.trim().parse().ok()?))).collect();
+    Some((vm, autoballoon_core::procfs::parse_pressure(psi.trim()).ok()?))
+}
+
+fn delta(before: &(std::collections::HashMap<String, u64>, autoballoon_core::procfs::Pressure), after: &(std::collections::HashMap<String, u64>, autoballoon_core::procfs::Pressure)) -> GuestDelta {
+    let d = |k: &str| after.0.get(k).copied().unwrap_or(0).saturating_sub(before.0.get(k).copied().unwrap_or(0));
+    let sum = |ks: &[&str]| ks.iter().map(|k| d(k)).sum::<u64>();
+    let us = |a: u64, b: u64| a.saturating_sub(b) as f64 / 1e6;
+    GuestDelta {
+        psi_some_s: us(after.1.some.total_us, before.1.some.total_us),
+        psi_full_s: us(after.1.full.map_or(0, |f| f.total_us), before.1.full.map_or(0, |f| f.total_us)),
+        allocstall: sum(&["allocstall_dma", "allocstall_dma32", "allocstall_normal", "allocstall_movable"]),
+        pgscan_direct: d("pgscan_direct"),
+        oom_kill: d("oom_kill"),
+        balloon_deflate: d("balloon_deflate"),
+        balloon_inflate: d("balloon_inflate"),
+        thp_fault_alloc: d("thp_fault_alloc"),
+    }
+}
+
+/// OOM kills over a fleet's whole run, per configuration (its guest's console and dmesg).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct OomRecord {
+    pub qemu_version: String,
+    pub cpus: u32,
+    pub config: Config,
+    pub oom_kills: usize,
 }
 
 /// The growth that counts as a reaction.
@@ -201,30 +260,41 @@ pub fn run(a: SpikeArgs) -> Result<(), String> {
     if !configs.contains(&Config::Fpr) {
         return Err("--configs must include fpr: every figure is a ratio to it".into());
     }
-    let qemu = a.qemu.clone().unwrap_or_else(crate::qemu_binary);
+    let qemus = if a.qemu.is_empty() { vec![crate::qemu_binary()] } else { a.qemu.clone() };
     let memory = Kib::from_mib_saturating(a.memory_mib);
     std::fs::create_dir_all(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
     let jsonl = a.out.join("spikes.jsonl");
     let mut sink = std::fs::File::create(&jsonl).map_err(|e| format!("{}: {e}", jsonl.display()))?;
-    println!("[spikes] booting {} guests ({} MiB, {} vCPU) on {}", configs.len(), a.memory_mib, a.cpus, qemu.display());
-    let mut fleet = Fleet::boot_cpus(QemuLine::System, &qemu, &configs, &images, memory, &a.out, ShrinkSetting::Auto, a.cpus)?;
-    let version = fleet.version.clone();
-    let result = measure(&a, &mut fleet, &configs, memory, &mut sink);
-    fleet.shutdown();
-    let records = result?;
-    let report = report(&a, &version, &records);
+    let mut records = Vec::new();
+    let mut ooms = Vec::new();
+    for qemu in &qemus {
+        for &cpus in &a.cpus {
+            println!("[spikes] booting {} guests ({} MiB, {cpus} vCPU) on {}", configs.len(), a.memory_mib, qemu.display());
+            let out = a.out.join(format!("q{}-c{cpus}", records.len()));
+            let mut fleet = Fleet::boot_cpus(QemuLine::System, qemu, &configs, &images, memory, &out, ShrinkSetting::Auto, cpus)?;
+            let result = measure(&a, &mut fleet, &configs, memory, cpus, &mut sink);
+            let result = result.map(|r| {
+                ooms.extend(fleet.guests.iter().map(|g| OomRecord { qemu_version: fleet.version.clone(), cpus, config: g.config, oom_kills: crate::guest::oom_kills(&g.q) }));
+                r
+            });
+            fleet.shutdown();
+            records.extend(result?);
+        }
+    }
+    let report = report(&a, &records, &ooms);
     println!("{report}");
     if let Some(dir) = &a.results {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         std::fs::write(dir.join("SPIKES.md"), &report).map_err(|e| e.to_string())?;
-        let json = serde_json::to_string_pretty(&records).map_err(|e| e.to_string())?;
+        let json = serde_json::to_string_pretty(&serde_json::json!({ "spikes": records, "oom_kills": ooms })).map_err(|e| e.to_string())?;
         std::fs::write(dir.join("spikes.json"), json + "\n").map_err(|e| e.to_string())?;
         println!("[spikes] wrote {}/SPIKES.md and spikes.json", dir.display());
     }
     Ok(())
 }
 
-fn measure(a: &SpikeArgs, fleet: &mut Fleet, configs: &[Config], memory: Kib, sink: &mut std::fs::File) -> Result<Vec<SpikeRecord>, String> {
+fn measure(a: &SpikeArgs, fleet: &mut Fleet, configs: &[Config], memory: Kib, cpus: u32, sink: &mut std::fs::File) -> Result<Vec<SpikeRecord>, String> {
+    let version = fleet.version.clone();
     let mut records = Vec::new();
     let total = a.shapes.len() as u32 * a.rounds * configs.len() as u32;
     let mut done = 0;
@@ -247,30 +317,26 @@ fn measure(a: &SpikeArgs, fleet: &mut Fleet, configs: &[Config], memory: Kib, si
                         step("balloon", balloon_to(&ctl, Kib::from_mib_saturating(a.balloon_first_mib), Duration::from_secs(60)))?;
                         step("balloon", balloon_to(&ctl, memory, Duration::from_secs(60)))?;
                     }
+                    let before = guest_counters(&g.q);
                     let w = one_spike(&g.q, &ctl, shape, a.hold_s)?;
-                    let r = SpikeRecord { config: c, shape, round, cycle, cpus: a.cpus, alloc_s: w.run.alloc_s, reaction_s: w.reaction_s, completed: w.run.completed, start_mib: w.start_mib, peak_mib: w.peak_mib, grown_s: w.grown_s };
+                    let guest = before.zip(guest_counters(&g.q)).map(|(b, a)| delta(&b, &a));
+                    let r = SpikeRecord { qemu_version: version.clone(), config: c, shape, round, cycle, cpus, alloc_s: w.run.alloc_s, reaction_s: w.reaction_s, completed: w.run.completed, start_mib: w.start_mib, peak_mib: w.peak_mib, grown_s: w.grown_s, guest };
                     let (start_mib, peak_mib) = (r.start_mib, r.peak_mib);
                     println!(
-                        "[spikes]   spike {}: {} s, reaction {}, grown {}, {:.0} -> {:.0} MiB{}",
+                        "[spikes]   spike {}: {} s, reaction {}, grown {}, {:.0} -> {:.0} MiB{}{}",
                         cycle + 1,
                         r.alloc_s.map_or("-".into(), |s| format!("{s:.2}")),
                         r.reaction_s.map_or("-".into(), |s| format!("{s:.2} s")),
                         r.grown_s.map_or("-".into(), |s| format!("{s:.2} s")),
                         start_mib,
                         peak_mib,
-                        if r.completed { "" } else { ", FAILED" }
+                        if r.completed { "" } else { ", FAILED" },
+                        r.guest.map_or(String::new(), |g| format!(" (guest: stalled {:.2} s some / {:.2} s full, {} direct reclaims scanning {} pages, {} MiB deflated, {} THP faults)", g.psi_some_s, g.psi_full_s, g.allocstall, g.pgscan_direct, g.balloon_deflate / 256, g.thp_fault_alloc))
                     );
                     writeln!(sink, "{}", serde_json::to_string(&r).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
                     records.push(r);
                 }
             }
-        }
-    }
-    // OOM kills over the whole run, per guest (its console and dmesg).
-    for g in &fleet.guests {
-        let kills = crate::guest::oom_kills(&g.q);
-        if kills > 0 {
-            println!("[spikes] {}: {kills} OOM kill(s)", g.config.key());
         }
     }
     Ok(records)
@@ -285,45 +351,55 @@ fn med(v: impl Iterator<Item = f64>) -> Option<f64> {
     }
 }
 
-/// The report: per shape, each configuration's cold and steady-state spike time as a ratio
-/// to FPR alone and to no balloon, and its median reaction time. Pure.
-pub fn report(a: &SpikeArgs, version: &str, records: &[SpikeRecord]) -> String {
+/// The report: per QEMU, vCPU count and shape, each configuration's cold and steady-state
+/// spike time as a ratio to FPR alone and to no balloon, and its reaction time. Pure.
+pub fn report(a: &SpikeArgs, records: &[SpikeRecord], ooms: &[OomRecord]) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "# Spikes: how fast a spike gets its memory\n");
     let _ = writeln!(
         s,
-        "Written by `autoballoon-spikebench` (QEMU {version}, TCG single-threaded, {} MiB guests, {} vCPU): per shape and round {} spikes {} s apart, each holding its memory {} s; the first spike is the cold one (the guest settled), the others the steady state. `spike` s: its own allocation time (every thread mapped and touched its memory). Reaction: from the spike's start until QMP `actual` rose by 32 MiB. Ratios are of medians, to FPR alone and to no balloon of the same run.\n",
-        a.memory_mib, a.cpus, a.cycles, a.gap_s, a.hold_s
+        "Written by `autoballoon-spikebench` (TCG single-threaded, {} MiB guests): per QEMU, vCPU count, shape and round {} spikes {} s apart, each holding its memory {} s; the first spike is the cold one (the guest settled), the others the steady state. `spike` s: its own allocation time (every thread mapped and touched its memory). Reaction: from the spike's start until QMP `actual` rose by 32 MiB; grown: until it had made 90 % of its way to the peak. Ratios are of medians, to FPR alone and to no balloon of the same fleet. OOM kills: the guest's over the whole fleet's run (console and dmesg). Failed: spikes with an allocation that failed or a shell that did not answer.\n",
+        a.memory_mib, a.cycles, a.gap_s, a.hold_s
     );
-    let mut shapes: Vec<Shape> = Vec::new();
+    let mut groups: Vec<(String, u32, Shape)> = Vec::new();
     let mut configs: Vec<Config> = Vec::new();
     for r in records {
-        if !shapes.contains(&r.shape) {
-            shapes.push(r.shape);
+        let g = (r.qemu_version.clone(), r.cpus, r.shape);
+        if !groups.contains(&g) {
+            groups.push(g);
         }
         if !configs.contains(&r.config) {
             configs.push(r.config);
         }
     }
     configs.sort();
-    for shape in shapes {
-        let pick = |c: Config, steady: bool| records.iter().filter(move |r| r.config == c && r.shape == shape && (r.cycle > 0) == steady);
+    for (version, cpus, shape) in groups {
+        let mine: Vec<&SpikeRecord> = records.iter().filter(|r| r.qemu_version == version && r.cpus == cpus && r.shape == shape).collect();
+        let pick = |c: Config, steady: bool| mine.iter().copied().filter(move |r| r.config == c && (r.cycle > 0) == steady);
         let steady = |c: Config| med(pick(c, true).filter_map(|r| r.alloc_s));
         let (fpr, none) = (steady(Config::Fpr), steady(Config::NoBalloon));
         let ratio = |x: Option<f64>, bar: Option<f64>| match (x, bar) {
             (Some(x), Some(b)) if b > 0.0 => format!("{:.2}×", x / b),
             _ => "–".into(),
         };
-        let _ = writeln!(s, "## {} threads × {} MiB\n", shape.threads, shape.mib);
-        let _ = writeln!(s, "| configuration | cold spike s | steady s (median) | × FPR | × no balloon | reaction s (median, steady) | failed |");
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|");
+        let _ = writeln!(s, "## QEMU {version}, {cpus} vCPU, {} threads × {} MiB\n", shape.threads, shape.mib);
+        let _ = writeln!(s, "| configuration | cold spike s | steady s (median) | × FPR | × no balloon | reaction s (median, steady) | grown s (median, steady) | guest stalled s, some / full (median, steady) | direct reclaims (median, steady) | failed | OOM kills |");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
         for &c in &configs {
+            if pick(c, false).chain(pick(c, true)).next().is_none() {
+                continue;
+            }
             let cold = med(pick(c, false).filter_map(|r| r.alloc_s));
             let st = steady(c);
             let react = med(pick(c, true).filter_map(|r| r.reaction_s));
-            let failed = records.iter().filter(|r| r.config == c && r.shape == shape && !r.completed).count();
+            let grown = med(pick(c, true).filter_map(|r| r.grown_s));
+            let failed = mine.iter().filter(|r| r.config == c && !r.completed).count();
             let f = |x: Option<f64>| x.map_or("–".into(), |v| format!("{v:.2}"));
-            let _ = writeln!(s, "| {} | {} | {} | {} | {} | {} | {failed} |", c.label(), f(cold), f(st), ratio(st, fpr), ratio(st, none), f(react));
+            let kills: usize = ooms.iter().filter(|o| o.qemu_version == version && o.cpus == cpus && o.config == c).map(|o| o.oom_kills).sum();
+            let g = |get: fn(&GuestDelta) -> f64| med(pick(c, true).filter_map(|r| r.guest.as_ref().map(get)));
+            let stalled = format!("{} / {}", f(g(|d| d.psi_some_s)), f(g(|d| d.psi_full_s)));
+            let reclaims = g(|d| d.allocstall as f64).map_or("–".into(), |v| format!("{v:.0}"));
+            let _ = writeln!(s, "| {} | {} | {} | {} | {} | {} | {} | {stalled} | {reclaims} | {failed} | {kills} |", c.label(), f(cold), f(st), ratio(st, fpr), ratio(st, none), f(react), f(grown));
         }
         let _ = writeln!(s);
     }
@@ -333,6 +409,43 @@ pub fn report(a: &SpikeArgs, version: &str, records: &[SpikeRecord]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl SpikeArgs {
+        fn try_parse_from_empty() -> SpikeArgs {
+            #[derive(clap::Parser)]
+            struct P {
+                #[command(flatten)]
+                a: SpikeArgs,
+            }
+            <P as clap::Parser>::parse_from(["spikebench"]).a
+        }
+    }
+
+    #[test]
+    fn the_report_shows_ratios_to_fpr_per_group() {
+        let rec = |config, cycle, alloc_s| SpikeRecord {
+            qemu_version: "10.0.2".into(),
+            config,
+            shape: Shape { threads: 3, mib: 400 },
+            round: 0,
+            cycle,
+            cpus: 1,
+            alloc_s: Some(alloc_s),
+            reaction_s: None,
+            completed: true,
+            start_mib: 2048.0,
+            peak_mib: 2048.0,
+            grown_s: None,
+            guest: Some(GuestDelta { psi_some_s: 0.5, psi_full_s: 0.25, allocstall: 3, ..Default::default() }),
+        };
+        let rs = vec![rec(Config::Fpr, 0, 3.0), rec(Config::Fpr, 1, 2.0), rec(Config::AbStock, 0, 5.0), rec(Config::AbStock, 1, 1.0), rec(Config::AbStock, 2, 3.0)];
+        let ooms = vec![OomRecord { qemu_version: "10.0.2".into(), cpus: 1, config: Config::AbStock, oom_kills: 0 }];
+        let a = SpikeArgs::try_parse_from_empty();
+        let md = report(&a, &rs, &ooms);
+        assert!(md.contains("## QEMU 10.0.2, 1 vCPU, 3 threads × 400 MiB"), "{md}");
+        assert!(md.contains("| FPR | 3.00 | 2.00 | 1.00× | – | – | – | 0.50 / 0.25 | 3 | 0 | 0 |"), "{md}");
+        assert!(md.contains("| autoballoon, stock kernel (+FPR +hinting) | 5.00 | 2.00 | 1.00× |"), "{md}");
+    }
 
     #[test]
     fn shapes_parse() {
