@@ -143,8 +143,13 @@ pub struct GuestDelta {
     /// Pages the balloon gave back (deflated) and took (inflated).
     pub balloon_deflate: u64,
     pub balloon_inflate: u64,
-    /// Faults that got a transparent huge page, and those that fell back.
+    /// Faults that got a transparent huge page, and those that fell back to 4 KiB pages.
     pub thp_fault_alloc: u64,
+    #[serde(default)]
+    pub thp_fault_fallback: u64,
+    /// Direct compaction stalls.
+    #[serde(default)]
+    pub compact_stall: u64,
 }
 
 /// The guest's counters now: `/proc/vmstat` and the PSI totals in one console command.
@@ -168,6 +173,8 @@ fn delta(before: &(std::collections::HashMap<String, u64>, autoballoon_core::pro
         balloon_deflate: d("balloon_deflate"),
         balloon_inflate: d("balloon_inflate"),
         thp_fault_alloc: d("thp_fault_alloc"),
+        thp_fault_fallback: d("thp_fault_fallback"),
+        compact_stall: d("compact_stall"),
     }
 }
 
@@ -331,7 +338,7 @@ fn measure(a: &SpikeArgs, fleet: &mut Fleet, configs: &[Config], memory: Kib, cp
                         start_mib,
                         peak_mib,
                         if r.completed { "" } else { ", FAILED" },
-                        r.guest.map_or(String::new(), |g| format!(" (guest: stalled {:.2} s some / {:.2} s full, {} direct reclaims scanning {} pages, {} MiB deflated, {} THP faults)", g.psi_some_s, g.psi_full_s, g.allocstall, g.pgscan_direct, g.balloon_deflate / 256, g.thp_fault_alloc))
+                        r.guest.map_or(String::new(), |g| format!(" (guest: stalled {:.2} s some / {:.2} s full, {} direct reclaims scanning {} pages, {} MiB deflated, {} THP faults, {} fell back to 4 KiB, {} compaction stalls)", g.psi_some_s, g.psi_full_s, g.allocstall, g.pgscan_direct, g.balloon_deflate / 256, g.thp_fault_alloc, g.thp_fault_fallback, g.compact_stall))
                     );
                     writeln!(sink, "{}", serde_json::to_string(&r).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
                     records.push(r);
@@ -383,8 +390,8 @@ pub fn report(a: &SpikeArgs, records: &[SpikeRecord], ooms: &[OomRecord]) -> Str
             _ => "–".into(),
         };
         let _ = writeln!(s, "## QEMU {version}, {cpus} vCPU, {} threads × {} MiB\n", shape.threads, shape.mib);
-        let _ = writeln!(s, "| configuration | cold spike s | steady s (median) | × FPR | × no balloon | reaction s (median, steady) | grown s (median, steady) | guest stalled s, some / full (median, steady) | direct reclaims (median, steady) | failed | OOM kills |");
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(s, "| configuration | cold spike s | steady s (median) | × FPR | × no balloon | reaction s (median, steady) | grown s (median, steady) | guest stalled s, some / full (median, steady) | direct reclaims (median, steady) | THP faults / fallbacks (median, steady) | failed | OOM kills |");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|");
         for &c in &configs {
             if pick(c, false).chain(pick(c, true)).next().is_none() {
                 continue;
@@ -399,7 +406,9 @@ pub fn report(a: &SpikeArgs, records: &[SpikeRecord], ooms: &[OomRecord]) -> Str
             let g = |get: fn(&GuestDelta) -> f64| med(pick(c, true).filter_map(|r| r.guest.as_ref().map(get)));
             let stalled = format!("{} / {}", f(g(|d| d.psi_some_s)), f(g(|d| d.psi_full_s)));
             let reclaims = g(|d| d.allocstall as f64).map_or("–".into(), |v| format!("{v:.0}"));
-            let _ = writeln!(s, "| {} | {} | {} | {} | {} | {} | {} | {stalled} | {reclaims} | {failed} | {kills} |", c.label(), f(cold), f(st), ratio(st, fpr), ratio(st, none), f(react), f(grown));
+            let n = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.0}"));
+            let thp = format!("{} / {}", n(g(|d| d.thp_fault_alloc as f64)), n(g(|d| d.thp_fault_fallback as f64)));
+            let _ = writeln!(s, "| {} | {} | {} | {} | {} | {} | {} | {stalled} | {reclaims} | {thp} | {failed} | {kills} |", c.label(), f(cold), f(st), ratio(st, fpr), ratio(st, none), f(react), f(grown));
         }
         let _ = writeln!(s);
     }
@@ -443,7 +452,7 @@ mod tests {
         let a = SpikeArgs::try_parse_from_empty();
         let md = report(&a, &rs, &ooms);
         assert!(md.contains("## QEMU 10.0.2, 1 vCPU, 3 threads × 400 MiB"), "{md}");
-        assert!(md.contains("| FPR | 3.00 | 2.00 | 1.00× | – | – | – | 0.50 / 0.25 | 3 | 0 | 0 |"), "{md}");
+        assert!(md.contains("| FPR | 3.00 | 2.00 | 1.00× | – | – | – | 0.50 / 0.25 | 3 | 0 / 0 | 0 | 0 |"), "{md}");
         assert!(md.contains("| autoballoon, stock kernel (+FPR +hinting) | 5.00 | 2.00 | 1.00× |"), "{md}");
     }
 
