@@ -19,6 +19,7 @@ use crate::bench::stats::median;
 use crate::guest::{balloon_to, SpikeRun};
 use crate::{step, wait_vm_settled, GuestImage};
 use autoballoon::config::ShrinkSetting;
+use autoballoon_core::procfs::{parse_pressure, parse_vmstat, Pressure, Vmstat};
 use autoballoon_core::Kib;
 use autoballoon_qmp::Qmp;
 use serde::{Deserialize, Serialize};
@@ -152,16 +153,19 @@ pub struct GuestDelta {
     pub compact_stall: u64,
 }
 
-/// The guest's counters now: `/proc/vmstat` and the PSI totals in one console command.
-fn guest_counters(q: &crate::Qemu) -> Option<(std::collections::HashMap<String, u64>, autoballoon_core::procfs::Pressure)> {
+/// The guest's counters at one moment.
+type Counters = (Vmstat, Pressure);
+
+/// The guest's counters now: `/proc/vmstat` and the PSI totals in one console command,
+/// read by core's parsers.
+fn guest_counters(q: &crate::Qemu) -> Option<Counters> {
     let out = q.console.run("cat /proc/vmstat; echo ==; cat /proc/pressure/memory", Duration::from_secs(30)).ok()?;
     let (vm, psi) = out.text.split_once("==")?;
-    let vm = vm.lines().filter_map(|l| l.split_once(' ')).filter_map(|(k, v)| Some((k.trim().to_string(), v.trim().parse().ok()?))).collect();
-    Some((vm, autoballoon_core::procfs::parse_pressure(psi.trim()).ok()?))
+    Some((parse_vmstat(vm.trim()).ok()?, parse_pressure(psi.trim()).ok()?))
 }
 
-fn delta(before: &(std::collections::HashMap<String, u64>, autoballoon_core::procfs::Pressure), after: &(std::collections::HashMap<String, u64>, autoballoon_core::procfs::Pressure)) -> GuestDelta {
-    let d = |k: &str| after.0.get(k).copied().unwrap_or(0).saturating_sub(before.0.get(k).copied().unwrap_or(0));
+fn delta(before: &Counters, after: &Counters) -> GuestDelta {
+    let d = |k: &str| after.0.get(k).unwrap_or(0).saturating_sub(before.0.get(k).unwrap_or(0));
     let sum = |ks: &[&str]| ks.iter().map(|k| d(k)).sum::<u64>();
     let us = |a: u64, b: u64| a.saturating_sub(b) as f64 / 1e6;
     GuestDelta {
