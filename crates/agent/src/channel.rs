@@ -108,7 +108,7 @@ impl Channel {
 
     /// [`Channel::wait`], and returns early too when `trigger` (a PSI trigger's fd)
     /// signals.
-    pub fn wait_with(&mut self, timeout: Duration, trigger: Option<RawFd>) -> Woken {
+    pub fn wait_with(&mut self, timeout: Duration, mut trigger: Option<RawFd>) -> Woken {
         let deadline = Instant::now() + timeout;
         let mut out = Woken::default();
         loop {
@@ -124,6 +124,9 @@ impl Channel {
             }
             if r > 0 && pfds[1].revents & libc::POLLPRI != 0 {
                 out.pressure = true;
+            } else if r > 0 && pfds[1].revents & (libc::POLLERR | libc::POLLNVAL) != 0 {
+                // A broken trigger would wake poll at once forever: not watched in this wait.
+                trigger = None;
             }
             if r < 0 || (pfds[0].revents != 0 && (pfds[0].revents & libc::POLLIN == 0 || self.read_available(&mut out.messages) == 0)) {
                 // No host on the other end (hang-up, error, end of file): poll would
