@@ -49,7 +49,7 @@ pub struct PolicyConfig {
     /// comes back starts on free memory; only where a migration can shed it (the
     /// hypervisor lets the balloon shrink during one). 0 with `spike_fade_s` 0: off.
     pub spike_hold_s: u64,
-    /// Seconds over which that memory is then given back, linearly.
+    /// Seconds over which that memory is then given back, a quarter at a time.
     pub spike_fade_s: u64,
 }
 

@@ -12,7 +12,8 @@
 //!
 //! The rule, pure (time comes with each sample): the headroom remembers the largest *need*
 //! (the estimate without its buffer) seen recently; it is kept whole for `hold`, then fades
-//! linearly to nothing over `fade`. The target is `max(need now, remembered need) + buffer`.
+//! to nothing over `fade` in four equal steps (four actions and four log lines, not one a
+//! tick). The target is `max(need now, remembered need) + buffer`.
 //! A larger need replaces the remembered one whenever it reaches its faded value.
 
 use crate::units::Kib;
@@ -52,9 +53,10 @@ impl Headroom {
         if faded >= rule.fade {
             return Kib::ZERO;
         }
-        // need × (1 − faded / fade), in u128 so no product overflows.
+        // need × (1 − faded / fade) rounded up to a quarter, in u128 so no product overflows.
         let left = rule.fade.as_nanos() - faded.as_nanos();
-        Kib((u128::from(need.0) * left / rule.fade.as_nanos()) as u64)
+        let quarters = (4 * left).div_ceil(rule.fade.as_nanos());
+        Kib((u128::from(need.0) * quarters / 4) as u64)
     }
 
     /// Takes the need at `at` and returns what the target covers: the larger of it and
@@ -92,8 +94,10 @@ mod tests {
         assert_eq!(h.observe(&RULE, mib(1400), s(1)), mib(1400), "the spike");
         assert_eq!(h.observe(&RULE, mib(200), s(3)), mib(1400), "freed: kept whole");
         assert_eq!(h.observe(&RULE, mib(200), s(31)), mib(1400), "still within the hold");
+        assert_eq!(h.observe(&RULE, mib(200), s(45)), mib(1400), "the first quarter of the fade: still whole");
+        assert_eq!(h.observe(&RULE, mib(200), s(46)), mib(1050), "a quarter given back");
         assert_eq!(h.observe(&RULE, mib(200), s(61)), mib(700), "half faded");
-        assert_eq!(h.observe(&RULE, mib(200), s(85)), mib(200), "faded below the need");
+        assert_eq!(h.observe(&RULE, mib(200), s(85)), mib(350), "the last quarter");
         assert_eq!(h.observe(&RULE, mib(200), s(91)), mib(200));
         assert_eq!(h.remembered(&RULE, s(100)), mib(200), "the need itself is remembered now");
     }
@@ -102,7 +106,7 @@ mod tests {
     fn a_spike_that_comes_back_renews_the_hold() {
         let mut h = Headroom::default();
         h.observe(&RULE, mib(1400), s(0));
-        assert_eq!(h.observe(&RULE, mib(1100), s(40)), Kib(1400 * 1024 * 50 / 60), "fading, and the smaller spike is inside it");
+        assert_eq!(h.observe(&RULE, mib(1000), s(47)), mib(1050), "fading, and the smaller spike is inside it");
         assert_eq!(h.observe(&RULE, mib(1200), s(50)), mib(1200), "the faded value fell below the need: renewed");
         assert_eq!(h.observe(&RULE, mib(100), s(79)), mib(1200), "held 30 s from the renewal");
     }
