@@ -278,16 +278,15 @@ pub fn run(a: SpikeArgs) -> Result<(), String> {
     let mut sink = std::fs::File::create(&jsonl).map_err(|e| format!("{}: {e}", jsonl.display()))?;
     let mut records = Vec::new();
     let mut ooms = Vec::new();
-    for qemu in &qemus {
+    for (qi, qemu) in qemus.iter().enumerate() {
         for &cpus in &a.cpus {
             println!("[spikes] booting {} guests ({} MiB, {cpus} vCPU) on {}", configs.len(), a.memory_mib, qemu.display());
-            let out = a.out.join(format!("q{}-c{cpus}", records.len()));
+            let out = a.out.join(format!("q{qi}-c{cpus}"));
             let mut fleet = Fleet::boot_cpus(QemuLine::System, qemu, &configs, &images, memory, &out, ShrinkSetting::Auto, cpus)?;
             let result = measure(&a, &mut fleet, &configs, memory, cpus, &mut sink);
-            let result = result.map(|r| {
+            if result.is_ok() {
                 ooms.extend(fleet.guests.iter().map(|g| OomRecord { qemu_version: fleet.version.clone(), cpus, config: g.config, oom_kills: crate::guest::oom_kills(&g.q) }));
-                r
-            });
+            }
             fleet.shutdown();
             records.extend(result?);
         }

@@ -585,7 +585,7 @@ impl Actor {
             // Never blocks: a full queue already holds a reason to wake.
             let _ = wake.try_send(Msg::Short);
         };
-        if let Ok(link) = AgentLink::connect(path, configured, on_short) {
+        if let Ok(link) = AgentLink::connect_waking(path, configured, on_short) {
             *agent = Some(link);
         }
     }

@@ -43,9 +43,13 @@ pub struct AgentLink {
 
 impl AgentLink {
     /// Connects to the agent's chardev socket of a VM of `configured` size.
-    /// `on_short` is called (from the reader thread; it must not block) for each accepted
-    /// sample that says the guest is running short.
-    pub fn connect(path: &Path, configured: Kib, on_short: impl Fn() + Send + 'static) -> std::io::Result<AgentLink> {
+    pub fn connect(path: &Path, configured: Kib) -> std::io::Result<AgentLink> {
+        AgentLink::connect_waking(path, configured, || {})
+    }
+
+    /// [`AgentLink::connect`], and `on_short` is called (from the reader thread; it must
+    /// not block) for each accepted sample that says the guest is running short.
+    pub fn connect_waking(path: &Path, configured: Kib, on_short: impl Fn() + Send + 'static) -> std::io::Result<AgentLink> {
         let stream = UnixStream::connect(path)?;
         let reader = stream.try_clone()?;
         let inbox = Arc::new(Mutex::new(Inbox::default()));
