@@ -219,6 +219,29 @@ pub fn balloon_to(qmp: &Qmp, size: Kib, timeout: Duration) -> Result<Option<Dura
     }
 }
 
+/// Runs `f` (a workload on the guest's console) while sampling the guest's size (QMP
+/// `actual`, bytes) every `every`: its result and the samples, (seconds since the start,
+/// bytes).
+pub fn watch_balloon<T>(ctl: &Qmp, every: Duration, f: impl FnOnce() -> T) -> (T, Vec<(f64, u64)>) {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let t0 = std::time::Instant::now();
+    std::thread::scope(|sc| {
+        let sampler = sc.spawn(|| {
+            let mut v = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok(b) = ctl.query_balloon() {
+                    v.push((t0.elapsed().as_secs_f64(), b));
+                }
+                std::thread::sleep(every);
+            }
+            v
+        });
+        let out = f();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (out, sampler.join().unwrap_or_default())
+    })
+}
+
 /// Runs the guest workload `fill`, which dirties `mib` MiB and frees them on exit.
 pub fn fill(q: &Qemu, mib: u64) -> Result<(), String> {
     let out = q.console.run(&format!("fill {mib}"), Duration::from_secs(180)).map_err(|e| format!("fill: {e}"))?;

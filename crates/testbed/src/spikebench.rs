@@ -16,7 +16,7 @@
 use crate::bench::fleet::{Fleet, Images};
 use crate::bench::model::{Config, QemuLine};
 use crate::bench::stats::median;
-use crate::guest::{balloon_to, SpikeRun};
+use crate::guest::{balloon_to, watch_balloon, SpikeRun};
 use crate::{step, wait_vm_settled, GuestImage};
 use autoballoon::config::ShrinkSetting;
 use autoballoon_core::procfs::{parse_pressure, parse_vmstat, Pressure, Vmstat};
@@ -26,7 +26,6 @@ use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
@@ -209,25 +208,9 @@ struct Watched {
 
 /// Runs one spike on `q`, sampling `actual` every 20 ms meanwhile.
 fn one_spike(q: &crate::Qemu, ctl: &Qmp, shape: Shape, hold_s: u64) -> Result<Watched, String> {
-    let stop = AtomicBool::new(false);
     let start = ctl.query_balloon().map_err(|e| e.to_string())?;
-    let t0 = Instant::now();
-    let (run, sizes) = std::thread::scope(|sc| {
-        let sampler = sc.spawn(|| {
-            let mut v = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
-                if let Ok(b) = ctl.query_balloon() {
-                    v.push((t0.elapsed().as_secs_f64(), b));
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            v
-        });
-        let cmd = format!("spike {} {} {hold_s} 0 1", shape.threads, shape.mib);
-        let run = q.console.run(&cmd, Duration::from_secs(300)).map(|o| SpikeRun::parse(&o.text, o.status));
-        stop.store(true, Ordering::Relaxed);
-        (run, sampler.join().unwrap_or_default())
-    });
+    let cmd = format!("spike {} {} {hold_s} 0 1", shape.threads, shape.mib);
+    let (run, sizes) = watch_balloon(ctl, Duration::from_millis(20), || q.console.run(&cmd, Duration::from_secs(300)).map(|o| SpikeRun::parse(&o.text, o.status)));
     let run = run.map_err(|e| format!("spike: {e}"))?;
     let reacted = sizes.iter().find(|(_, b)| *b >= start.saturating_add(REACTED.to_bytes_saturating().0)).map(|(t, _)| *t);
     let peak = sizes.iter().map(|(_, b)| *b).max().unwrap_or(start).max(start);

@@ -3,11 +3,10 @@
 
 use super::fleet::{Fleet, Images};
 use super::model::{Config, CrashRecord, MigrationRecord, Moment};
-use crate::guest::{balloon_to, fill, health, SpikeRun};
+use crate::guest::{balloon_to, fill, health, watch_balloon, SpikeRun};
 use crate::{start_migration, step, wait_for, wait_migration, wait_settled, wait_vm_settled, Migrated};
 use autoballoon_core::Kib;
 use autoballoon_qmp::{MigrationStatus, Qmp};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// The workload and link settings shared by every point.
@@ -91,24 +90,8 @@ type WatchedSpike = (SpikeRun, Vec<(f64, f64)>);
 /// [`run_spike`], with the guest's size (QMP `actual`) sampled every 100 ms meanwhile:
 /// (seconds since the spike started, MiB), for the reaction time.
 fn run_spike_watched(q: &crate::Qemu, setup: &Setup, ctl: &Qmp) -> Result<WatchedSpike, String> {
-    let stop = AtomicBool::new(false);
-    let t0 = Instant::now();
-    std::thread::scope(|sc| {
-        let sampler = sc.spawn(|| {
-            let mut v = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
-                if let Ok(b) = ctl.query_balloon() {
-                    v.push((t0.elapsed().as_secs_f64(), mib(b)));
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            v
-        });
-        let s = run_spike(q, setup);
-        stop.store(true, Ordering::Relaxed);
-        let sizes = sampler.join().unwrap_or_default();
-        s.map(|s| (s, sizes))
-    })
+    let (s, sizes) = watch_balloon(ctl, Duration::from_millis(100), || run_spike(q, setup));
+    s.map(|s| (s, sizes.into_iter().map(|(t, b)| (t, mib(b))).collect()))
 }
 
 /// Brings `c`'s guest to moment `m` (for [`Moment::DuringSpike`]: settled, the spike comes
