@@ -279,7 +279,7 @@ pub fn markdown(meta: &Meta, records: &[Record]) -> String {
                 o,
                 "### Against QEMU's best: at most {MAX_VS_FLOOR}× the floor where QEMU's best reaches it, else {MAX_VS_QEMU_BEST}× QEMU's best (the fewest MiB of FPR, hinting and both, on the same kernel); all healthy, no OOM kill\n"
             );
-            let _ = writeln!(o, "Floor: {}.\n", fl.map_or("not measured on this line (the physical limit runs on the system line): the rule is 0.8× QEMU's best".into(), |v| format!("{} MiB (the fewer of the physical limit and QEMU's best at the idle moment)", f(v, 0))));
+            let _ = writeln!(o, "Floor: {}.\n", fl.map_or("not measured (no physical limit and no stock-kernel QEMU baseline at the idle moment on this line): the rule is 0.8× QEMU's best".into(), |v| format!("{} MiB (the fewer of the physical limit and QEMU's best at the idle moment)", f(v, 0))));
             let _ = writeln!(o, "| moment | {} |", product.iter().map(|c| c.label()).collect::<Vec<_>>().join(" | "));
             let _ = writeln!(o, "|---|{}", "---|".repeat(product.len()));
             let mut fails = 0;
