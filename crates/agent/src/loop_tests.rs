@@ -1,12 +1,15 @@
-//! The agent's control loop end to end on files: core's `step` over the procfs source and
-//! the kernel actuator, with the test playing the kernel (it moves `current_pages` to
-//! `target_pages` and rewrites meminfo for a guest using a given amount).
+//! The agent's control loop end to end on files: core's host loop of one VM
+//! (`one_vm_step`) over the procfs source and the kernel actuator, with the test playing
+//! the kernel (it moves `current_pages` to `target_pages` and rewrites meminfo for a guest
+//! using a given amount). The loop's interval is zero, so every step is due: the due-time
+//! rule has its own tests in core.
 
 use crate::actuator::KernelTarget;
 use crate::source::{GuestSize, Migration, ProcSource};
 use crate::testutil::ProcTree;
 use autoballoon_core::config::PolicyConfig;
-use autoballoon_core::control::{step, ControlLoop, Idle, StepError, Tick};
+use autoballoon_core::control::{ControlLoop, Idle, LoopMetrics, Tick};
+use autoballoon_core::host::{one_vm_step, HostLoop, Independent, OneStep, ONE};
 use autoballoon_core::guard::{Hold, Limit};
 use autoballoon_core::policy::SwapFree;
 use autoballoon_core::Kib;
@@ -18,7 +21,7 @@ struct Guest {
     t: ProcTree,
     source: ProcSource,
     actuator: KernelTarget,
-    lp: ControlLoop<SwapFree>,
+    hl: HostLoop<SwapFree, Independent>,
     used_mib: u64,
 }
 
@@ -29,7 +32,9 @@ impl Guest {
         t.set_kernel(pages(MAX_MIB), pages(MAX_MIB));
         let source = ProcSource::new(t.proc.clone(), GuestSize::Kernel { dir: t.kernel.clone() });
         let actuator = KernelTarget::new(&t.kernel);
-        let g = Guest { t, source, actuator, lp: config.control_loop(Duration::from_secs(1)), used_mib: 200 };
+        let mut hl = HostLoop::new(Independent);
+        hl.add_vm(ONE, config.control_loop(Duration::ZERO));
+        let g = Guest { t, source, actuator, hl, used_mib: 200 };
         g.write_meminfo();
         g
     }
@@ -53,12 +58,23 @@ impl Guest {
 
     /// One tick, then the balloon reaches the target (the kernel's part).
     fn tick(&mut self) -> Tick {
-        let (_, tick) = step(&mut self.lp, &mut self.source, &mut self.actuator).unwrap_or_else(|e| panic!("{e:?}"));
+        let tick = match one_vm_step(&mut self.hl, &mut self.source, &mut self.actuator, false) {
+            OneStep::Ticked { tick, .. } => tick,
+            o => panic!("{o:?}"),
+        };
         if let Ok(target) = std::fs::read_to_string(self.t.kernel.join("target_pages")) {
             std::fs::write(self.t.kernel.join("current_pages"), target).unwrap();
         }
         self.write_meminfo();
         tick
+    }
+
+    fn lp(&self) -> &ControlLoop<SwapFree> {
+        self.hl.vm(ONE).expect("the one VM")
+    }
+
+    fn metrics(&self) -> &LoopMetrics {
+        self.lp().metrics()
     }
 
     fn use_mib(&mut self, mib: u64) {
@@ -81,7 +97,7 @@ fn converges_to_used_plus_buffer_in_steps() {
     assert_eq!(a.target, Kib::from_mib_saturating(200 + 64), "used + the 64 MiB buffer");
     assert_eq!(g.size_mib(), 264);
     assert_eq!(g.tick().outcome, Err(Idle::Held(Hold::Unchanged)), "a fixed point");
-    assert_eq!(g.lp.metrics().shrinks, 2);
+    assert_eq!(g.metrics().shrinks, 2);
 }
 
 #[test]
@@ -117,15 +133,15 @@ fn holds_shrinking_while_migrating() {
     assert_eq!(g.tick().outcome, Err(Idle::Held(Hold::Migration)));
     g.source.set_migration(Migration::None);
     assert_eq!(g.tick().outcome.unwrap().target, Kib::from_mib_saturating(164), "shrinking resumes when it ends");
-    assert_eq!(g.lp.metrics().held_for_migration, 2);
+    assert_eq!(g.metrics().held_for_migration, 2);
 }
 
 #[test]
 fn a_failed_write_is_counted_and_the_target_forgotten() {
     let mut g = Guest::new("loop-actuator", no_hold_off());
     let mut gone = KernelTarget::new(&g.t.kernel.join("gone"));
-    assert!(matches!(step(&mut g.lp, &mut g.source, &mut gone), Err(StepError::Actuator(_))));
-    assert_eq!((g.lp.metrics().actuator_errors, g.lp.commanded()), (1, None));
+    assert!(matches!(one_vm_step(&mut g.hl, &mut g.source, &mut gone, false), OneStep::ActuatorFailed { .. }));
+    assert_eq!((g.metrics().actuator_errors, g.lp().commanded()), (1, None));
     let a = g.tick().outcome.unwrap();
     assert_eq!(a.previous, Kib::from_mib_saturating(2048), "measured from the guest's size again");
 }
@@ -134,9 +150,9 @@ fn a_failed_write_is_counted_and_the_target_forgotten() {
 fn a_bad_sample_changes_nothing() {
     let mut g = Guest::new("loop-source", PolicyConfig::default());
     std::fs::write(g.t.kernel.join("current_pages"), "junk").unwrap();
-    assert!(matches!(step(&mut g.lp, &mut g.source, &mut g.actuator), Err(StepError::Source(_))));
+    assert!(matches!(one_vm_step(&mut g.hl, &mut g.source, &mut g.actuator, false), OneStep::SourceFailed(_)));
     assert!(!g.t.kernel.join("target_pages").exists(), "no target from a bad sample");
-    assert_eq!(g.lp.metrics().ticks, 0);
+    assert_eq!(g.metrics().ticks, 0);
 }
 
 #[test]
@@ -154,7 +170,7 @@ fn shrinks_again_after_the_kernel_raised_the_target_itself() {
     let a = g.tick().outcome.expect("the guest is 589 MiB above what it needs");
     assert_eq!((a.previous, a.target), (Kib::from_mib_saturating(853), Kib::from_mib_saturating(264)));
     assert_eq!(g.size_mib(), 264);
-    assert_eq!(g.lp.metrics().moved_outside, 1, "the kernel's raise, once");
+    assert_eq!(g.metrics().moved_outside, 1, "the kernel's raise, once");
 }
 
 #[test]
@@ -166,5 +182,5 @@ fn shrinks_during_a_migration_the_host_allows_it_for() {
     assert_eq!(g.tick().outcome.unwrap().target, Kib::from_mib_saturating(464));
     g.use_mib(100);
     assert_eq!(g.tick().outcome.unwrap().target, Kib::from_mib_saturating(164), "freed memory goes back at once");
-    assert_eq!(g.lp.metrics().held_for_migration, 0);
+    assert_eq!(g.metrics().held_for_migration, 0);
 }

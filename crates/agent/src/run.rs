@@ -1,8 +1,9 @@
 //! The agent's loop, single-threaded, never waiting on the balloon.
 //!
-//! - `--backend kernel` / `xen`: core's [`step`] (procfs source → policy → guard rails →
-//!   target_pages / target_kb), one log line per action, a report to the host if there is
-//!   a port, then wait for the next tick or the host's notices.
+//! - `--backend kernel` / `xen`: a host of one VM, core's [`one_vm_step`] (procfs source →
+//!   policy → guard rails → target_pages / target_kb), one log line per action, a report
+//!   to the host if there is a port, then wait for the next tick, the pressure trigger or
+//!   the host's notices.
 //! - `--backend host`: the same source, a report, wait. The host decides; no loop here.
 
 use crate::actuator::{KernelTarget, XenTarget};
@@ -12,7 +13,8 @@ use crate::logging::{info, RateLimited};
 use crate::source::{GuestSize, Migration, ProcSource};
 use crate::{protect, BackendKind, RunArgs};
 use autoballoon_core::config::PolicyConfig;
-use autoballoon_core::control::{step, Actuator, ControlLoop, Source, StepError, Tick};
+use autoballoon_core::control::{Actuator, Source, Tick};
+use autoballoon_core::host::{one_vm_step, HostLoop, Independent, OneStep, ONE};
 use autoballoon_core::policy::SwapFree;
 use autoballoon_core::protocol::{encode, AgentMessage, AgentSample, HostMessage};
 use autoballoon_core::sample::Sample;
@@ -154,21 +156,30 @@ impl<'a> Agent<'a> {
         A::Error: Display,
     {
         info(format_args!("started: backend {}, {}", self.args.backend.name(), describe(policy, tau)));
-        let mut lp = policy.control_loop(tau);
+        // A host of one VM: the host controller's loop, due-time and running-short rules
+        // included (a wake-up before the interval is up decides only a growth).
+        let mut hl = HostLoop::new(Independent);
+        hl.add_vm(ONE, policy.control_loop(tau));
         loop {
             self.seq += 1;
-            let next_in = match step(&mut lp, &mut self.source, &mut actuator) {
-                Ok((sample, tick)) => {
-                    self.log_tick(&lp, &tick);
-                    self.report(&sample, lp.commanded());
+            let short = self.short(Instant::now());
+            let commanded = |hl: &HostLoop<SwapFree, Independent>| hl.vm(ONE).and_then(|lp| lp.commanded());
+            let next_in = match one_vm_step(&mut hl, &mut self.source, &mut actuator, short) {
+                OneStep::Ticked { sample, tick } => {
+                    self.log_tick(commanded(&hl), &tick);
+                    self.report(&sample, commanded(&hl));
                     tick.next_in
                 }
-                Err(StepError::Source(e)) => {
+                OneStep::NotDue { sample, next_in } => {
+                    self.report(&sample, commanded(&hl));
+                    next_in
+                }
+                OneStep::SourceFailed(e) => {
                     self.bad_sample.log(Instant::now(), format_args!("no sample, keeping the last target: {e}"));
                     tau
                 }
-                Err(StepError::Actuator(e)) => {
-                    self.bad_actuator.log(Instant::now(), format_args!("{e} (the next tick starts from the guest's size)"));
+                OneStep::ActuatorFailed { error, .. } => {
+                    self.bad_actuator.log(Instant::now(), format_args!("{error} (the next tick starts from the guest's size)"));
                     tau
                 }
             };
@@ -180,10 +191,10 @@ impl<'a> Agent<'a> {
     }
 
     /// One line per action with its reason; idle ticks only with --verbose.
-    fn log_tick(&self, lp: &ControlLoop<SwapFree>, tick: &Tick) {
+    fn log_tick(&self, commanded: Option<Kib>, tick: &Tick) {
         match &tick.outcome {
             Ok(act) => info(format_args!("target {} -> {}: {}{}", act.previous, act.target, act.reason, act.limits_note())),
-            Err(idle) if self.args.verbose => info(format_args!("tick {}: {idle} (target {})", self.seq, lp.commanded().map_or("none".into(), |k| k.to_string()))),
+            Err(idle) if self.args.verbose => info(format_args!("tick {}: {idle} (target {})", self.seq, commanded.map_or("none".into(), |k| k.to_string()))),
             Err(_) => {}
         }
     }

@@ -4,9 +4,10 @@
 //! anything, why, and when to sample next). It is two halves, [`ControlLoop::propose`]
 //! (policy and room) and [`ControlLoop::settle`] (final check, outlier filter, interval), so
 //! that a host loop ([`crate::host`]) can put a balancer between them for many VMs.
-//! Drivers own the I/O: they implement [`Source`] and [`Actuator`] for procfs, the kernel
-//! interface or Xen, and call [`step`]; a host implements [`crate::host::World`]. Metrics
-//! belong to the loop instance.
+//! Drivers own the I/O and run the loop through [`crate::host`]: a host implements
+//! [`crate::host::World`]; the guest agent, a host of one VM, implements [`Source`] and
+//! [`Actuator`] for procfs, the kernel interface or Xen and calls
+//! [`crate::host::one_vm_step`]. Metrics belong to the loop instance.
 
 use crate::guard::{GuardRails, Hold, Limit, RailState, Room, Verdict};
 use crate::interval::Interval;
@@ -229,31 +230,6 @@ pub trait Actuator {
     /// Asks for the guest's logical size to become `guest_size`. Never waits for the
     /// balloon to get there.
     fn set_guest_size(&mut self, guest_size: Kib) -> Result<(), Self::Error>;
-}
-
-/// A failed step: the source or the actuator said no.
-#[derive(Debug, PartialEq, Eq)]
-pub enum StepError<S, A> {
-    Source(S),
-    Actuator(A),
-}
-
-/// Samples, ticks, and applies the action if any. On an actuator error the loop forgets
-/// its last target so the next tick starts from the guest's real size.
-pub fn step<P: Policy, S: Source, A: Actuator>(
-    lp: &mut ControlLoop<P>,
-    source: &mut S,
-    actuator: &mut A,
-) -> Result<(Sample, Tick), StepError<S::Error, A::Error>> {
-    let sample = source.sample().map_err(StepError::Source)?;
-    let tick = lp.tick(&sample);
-    if let Ok(a) = &tick.outcome {
-        if let Err(e) = actuator.set_guest_size(a.target) {
-            lp.actuator_failed();
-            return Err(StepError::Actuator(e));
-        }
-    }
-    Ok((sample, tick))
 }
 
 #[cfg(test)]

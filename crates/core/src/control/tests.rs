@@ -44,9 +44,14 @@ fn outlier_filter_shortens_the_next_interval() {
     assert_eq!(lp.tick(&s).outcome.unwrap().target, Kib::from_mib_saturating(500));
 }
 
-/// A VM whose used memory is 100 MiB: the source reads its size, the actuator sets it.
+/// A VM whose programs use `used`: the source reads its size at the time `at`, the
+/// actuator sets it.
 #[derive(Clone)]
-struct FakeVm(std::rc::Rc<std::cell::Cell<Kib>>);
+struct FakeVm {
+    size: std::rc::Rc<std::cell::Cell<Kib>>,
+    at: std::rc::Rc<std::cell::Cell<Duration>>,
+    used: Kib,
+}
 struct FakeBalloon {
     vm: FakeVm,
     fail_next: bool,
@@ -54,9 +59,9 @@ struct FakeBalloon {
 impl Source for FakeVm {
     type Error = &'static str;
     fn sample(&mut self) -> Result<Sample, &'static str> {
-        let size = self.0.get();
-        let mem = MemView { total: Kib::from_mib_saturating(2048), available: size.saturating_sub(Kib::from_mib_saturating(100)), ..Default::default() };
-        Ok(Sample { guest_size: size, max: Kib::from_mib_saturating(2048), mem: Some(mem), ..Sample::default() })
+        let size = self.size.get();
+        let mem = MemView { total: Kib::from_mib_saturating(2048), available: size.saturating_sub(self.used), committed_as: self.used, active: self.used.min(size), ..Default::default() };
+        Ok(Sample { at: self.at.get(), guest_size: size, max: Kib::from_mib_saturating(2048), mem: Some(mem), ..Sample::default() })
     }
 }
 impl Actuator for FakeBalloon {
@@ -65,25 +70,41 @@ impl Actuator for FakeBalloon {
         if std::mem::take(&mut self.fail_next) {
             return Err("qmp gone");
         }
-        self.vm.0.set(s);
+        self.vm.size.set(s);
         Ok(())
     }
 }
 
 #[test]
-fn step_converges_on_used_plus_buffer_and_forgets_on_actuator_error() {
-    let mut vm = FakeVm(std::rc::Rc::new(std::cell::Cell::new(Kib::from_mib_saturating(2048))));
+fn a_host_of_one_vm_converges_keeps_its_interval_and_forgets_on_actuator_error() {
+    use crate::host::{one_vm_step, HostLoop, Independent, OneStep, ONE};
+    let mut vm = FakeVm { size: std::rc::Rc::new(std::cell::Cell::new(Kib::from_mib_saturating(2048))), at: std::rc::Rc::new(std::cell::Cell::new(Duration::ZERO)), used: Kib::from_mib_saturating(100) };
     let mut balloon = FakeBalloon { vm: vm.clone(), fail_next: false };
-    let mut lp = ControlLoop::new(SwapFree::new(Kib::from_mib_saturating(64)), GuardRails::default(), Interval::Fixed(Duration::from_secs(1)));
-    step(&mut lp, &mut vm, &mut balloon).unwrap();
-    assert_eq!(vm.0.get(), Kib::from_mib_saturating(164), "used 100 MiB + buffer 64 MiB");
-    let (_, tick) = step(&mut lp, &mut vm, &mut balloon).unwrap();
-    assert_eq!(tick.outcome, Err(Idle::Held(Hold::Unchanged)), "a fixed point");
-    vm.0.set(Kib::from_mib_saturating(1000));
-    lp.forget_target();
+    let mut hl = HostLoop::new(Independent);
+    hl.add_vm(ONE, ControlLoop::new(SwapFree::new(Kib::from_mib_saturating(64)), GuardRails::default(), Interval::Fixed(Duration::from_secs(1))));
+    assert!(matches!(one_vm_step(&mut hl, &mut vm, &mut balloon, false), OneStep::Ticked { .. }));
+    assert_eq!(vm.size.get(), Kib::from_mib_saturating(164), "used 100 MiB + buffer 64 MiB");
+    // Half an interval later: not due, and the step says when it will be.
+    vm.at.set(Duration::from_millis(500));
+    match one_vm_step(&mut hl, &mut vm, &mut balloon, false) {
+        OneStep::NotDue { next_in, .. } => assert_eq!(next_in, Duration::from_millis(375), "7/8 of the interval after the last decision"),
+        o => panic!("{o:?}"),
+    }
+    // A spike, and the guest says it runs short: a growth at once.
+    vm.used = Kib::from_mib_saturating(900);
+    assert!(matches!(one_vm_step(&mut hl, &mut vm, &mut balloon, true), OneStep::Ticked { .. }));
+    assert_eq!(vm.size.get(), Kib::from_mib_saturating(964));
+    vm.at.set(Duration::from_secs(2));
+    match one_vm_step(&mut hl, &mut vm, &mut balloon, false) {
+        OneStep::Ticked { tick, .. } => assert_eq!(tick.outcome, Err(Idle::Held(Hold::Unchanged)), "a fixed point"),
+        o => panic!("{o:?}"),
+    }
+    vm.at.set(Duration::from_secs(4));
+    vm.used = Kib::from_mib_saturating(100);
     balloon.fail_next = true;
-    assert_eq!(step(&mut lp, &mut vm, &mut balloon).err(), Some(StepError::Actuator("qmp gone")));
-    assert_eq!(lp.commanded(), None);
+    assert!(matches!(one_vm_step(&mut hl, &mut vm, &mut balloon, false), OneStep::ActuatorFailed { error: "qmp gone", .. }));
+    assert_eq!(hl.vm(ONE).unwrap().commanded(), None);
+    assert_eq!(hl.vm(ONE).unwrap().metrics().actuator_errors, 1);
 }
 
 #[test]

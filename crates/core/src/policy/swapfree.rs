@@ -11,7 +11,7 @@ pub struct Estimate {
     /// Memory the guest has in swap (`SwapTotal − SwapFree`): demand it had no room for.
     pub swapped: Kib,
     pub buffer: Kib,
-    /// Kept on top for a need seen recently ([`super::headroom`]); zero from [`estimate`].
+    /// Kept on top for a need seen recently ([`super::Headroom`]); zero from [`estimate`].
     pub headroom: Kib,
 }
 
@@ -58,7 +58,7 @@ pub struct SwapFree {
     /// The buffer while a migration is prepared (`Sample::preparing_migration`): free
     /// memory the migration would send for nothing. The cache buffer is not added then.
     pub migration_buffer: Kib,
-    /// How long a recent need is kept as headroom ([`super::headroom`]). It applies only
+    /// How long a recent need is kept as headroom ([`super::Headroom`]). It applies only
     /// where a migration can shed it (`Sample::shrink_while_migrating`: the hypervisor lets
     /// the balloon shrink during one), never while a migration runs or is prepared.
     pub headroom_rule: HeadroomRule,
