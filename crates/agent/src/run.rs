@@ -207,10 +207,10 @@ impl<'a> Agent<'a> {
             let size = if s.max == Kib::ZERO { "size unknown".into() } else { format!("size {}", s.guest_size) };
             info(format_args!("sample {}: {size}, {mem}, {psi}", self.seq));
         }
+        let now = Instant::now();
+        let running_short = self.short(now);
         let (Some(ch), Some(mem)) = (&mut self.channel, s.mem) else { return };
         let uptime_ms = u64::try_from(s.at.as_millis()).unwrap_or(u64::MAX);
-        let now = Instant::now();
-        let running_short = self.short_until.is_some_and(|t| now < t);
         let msg = AgentSample { seq: self.seq, uptime_ms, mem, oom_kills: s.oom_kills, balloon: self.source.balloon(), target, pressure: s.pressure, running_short };
         if let Err(e) = ch.send(&encode(&AgentMessage::Sample(msg))) {
             self.bad_port.log(now, format_args!("cannot write to the host port: {e}"));

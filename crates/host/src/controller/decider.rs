@@ -103,22 +103,27 @@ struct QemuHost {
     memory: HostMemory,
 }
 
+impl Vm {
+    /// Whether `o` was taken after the last sample a step used.
+    fn is_new(&self, o: &Observation) -> bool {
+        self.used.is_none_or(|u| o.taken > u)
+    }
+}
+
 impl QemuHost {
     /// Whether every VM that has a sample has a new one since the last step, and no VM
     /// is still waiting for its first during the start-up grace.
     fn all_fresh(&self, starting: bool) -> bool {
         self.vms.iter().all(|vm| match lock(&vm.shared.mailbox).as_ref() {
-            Some(o) => vm.used.is_none_or(|u| o.taken > u),
+            Some(o) => vm.is_new(o),
             None => !starting,
         })
     }
-}
 
-impl QemuHost {
     /// Whether a VM published a new sample that says its guest is running short: decide
     /// now, without waiting for the others.
     fn short_fresh(&self) -> bool {
-        self.vms.iter().any(|vm| lock(&vm.shared.mailbox).as_ref().is_some_and(|o| o.sample.running_short && vm.used.is_none_or(|u| o.taken > u)))
+        self.vms.iter().any(|vm| lock(&vm.shared.mailbox).as_ref().is_some_and(|o| o.sample.running_short && vm.is_new(o)))
     }
 }
 

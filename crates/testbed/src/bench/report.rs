@@ -231,6 +231,7 @@ pub fn markdown(meta: &Meta, records: &[Record]) -> String {
         let _ = writeln!(o, "- **{}** (`{}`): {}", c.label(), c.key(), c.describe(meta.fixed_mib));
     }
     o.push('\n');
+    let (sw, ph) = sweeps(records);
     let lines: Vec<QemuLine> = distinct(ms.iter().map(|r| r.qemu));
     for &line in &lines {
         let _ = writeln!(o, "## Migrations, {}\n", line_title(&ms, &fp, line));
@@ -272,7 +273,6 @@ pub fn markdown(meta: &Meta, records: &[Record]) -> String {
             }
             let _ = writeln!(o, "\n{fails} failing cell(s).\n");
         }
-        let (_, ph) = sweeps(records);
         let fl = floor(&ms, &ph, line);
         if !product.is_empty() && cs.iter().any(|c| c.qemu_own()) {
             let _ = writeln!(
@@ -299,7 +299,6 @@ pub fn markdown(meta: &Meta, records: &[Record]) -> String {
             let _ = writeln!(o, "\n{fails} failing cell(s).\n");
         }
     }
-    let (sw, ph) = sweeps(records);
     spike_section(&mut o, &ms);
     overhead_section(&mut o, records);
     sweep_section(&mut o, &sw, &ph);
