@@ -4,8 +4,9 @@
 //! using a given amount). The loop's interval is zero, so every step is due: the due-time
 //! rule has its own tests in core.
 
-use crate::actuator::KernelTarget;
-use crate::source::{GuestSize, Migration, ProcSource};
+use crate::backend::kernel::KernelBalloon;
+use crate::backend::Target;
+use crate::source::{Migration, ProcSource};
 use crate::testutil::ProcTree;
 use autoballoon_core::config::PolicyConfig;
 use autoballoon_core::control::{ControlLoop, Idle, LoopMetrics, Tick};
@@ -13,6 +14,7 @@ use autoballoon_core::host::{one_vm_step, HostLoop, Independent, OneStep, ONE};
 use autoballoon_core::guard::{Hold, Limit};
 use autoballoon_core::policy::SwapFree;
 use autoballoon_core::Kib;
+use std::rc::Rc;
 use std::time::Duration;
 
 const MAX_MIB: u64 = 2048;
@@ -20,7 +22,7 @@ const MAX_MIB: u64 = 2048;
 struct Guest {
     t: ProcTree,
     source: ProcSource,
-    actuator: KernelTarget,
+    actuator: Target,
     hl: HostLoop<SwapFree, Independent>,
     used_mib: u64,
 }
@@ -30,8 +32,8 @@ impl Guest {
         let t = ProcTree::new(name, "linux-6.12-guest-idle");
         let pages = |mib: u64| Kib::from_mib_saturating(mib).to_pages_floor().0;
         t.set_kernel(pages(MAX_MIB), pages(MAX_MIB));
-        let source = ProcSource::new(t.proc.clone(), GuestSize::Kernel { dir: t.kernel.clone() });
-        let actuator = KernelTarget::new(&t.kernel);
+        let balloon = Rc::new(KernelBalloon::new(&t.kernel));
+        let (source, actuator) = (ProcSource::new(t.proc.clone(), balloon.clone()), Target(balloon));
         let mut hl = HostLoop::new(Independent);
         hl.add_vm(ONE, config.control_loop(Duration::ZERO));
         let g = Guest { t, source, actuator, hl, used_mib: 200 };
@@ -139,7 +141,7 @@ fn holds_shrinking_while_migrating() {
 #[test]
 fn a_failed_write_is_counted_and_the_target_forgotten() {
     let mut g = Guest::new("loop-actuator", no_hold_off());
-    let mut gone = KernelTarget::new(&g.t.kernel.join("gone"));
+    let mut gone = Target(Rc::new(KernelBalloon::new(&g.t.kernel.join("gone"))));
     assert!(matches!(one_vm_step(&mut g.hl, &mut g.source, &mut gone, false), OneStep::ActuatorFailed { .. }));
     assert_eq!((g.metrics().actuator_errors, g.lp().commanded()), (1, None));
     let a = g.tick().outcome.unwrap();

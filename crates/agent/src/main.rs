@@ -2,7 +2,7 @@
 //! every second and either runs core's control loop on the balloon itself (patched kernel,
 //! Xen) or reports to the host controller, which sets it over QMP (stock kernels).
 
-mod actuator;
+mod backend;
 mod channel;
 mod config;
 mod estimate_cmd;

@@ -6,20 +6,19 @@
 //!   the host's notices.
 //! - `--backend host`: the same source, a report, wait. The host decides; no loop here.
 
-use crate::actuator::{KernelTarget, XenTarget};
+use crate::backend::{self, Target};
 use crate::channel::{wait_trigger, Channel};
 use crate::trigger::{PressureTrigger, STALL, WINDOW};
 use crate::logging::{info, RateLimited};
-use crate::source::{GuestSize, Migration, ProcSource};
+use crate::source::{Migration, ProcSource};
 use crate::{protect, BackendKind, RunArgs};
 use autoballoon_core::config::PolicyConfig;
-use autoballoon_core::control::{Actuator, Source, Tick};
+use autoballoon_core::control::{Source, Tick};
 use autoballoon_core::host::{one_vm_step, HostLoop, Independent, OneStep, ONE};
 use autoballoon_core::policy::SwapFree;
 use autoballoon_core::protocol::{encode, AgentMessage, AgentSample, HostMessage};
 use autoballoon_core::sample::Sample;
 use autoballoon_core::Kib;
-use std::fmt::Display;
 use std::time::{Duration, Instant};
 
 /// How often a repeated error (or the count of dropped samples) is logged at most.
@@ -37,17 +36,13 @@ pub fn run(a: &RunArgs) -> Result<(), String> {
         protect::protect_self().map_err(|e| format!("cannot protect the agent from the OOM killer: {e}"))?;
         protect::allow_overcommit(&a.proc_dir).map_err(|e| format!("cannot enable memory overcommit: {e}"))?;
     }
-    let size = match a.backend {
-        BackendKind::Host => GuestSize::HostOwned,
-        BackendKind::Kernel => GuestSize::Kernel { dir: a.kernel_dir.clone() },
-        BackendKind::Xen => GuestSize::xen(a.xen_dir.clone(), a.max_kb.map(Kib)).map_err(|e| e.to_string())?,
-    };
+    let balloon = backend::open(a).map_err(|e| e.to_string())?;
     let channel = match &a.port {
         Some(p) => Some(Channel::open(p).map_err(|e| format!("cannot open port {}: {e}", p.display()))?),
         None => None,
     };
     let tau = Duration::from_millis(a.interval_ms);
-    let mut agent = Agent::new(a, ProcSource::new(a.proc_dir.clone(), size), channel);
+    let mut agent = Agent::new(a, ProcSource::new(a.proc_dir.clone(), balloon.clone()), channel);
     if !a.no_pressure_trigger {
         match PressureTrigger::open(&a.proc_dir, STALL, WINDOW) {
             Ok(t) => agent.trigger = Some(t),
@@ -56,21 +51,19 @@ pub fn run(a: &RunArgs) -> Result<(), String> {
             Err(e) => info(format_args!("no memory-pressure trigger ({e}): a guest running short is seen at the next sample")),
         }
     }
-    let name = a.backend.name();
+    let name = balloon.name();
     if let Some(ch) = &mut agent.channel {
         let hello = AgentMessage::Hello { version: env!("CARGO_PKG_VERSION").into(), backend: name.into() };
         ch.send(&encode(&hello)).map_err(|e| format!("cannot write to the host port: {e}"))?;
     }
-    match a.backend {
-        BackendKind::Host => {
-            info(format_args!("started: backend host, interval {} ms: reporting; the host sets the balloon", tau.as_millis()));
-            if a.policy.any() {
-                info(format_args!("policy flags do nothing with --backend host: the host's configuration applies"));
-            }
-            agent.report_only(tau);
+    if balloon.agent_decides() {
+        agent.control(&policy, tau, Target(balloon));
+    } else {
+        info(format_args!("started: backend {name}, interval {} ms: reporting; the host sets the balloon", tau.as_millis()));
+        if a.policy.any() {
+            info(format_args!("policy flags do nothing with --backend {name}: the host's configuration applies"));
         }
-        BackendKind::Kernel => agent.control(&policy, tau, KernelTarget::new(&a.kernel_dir)),
-        BackendKind::Xen => agent.control(&policy, tau, XenTarget::new(&a.xen_dir)),
+        agent.report_only(tau);
     }
     Ok(())
 }
@@ -151,11 +144,8 @@ impl<'a> Agent<'a> {
     }
 
     /// `--backend kernel` / `xen`: the control loop on this guest; until `--samples` if given.
-    fn control<A: Actuator>(&mut self, policy: &PolicyConfig, tau: Duration, mut actuator: A)
-    where
-        A::Error: Display,
-    {
-        info(format_args!("started: backend {}, {}", self.args.backend.name(), describe(policy, tau)));
+    fn control(&mut self, policy: &PolicyConfig, tau: Duration, mut actuator: Target) {
+        info(format_args!("started: backend {}, {}", actuator.0.name(), describe(policy, tau)));
         // A host of one VM: the host controller's loop, due-time and running-short rules
         // included (a wake-up before the interval is up decides only a growth).
         let mut hl = HostLoop::new(Independent);

@@ -1,13 +1,15 @@
 //! The agent's [`Source`]: the guest's procfs (meminfo, vmstat, pressure/memory) read back
-//! to back with the balloon backend's view of the guest's size, as one core [`Sample`].
+//! to back with the balloon [`Backend`]'s view of the guest's size, as one core [`Sample`].
 
 use autoballoon_core::control::Source;
 use autoballoon_core::policy::MemView;
 use autoballoon_core::procfs::{parse_meminfo, parse_pressure, parse_vmstat, Pressure};
 use autoballoon_core::sample::Sample;
-use autoballoon_core::{Kib, Pages};
+use crate::backend::{Backend, FileError};
+use autoballoon_core::Pages;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::time::Instant;
 
 /// A sample could not be taken; each message names the file.
@@ -17,77 +19,19 @@ pub enum SourceError {
     Read { path: PathBuf, source: std::io::Error },
     #[error("{path}: {why}")]
     Parse { path: PathBuf, why: String },
-    #[error("{path} does not hold a number: {text:?}")]
-    NotANumber { path: PathBuf, text: String },
-    #[error("{path}: {pages} pages do not fit in a KiB count")]
-    TooLarge { path: PathBuf, pages: u64 },
-}
-
-/// Where the guest's present and maximum size come from.
-pub enum GuestSize {
-    /// The patched kernel's interface: `current_pages` and `max_pages`, 4 KiB pages.
-    Kernel { dir: PathBuf },
-    /// Xen: `info/current_kb`; the maximum is fixed when the agent starts.
-    Xen { dir: PathBuf, max: Kib },
-    /// The host owns the balloon (stock kernel) and knows the size; the guest does not, so
-    /// the sample's `guest_size` and `max` read zero. Nothing in the guest decides on them.
-    HostOwned,
-}
-
-impl GuestSize {
-    /// Xen's size files; the maximum is `max`, or the guest's size now.
-    pub fn xen(dir: PathBuf, max: Option<Kib>) -> Result<GuestSize, SourceError> {
-        let max = match max {
-            Some(m) => m,
-            None => Kib(read_number(&dir.join("info/current_kb"))?),
-        };
-        Ok(GuestSize::Xen { dir, max })
-    }
-
-    /// The guest's present and maximum size.
-    fn read(&self) -> Result<(Kib, Kib), SourceError> {
-        match self {
-            GuestSize::Kernel { dir } => Ok((read_pages(&dir.join("current_pages"))?, read_pages(&dir.join("max_pages"))?)),
-            GuestSize::Xen { dir, max } => Ok((Kib(read_number(&dir.join("info/current_kb"))?), *max)),
-            GuestSize::HostOwned => Ok((Kib::ZERO, Kib::ZERO)),
-        }
-    }
-
-    /// The target in force (`target_pages`, `target_kb`), which the kernel's allocator
-    /// hook raises by itself; `None` where the guest cannot read it (the host owns it) or
-    /// before anything was written (a kernel without the file).
-    fn read_target(&self) -> Result<Option<Kib>, SourceError> {
-        let optional = |r: Result<Kib, SourceError>| match r {
-            Err(SourceError::Read { source, .. }) if source.kind() == ErrorKind::NotFound => Ok(None),
-            r => r.map(Some),
-        };
-        match self {
-            GuestSize::Kernel { dir } => optional(read_pages(&dir.join("target_pages"))),
-            GuestSize::Xen { dir, .. } => optional(read_number(&dir.join("target_kb")).map(Kib)),
-            GuestSize::HostOwned => Ok(None),
-        }
-    }
+    /// The balloon's size or target.
+    #[error(transparent)]
+    Balloon(#[from] FileError),
 }
 
 fn read_text(path: &Path) -> Result<String, SourceError> {
     std::fs::read_to_string(path).map_err(|source| SourceError::Read { path: path.into(), source })
 }
 
-fn read_number(path: &Path) -> Result<u64, SourceError> {
-    let text = read_text(path)?;
-    text.trim().parse().map_err(|_| SourceError::NotANumber { path: path.into(), text: text.chars().take(40).collect() })
-}
-
-/// A page count in KiB; a count too large for that is an error, not a wrap.
-fn read_pages(path: &Path) -> Result<Kib, SourceError> {
-    let pages = read_number(path)?;
-    Pages(pages).to_kib_checked().ok_or(SourceError::TooLarge { path: path.into(), pages })
-}
-
-/// Reads the guest's procfs under `proc_dir` and its size from a [`GuestSize`].
+/// Reads the guest's procfs under `proc_dir` and its size from a [`Backend`].
 pub struct ProcSource {
     proc_dir: PathBuf,
-    size: GuestSize,
+    backend: Rc<dyn Backend>,
     start: Instant,
     migration: Migration,
     balloon: Option<Pages>,
@@ -104,8 +48,8 @@ pub enum Migration {
 }
 
 impl ProcSource {
-    pub fn new(proc_dir: PathBuf, size: GuestSize) -> ProcSource {
-        ProcSource { proc_dir, size, start: Instant::now(), migration: Migration::None, balloon: None }
+    pub fn new(proc_dir: PathBuf, backend: Rc<dyn Backend>) -> ProcSource {
+        ProcSource { proc_dir, backend, start: Instant::now(), migration: Migration::None, balloon: None }
     }
 
     /// The host's notices: a live migration runs (samples say so until it ends).
@@ -145,8 +89,8 @@ impl Source for ProcSource {
         // Read back to back, parse afterwards: the size belongs to this memory view.
         let at = self.start.elapsed();
         let meminfo = read_text(&self.proc_dir.join("meminfo"))?;
-        let (guest_size, max) = self.size.read()?;
-        let target_in_force = self.size.read_target()?;
+        let (guest_size, max) = self.backend.size()?;
+        let target_in_force = self.backend.target_in_force()?;
         let vmstat = read_text(&self.proc_dir.join("vmstat"))?;
         let pressure = self.read_pressure()?;
 
@@ -165,14 +109,17 @@ impl Source for ProcSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::host::HostOwned;
+    use crate::backend::kernel::KernelBalloon;
     use crate::testutil::{fixture, ProcTree};
+    use autoballoon_core::Kib;
 
     #[test]
     fn a_sample_is_the_three_files_and_the_kernel_size() {
         let t = ProcTree::new("source-kernel", "linux-6.1-guest-spike");
         t.set_kernel(65536, 524288);
         std::fs::write(t.proc.join("vmstat"), "nr_free_pages 5\noom_kill 3\nballoon_inflate 10\nballoon_deflate 4\n").unwrap();
-        let mut s = ProcSource::new(t.proc.clone(), GuestSize::Kernel { dir: t.kernel.clone() });
+        let mut s = ProcSource::new(t.proc.clone(), Rc::new(KernelBalloon::new(&t.kernel)));
         s.set_migration(Migration::HoldShrinking);
         let x = s.sample().unwrap();
         assert_eq!((x.guest_size, x.max, x.target_in_force), (Kib::from_mib_saturating(256), Kib::from_gib_saturating(2), None));
@@ -188,22 +135,18 @@ mod tests {
     fn no_psi_is_none_not_an_error() {
         let t = ProcTree::new("source-nopsi", "linux-6.12-guest-idle");
         std::fs::remove_file(t.proc.join("pressure/memory")).unwrap();
-        let mut s = ProcSource::new(t.proc.clone(), GuestSize::HostOwned);
+        let mut s = ProcSource::new(t.proc.clone(), Rc::new(HostOwned));
         let x = s.sample().unwrap();
         assert_eq!((x.pressure, x.guest_size, x.max), (None, Kib::ZERO, Kib::ZERO));
         assert!(x.mem.is_some());
     }
 
     #[test]
-    fn junk_and_huge_numbers_are_errors() {
+    fn junk_is_an_error_naming_its_file() {
         let t = ProcTree::new("source-junk", "linux-6.1-guest-idle");
-        let mut s = ProcSource::new(t.proc.clone(), GuestSize::Kernel { dir: t.kernel.clone() });
+        let mut s = ProcSource::new(t.proc.clone(), Rc::new(KernelBalloon::new(&t.kernel)));
         t.set_kernel(1 << 62, 524288);
-        assert!(matches!(s.sample(), Err(SourceError::TooLarge { pages, .. }) if pages == 1 << 62), "a hostile page count does not wrap");
-        std::fs::write(t.kernel.join("current_pages"), "junk\n").unwrap();
-        assert!(matches!(s.sample(), Err(SourceError::NotANumber { .. })));
-        std::fs::write(t.kernel.join("current_pages"), "99999999999999999999999\n").unwrap();
-        assert!(matches!(s.sample(), Err(SourceError::NotANumber { .. })), "beyond u64");
+        assert!(matches!(s.sample(), Err(SourceError::Balloon(FileError::TooLarge { .. }))), "the balloon's own checks");
         t.set_kernel(65536, 524288);
         assert!(s.sample().is_ok());
         for (file, junk) in [("meminfo", "MemTotal: lots kB\n"), ("meminfo", "MemTotal: 5 kB\n"), ("vmstat", "oom_kill x\n"), ("pressure/memory", "some avg10=x\n")] {
@@ -215,17 +158,5 @@ mod tests {
         }
         std::fs::remove_file(t.proc.join("meminfo")).unwrap();
         assert!(matches!(s.sample(), Err(SourceError::Read { .. })));
-    }
-
-    #[test]
-    fn xen_size_is_kib_and_max_fixed_at_start() {
-        let t = ProcTree::new("source-xen", "linux-6.1-guest-idle");
-        std::fs::write(t.xen.join("info/current_kb"), "1048576\n").unwrap();
-        let mut s = ProcSource::new(t.proc.clone(), GuestSize::xen(t.xen.clone(), None).unwrap());
-        std::fs::write(t.xen.join("info/current_kb"), "524288\n").unwrap();
-        let x = s.sample().unwrap();
-        assert_eq!((x.guest_size, x.max), (Kib::from_mib_saturating(512), Kib::from_gib_saturating(1)));
-        assert!(matches!(GuestSize::xen(t.xen.join("nope"), None), Err(SourceError::Read { .. })));
-        assert!(matches!(GuestSize::xen(t.xen.join("nope"), Some(Kib(8))), Ok(GuestSize::Xen { max: Kib(8), .. })));
     }
 }

@@ -1,0 +1,80 @@
+//! The patched kernel's balloon interface (`/proc/sys/vm/balloon`): `current_pages`,
+//! `max_pages` and `target_pages`, in 4 KiB pages. The allocator hook raises
+//! `target_pages` by itself when it hands the balloon's memory to an allocation.
+
+use super::files::{optional, read_pages, write_number};
+use super::{Backend, FileError, WriteError};
+use autoballoon_core::Kib;
+use std::path::{Path, PathBuf};
+
+pub struct KernelBalloon {
+    dir: PathBuf,
+}
+
+impl KernelBalloon {
+    /// The interface in `dir`.
+    pub fn new(dir: &Path) -> KernelBalloon {
+        KernelBalloon { dir: dir.into() }
+    }
+}
+
+impl Backend for KernelBalloon {
+    fn name(&self) -> &'static str {
+        "kernel"
+    }
+    fn size(&self) -> Result<(Kib, Kib), FileError> {
+        Ok((read_pages(&self.dir.join("current_pages"))?, read_pages(&self.dir.join("max_pages"))?))
+    }
+    fn target_in_force(&self) -> Result<Option<Kib>, FileError> {
+        optional(read_pages(&self.dir.join("target_pages")))
+    }
+    fn set_guest_size(&self, guest_size: Kib) -> Result<(), WriteError> {
+        // Whole pages, and never 0: a guest of no pages cannot run.
+        write_number(&self.dir.join("target_pages"), guest_size.to_pages_floor().0.max(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::ProcTree;
+
+    #[test]
+    fn the_target_is_whole_pages_never_zero() {
+        let t = ProcTree::new("backend-kernel", "linux-6.1-guest-idle");
+        let b = KernelBalloon::new(&t.kernel);
+        let target = t.kernel.join("target_pages");
+        assert_eq!(b.target_in_force().unwrap(), None, "nothing written yet");
+        b.set_guest_size(Kib::from_mib_saturating(300)).unwrap();
+        assert_eq!(t.read(&target), 76800);
+        assert_eq!(b.target_in_force().unwrap(), Some(Kib::from_mib_saturating(300)));
+        b.set_guest_size(Kib(4097)).unwrap();
+        assert_eq!(t.read(&target), 1024, "rounded down to whole pages");
+        for tiny in [Kib(1), Kib::ZERO] {
+            b.set_guest_size(tiny).unwrap();
+            assert_eq!(t.read(&target), 1, "never zero pages");
+        }
+        b.set_guest_size(Kib::MAX).unwrap();
+        assert_eq!(t.read(&target), u64::MAX / 4);
+        let e = KernelBalloon::new(&t.root.join("nope")).set_guest_size(Kib(4)).unwrap_err();
+        assert!(e.to_string().contains("nope/target_pages"), "{e}");
+    }
+
+    #[test]
+    fn hostile_sizes_are_errors_not_wraps() {
+        let t = ProcTree::new("backend-kernel-junk", "linux-6.1-guest-idle");
+        let b = KernelBalloon::new(&t.kernel);
+        t.set_kernel(65536, 524288);
+        assert_eq!(b.size().unwrap(), (Kib::from_mib_saturating(256), Kib::from_gib_saturating(2)));
+        t.set_kernel(1 << 62, 524288);
+        assert!(matches!(b.size(), Err(FileError::TooLarge { pages, .. }) if pages == 1 << 62));
+        for junk in ["junk\n", "99999999999999999999999\n", "-1\n"] {
+            std::fs::write(t.kernel.join("current_pages"), junk).unwrap();
+            assert!(matches!(b.size(), Err(FileError::NotANumber { .. })), "{junk:?}");
+        }
+        t.set_kernel(65536, 524288);
+        std::fs::remove_file(t.kernel.join("max_pages")).unwrap();
+        let e = b.size().unwrap_err();
+        assert!(e.is_missing() && e.to_string().contains("max_pages"), "{e}");
+    }
+}
