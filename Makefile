@@ -14,7 +14,7 @@ IMAGE_PATH := run/image.path
 all: build
 
 help:
-	@echo "make demo   - boot a guest, spike it, migrate it without autoballoon, with it, and with free page reporting"
+	@echo "make demo   - boot a guest, spike it, migrate it with QEMU's best (FPR + hinting), with autoballoon, and with no balloon"
 	@echo "make test   - the whole suite (unit, property and QEMU integration tests, make kernel-test)"
 	@echo "make bench  - writes bench/RESULTS.md: migrations at every moment and footprint per configuration against FPR, and the kernel bench (BENCH_QUICK=1, BENCH_RUNS=N)"
 	@echo "make spikebench - spikes at steady state against FPR alone and no balloon (SPIKEBENCH_ARGS='--shapes 3x400 --cpus 1')"
@@ -68,8 +68,10 @@ packaging-test: agent
 	cargo build --locked -p autoballoon
 	packaging/test-packaging.sh --agent $(AGENT) --host target/debug/autoballoon
 
+# On QEMU 10 (QEMU10=0: the system's QEMU): Debian's 7.2 loses guest writes during TCG
+# migrations and its free page hinting breaks destinations (docs/qemu-versions.md).
 demo: testbed image
-	$(DEMOBIN) --image "$$(cat $(IMAGE_PATH))" --out run/demo
+	$(DEMOBIN) --image "$$(cat $(IMAGE_PATH))" $(if $(filter 1,$(QEMU10)),--qemu "$$(scripts/install-qemu10.sh)") --out run/demo
 
 # Spikes at steady state, each configuration against FPR alone and no balloon, on the
 # system QEMU (docs/spikes.md); about 3 min a shape. Writes run/spikebench/SPIKES.md.

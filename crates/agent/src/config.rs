@@ -54,6 +54,16 @@ pub struct PolicyArgs {
     /// Seconds over which that headroom is then given back [default: 60].
     #[arg(long, value_name = "S")]
     pub spike_fade_s: Option<u64>,
+    /// The most room kept for page cache the guest reads again after evicting it (its
+    /// file refaults), MiB; 0: off [default: 512].
+    #[arg(long, value_name = "MIB")]
+    pub refault_keep_max_mib: Option<u64>,
+    /// Seconds that room stays whole after the last refault [default: 120].
+    #[arg(long, value_name = "S")]
+    pub refault_hold_s: Option<u64>,
+    /// Seconds over which it is then given back [default: 240].
+    #[arg(long, value_name = "S")]
+    pub refault_fade_s: Option<u64>,
 }
 
 /// MiB from a MiB flag or its KiB spelling, rounded up.
@@ -78,6 +88,9 @@ impl PolicyArgs {
             outlier_threshold_mib: mib(self.outlier_threshold_mib, self.outlier_threshold_kb).unwrap_or(d.outlier_threshold_mib),
             spike_hold_s: self.spike_hold_s.unwrap_or(d.spike_hold_s),
             spike_fade_s: self.spike_fade_s.unwrap_or(d.spike_fade_s),
+            refault_keep_max_mib: self.refault_keep_max_mib.unwrap_or(d.refault_keep_max_mib),
+            refault_hold_s: self.refault_hold_s.unwrap_or(d.refault_hold_s),
+            refault_fade_s: self.refault_fade_s.unwrap_or(d.refault_fade_s),
             ..d
         };
         c.validate("").map_err(|e| format!("{e} (flag --{})", e.key.replace('_', "-")))?;
@@ -89,7 +102,7 @@ impl PolicyArgs {
         self.adaptive
             || [self.buffer_mib, self.buffer_kb, self.cache_buffer_mib, self.cache_buffer_kb, self.min_mib, self.max_shrink_mib_per_tick,
                 self.dead_band_mib, self.hold_off_s, self.align_mib, self.outlier_delay_ms, self.outlier_threshold_mib, self.outlier_threshold_kb,
-                self.spike_hold_s, self.spike_fade_s]
+                self.spike_hold_s, self.spike_fade_s, self.refault_keep_max_mib, self.refault_hold_s, self.refault_fade_s]
                 .iter()
                 .any(Option::is_some)
     }

@@ -201,7 +201,7 @@ impl<'a> Agent<'a> {
         let running_short = self.short(now);
         let (Some(ch), Some(mem)) = (&mut self.channel, s.mem) else { return };
         let uptime_ms = u64::try_from(s.at.as_millis()).unwrap_or(u64::MAX);
-        let msg = AgentSample { seq: self.seq, uptime_ms, mem, oom_kills: s.oom_kills, balloon: self.source.balloon(), target, pressure: s.pressure, running_short };
+        let msg = AgentSample { seq: self.seq, uptime_ms, mem, oom_kills: s.oom_kills, file_refaults: s.file_refaults, balloon: self.source.balloon(), target, pressure: s.pressure, running_short };
         if let Err(e) = ch.send(&encode(&AgentMessage::Sample(msg))) {
             self.bad_port.log(now, format_args!("cannot write to the host port: {e}"));
         }

@@ -6,7 +6,7 @@ use crate::control::ControlLoop;
 use crate::guard::GuardRails;
 use crate::interval::{AdaptiveInterval, Interval};
 use crate::outlier::{Filtered, OutlierFilter};
-use crate::policy::{Headroom, HeadroomRule, SwapFree};
+use crate::policy::{CacheKeep, CacheKeepRule, Headroom, HeadroomRule, SwapFree};
 use crate::units::Kib;
 use serde::Deserialize;
 use std::time::Duration;
@@ -51,6 +51,13 @@ pub struct PolicyConfig {
     pub spike_hold_s: u64,
     /// Seconds over which that memory is then given back, a quarter at a time.
     pub spike_fade_s: u64,
+    /// The most room kept for page cache the guest reads again after it was evicted
+    /// (its file refaults), MiB; 0: off.
+    pub refault_keep_max_mib: u64,
+    /// Seconds that room stays whole after the last refault.
+    pub refault_hold_s: u64,
+    /// Seconds over which it is then given back, a quarter at a time.
+    pub refault_fade_s: u64,
 }
 
 impl Default for PolicyConfig {
@@ -71,6 +78,9 @@ impl Default for PolicyConfig {
             outlier_threshold_mib: 64,
             spike_hold_s: 30,
             spike_fade_s: 60,
+            refault_keep_max_mib: 512,
+            refault_hold_s: 120,
+            refault_fade_s: 240,
         }
     }
 }
@@ -113,6 +123,11 @@ impl PolicyConfig {
                 migration_buffer: Kib::from_mib_saturating(self.migration_buffer_mib),
                 headroom_rule: HeadroomRule { hold: Duration::from_secs(self.spike_hold_s), fade: Duration::from_secs(self.spike_fade_s) },
                 headroom: Headroom::default(),
+                cache_keep_rule: CacheKeepRule {
+                    max: Kib::from_mib_saturating(self.refault_keep_max_mib),
+                    time: HeadroomRule { hold: Duration::from_secs(self.refault_hold_s), fade: Duration::from_secs(self.refault_fade_s) },
+                },
+                cache_keep: CacheKeep::default(),
             },
         }
     }
@@ -144,7 +159,8 @@ impl PolicyConfig {
         for (key, v) in [("buffer_mib", self.buffer_mib), ("migration_buffer_mib", self.migration_buffer_mib), ("cache_buffer_mib", self.cache_buffer_mib), ("min_mib", self.min_mib),
                          ("max_shrink_mib_per_tick", self.max_shrink_mib_per_tick), ("dead_band_mib", self.dead_band_mib),
                          ("align_mib", self.align_mib), ("outlier_threshold_mib", self.outlier_threshold_mib),
-                         ("spike_hold_s", self.spike_hold_s), ("spike_fade_s", self.spike_fade_s)] {
+                         ("spike_hold_s", self.spike_hold_s), ("spike_fade_s", self.spike_fade_s), ("refault_keep_max_mib", self.refault_keep_max_mib),
+                         ("refault_hold_s", self.refault_hold_s), ("refault_fade_s", self.refault_fade_s)] {
             if v > 1 << 30 {
                 return bad(key, "must be at most 1073741824 (1 PiB)");
             }

@@ -217,6 +217,7 @@ pub fn sample(total: Kib, available: Kib, committed: Kib, balloon: Pages) -> Age
         uptime_ms: 0,
         mem,
         oom_kills: Some(0),
+        file_refaults: None,
         balloon: Some(balloon),
         target: None,
         pressure: None,

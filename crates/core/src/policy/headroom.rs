@@ -33,6 +33,23 @@ impl HeadroomRule {
     pub fn is_off(&self) -> bool {
         self.hold.is_zero() && self.fade.is_zero()
     }
+
+    /// What is left at `at` of `value` kept since `since`: whole for `hold`, then less by
+    /// a quarter at a time over `fade`, then nothing.
+    pub fn faded(&self, value: Kib, since: Duration, at: Duration) -> Kib {
+        let age = at.saturating_sub(since);
+        if age <= self.hold {
+            return value;
+        }
+        let faded = age - self.hold;
+        if faded >= self.fade {
+            return Kib::ZERO;
+        }
+        // value × (1 − faded / fade) rounded up to a quarter, in u128 so no product overflows.
+        let left = self.fade.as_nanos() - faded.as_nanos();
+        let quarters = (4 * left).div_ceil(self.fade.as_nanos());
+        Kib((u128::from(value.0) * quarters / 4) as u64)
+    }
 }
 
 /// The remembered need of one VM.
@@ -45,18 +62,7 @@ impl Headroom {
     /// The remembered need at `at`, faded by `rule`; zero once faded out.
     pub fn remembered(&self, rule: &HeadroomRule, at: Duration) -> Kib {
         let Some((need, since)) = self.peak else { return Kib::ZERO };
-        let age = at.saturating_sub(since);
-        if age <= rule.hold {
-            return need;
-        }
-        let faded = age - rule.hold;
-        if faded >= rule.fade {
-            return Kib::ZERO;
-        }
-        // need × (1 − faded / fade) rounded up to a quarter, in u128 so no product overflows.
-        let left = rule.fade.as_nanos() - faded.as_nanos();
-        let quarters = (4 * left).div_ceil(rule.fade.as_nanos());
-        Kib((u128::from(need.0) * quarters / 4) as u64)
+        rule.faded(need, since, at)
     }
 
     /// Takes the need at `at` and returns what the target covers: the larger of it and

@@ -3,10 +3,12 @@
 //! never sleeps. The same policy types run in the guest agent, the host controller and the
 //! simulator; only the sources of samples and the actuators differ.
 
+mod cachekeep;
 mod headroom;
 mod memview;
 mod swapfree;
 
+pub use cachekeep::{CacheKeep, CacheKeepRule};
 pub use headroom::{Headroom, HeadroomRule};
 pub use memview::MemView;
 pub use swapfree::{estimate, Estimate, SwapFree};
@@ -45,6 +47,9 @@ impl fmt::Display for Reason {
                 write!(f, " + buffer {}", e.buffer)?;
                 if e.headroom > crate::units::Kib::ZERO {
                     write!(f, " + headroom {} (a recent need)", e.headroom)?;
+                }
+                if e.cache_kept > crate::units::Kib::ZERO {
+                    write!(f, " + cache kept {} (read again after eviction)", e.cache_kept)?;
                 }
                 Ok(())
             }

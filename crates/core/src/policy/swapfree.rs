@@ -1,4 +1,4 @@
-use super::{Decision, Headroom, HeadroomRule, MemView, Policy, Reason, Sample};
+use super::{CacheKeep, CacheKeepRule, Decision, Headroom, HeadroomRule, MemView, Policy, Reason, Sample};
 use crate::units::Kib;
 
 /// The inputs and result of one run of the swap-free estimator, all in KiB.
@@ -13,6 +13,9 @@ pub struct Estimate {
     pub buffer: Kib,
     /// Kept on top for a need seen recently ([`super::Headroom`]); zero from [`estimate`].
     pub headroom: Kib,
+    /// Kept on top for page cache the guest read again after it was evicted
+    /// ([`super::CacheKeep`]); zero from [`estimate`].
+    pub cache_kept: Kib,
 }
 
 /// The continuous self-ballooning estimator of the swap-free ballooning design:
@@ -44,6 +47,7 @@ pub fn estimate(mem: &MemView, current: Kib, max: Kib, buffer: Kib) -> Estimate 
         swapped,
         buffer,
         headroom: Kib::ZERO,
+        cache_kept: Kib::ZERO,
     }
 }
 
@@ -63,13 +67,25 @@ pub struct SwapFree {
     /// the balloon shrink during one), never while a migration runs or is prepared.
     pub headroom_rule: HeadroomRule,
     pub headroom: Headroom,
+    /// How much room page cache the guest reads again may claim ([`super::CacheKeep`]);
+    /// not while a migration is prepared.
+    pub cache_keep_rule: CacheKeepRule,
+    pub cache_keep: CacheKeep,
 }
 
 impl SwapFree {
     /// The estimator with `buffer`, no cache buffer and no headroom; a migration is
     /// prepared with no buffer at all.
     pub fn new(buffer: Kib) -> SwapFree {
-        SwapFree { buffer, cache_buffer: Kib::ZERO, migration_buffer: Kib::ZERO, headroom_rule: HeadroomRule::OFF, headroom: Headroom::default() }
+        SwapFree {
+            buffer,
+            cache_buffer: Kib::ZERO,
+            migration_buffer: Kib::ZERO,
+            headroom_rule: HeadroomRule::OFF,
+            headroom: Headroom::default(),
+            cache_keep_rule: CacheKeepRule::OFF,
+            cache_keep: CacheKeep::default(),
+        }
     }
 }
 
@@ -87,6 +103,11 @@ impl Policy for SwapFree {
         if s.shrink_while_migrating && !s.migrating && !s.preparing_migration && covered > need {
             e.headroom = covered.saturating_sub(need);
             e.target = e.target.saturating_add(e.headroom).min(s.max);
+        }
+        let kept = self.cache_keep.observe(&self.cache_keep_rule, s.file_refaults, s.at);
+        if !s.preparing_migration {
+            e.cache_kept = kept;
+            e.target = e.target.saturating_add(kept).min(s.max);
         }
         Some(Decision { target: e.target, reason: Reason::Estimate(e) })
     }
@@ -136,6 +157,26 @@ mod tests {
         assert_eq!(p.decide(&s).unwrap().target, Kib::from_mib_saturating(1000 - 500 + 10 + 30));
         s.preparing_migration = true;
         assert_eq!(p.decide(&s).unwrap().target, Kib::from_mib_saturating(1000 - 500 + 2), "the migration buffer, no cache buffer");
+    }
+
+    #[test]
+    fn cache_read_again_is_kept_but_not_while_a_migration_is_prepared() {
+        use std::time::Duration;
+        let rule = CacheKeepRule { max: Kib::from_mib_saturating(256), time: HeadroomRule { hold: Duration::from_secs(60), fade: Duration::from_secs(60) } };
+        let mut p = SwapFree { cache_keep_rule: rule, ..SwapFree::new(Kib::from_mib_saturating(10)) };
+        let mut s = Sample { guest_size: Kib::from_mib_saturating(1000), max: Kib::from_mib_saturating(2000), mem: Some(view(500 * 1024, 0, 0, 0)), file_refaults: Some(1_000), ..Sample::default() };
+        let lean = Kib::from_mib_saturating(1000 - 500 + 10);
+        assert_eq!(p.decide(&s).unwrap().target, lean, "the first count is a base");
+        s.at = Duration::from_secs(1);
+        s.file_refaults = Some(1_000 + 30 * 256);
+        let d = p.decide(&s).unwrap();
+        assert_eq!(d.target, lean.saturating_add(Kib::from_mib_saturating(30)), "30 MiB read again after eviction: room for it");
+        assert!(d.reason.to_string().ends_with("+ cache kept 30.0 MiB (read again after eviction)"), "{}", d.reason);
+        s.preparing_migration = true;
+        assert_eq!(p.decide(&s).unwrap().target, Kib::from_mib_saturating(1000 - 500), "a migration sends no cache");
+        s.preparing_migration = false;
+        s.file_refaults = None;
+        assert_eq!(p.decide(&s).unwrap().target, lean.saturating_add(Kib::from_mib_saturating(30)), "kept through the migration");
     }
 
     /// A guest of 768 MiB whose 320 MiB working set is half in its zram swap: 100 MiB

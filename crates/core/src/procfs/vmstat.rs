@@ -16,6 +16,11 @@ impl Vmstat {
     pub fn oom_kills(&self) -> Option<u64> {
         self.get("oom_kill")
     }
+    /// File pages read again after they were evicted, since boot: `workingset_refault_file`
+    /// (Linux 5.9 on), else `workingset_refault` (file pages only before 5.9).
+    pub fn file_refaults(&self) -> Option<u64> {
+        self.get("workingset_refault_file").or_else(|| self.get("workingset_refault"))
+    }
     /// Pages swapped in and out since boot.
     pub fn swap_ins(&self) -> Option<u64> {
         self.get("pswpin")

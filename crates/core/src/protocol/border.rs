@@ -59,7 +59,7 @@ pub fn check_sample(s: &AgentSample, configured: Kib) -> Result<AgentView, Rejec
             return Err(Rejected::PressureOutOfRange);
         }
     }
-    Ok(AgentView { mem: *m, balloon: s.balloon, oom_kills: s.oom_kills, pressure: s.pressure, running_short: s.running_short })
+    Ok(AgentView { mem: *m, balloon: s.balloon, oom_kills: s.oom_kills, file_refaults: s.file_refaults, pressure: s.pressure, running_short: s.running_short })
 }
 
 fn pressure_ok(p: &Pressure) -> bool {
@@ -78,7 +78,7 @@ mod tests {
     }
     fn good() -> AgentSample {
         let mem = MemView { total: mib(1900), free: mib(100), available: mib(800), committed_as: Kib::MAX, active: mib(500), inactive: mib(400), cached: mib(300), ..Default::default() };
-        AgentSample { seq: 1, uptime_ms: 5, mem, oom_kills: Some(u64::MAX), balloon: Some(mib(1024).to_pages_floor()), target: Some(mib(900)), pressure: None, running_short: false }
+        AgentSample { seq: 1, uptime_ms: 5, mem, oom_kills: Some(u64::MAX), file_refaults: Some(u64::MAX), balloon: Some(mib(1024).to_pages_floor()), target: Some(mib(900)), pressure: None, running_short: false }
     }
 
     #[test]

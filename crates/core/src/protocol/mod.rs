@@ -37,6 +37,10 @@ pub struct AgentSample {
     /// OOM kills in the guest since boot (/proc/vmstat `oom_kill`), if known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oom_kills: Option<u64>,
+    /// File pages read again after eviction since boot (/proc/vmstat
+    /// `workingset_refault_file`), if known. An older agent does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_refaults: Option<u64>,
     /// Pages in the balloon when the sample was taken (guest /proc/vmstat), if known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub balloon: Option<Pages>,
@@ -114,7 +118,7 @@ mod tests {
 
     #[test]
     fn roundtrip_and_garbage() {
-        let m = AgentMessage::Sample(AgentSample { seq: 3, uptime_ms: 10, mem: MemView { available: Kib(5), ..Default::default() }, oom_kills: Some(0), balloon: Some(Pages(7)), target: None, pressure: None, running_short: true });
+        let m = AgentMessage::Sample(AgentSample { seq: 3, uptime_ms: 10, mem: MemView { available: Kib(5), ..Default::default() }, oom_kills: Some(0), file_refaults: Some(9), balloon: Some(Pages(7)), target: None, pressure: None, running_short: true });
         let line = encode(&m);
         assert!(line.ends_with('\n') && !line[..line.len() - 1].contains('\n'));
         assert_eq!(decode::<AgentMessage>(&line), Some(m));

@@ -15,6 +15,7 @@ pub struct AgentView {
     /// Pages in the balloon when the agent read `mem`; never above the configured size.
     pub balloon: Option<Pages>,
     pub oom_kills: Option<u64>,
+    pub file_refaults: Option<u64>,
     pub pressure: Option<Pressure>,
     /// The agent said the guest is running short now (its pressure trigger fired).
     pub running_short: bool,
@@ -43,6 +44,7 @@ pub struct Merged {
     pub mem: Option<MemView>,
     pub source: SampleSource,
     pub oom_kills: Option<u64>,
+    pub file_refaults: Option<u64>,
     pub pressure: Option<Pressure>,
     pub running_short: bool,
 }
@@ -72,18 +74,18 @@ pub fn merge(v: &SizeViews) -> Merged {
             Some(b) => v.configured.saturating_sub(b),
             None => v.actual,
         };
-        return Merged { guest_size, mem: Some(a.mem), source: SampleSource::Agent, oom_kills: a.oom_kills, pressure: a.pressure, running_short: a.running_short };
+        return Merged { guest_size, mem: Some(a.mem), source: SampleSource::Agent, oom_kills: a.oom_kills, file_refaults: a.file_refaults, pressure: a.pressure, running_short: a.running_short };
     }
     let moving = v.previous_actual.is_some_and(|p| p != v.actual);
     let mem = if moving { None } else { v.guest_stats };
     let source = if mem.is_some() { SampleSource::GuestStats } else { SampleSource::None };
-    Merged { guest_size: v.actual, mem, source, oom_kills: None, pressure: None, running_short: false }
+    Merged { guest_size: v.actual, mem, source, oom_kills: None, file_refaults: None, pressure: None, running_short: false }
 }
 
 impl Merged {
     /// The sample for the policy.
     pub fn sample(&self, at: Duration, max: Kib, migrating: bool) -> Sample {
-        Sample { at, guest_size: self.guest_size, max, target_in_force: None, mem: self.mem, migrating, preparing_migration: false, shrink_while_migrating: false, pressure: self.pressure, oom_kills: self.oom_kills, running_short: self.running_short }
+        Sample { at, guest_size: self.guest_size, max, target_in_force: None, mem: self.mem, migrating, preparing_migration: false, shrink_while_migrating: false, pressure: self.pressure, oom_kills: self.oom_kills, file_refaults: self.file_refaults, running_short: self.running_short }
     }
 }
 
@@ -96,7 +98,7 @@ mod tests {
     }
     fn agent(avail_mib: u64, balloon_mib: Option<u64>) -> AgentView {
         let mem = MemView { total: mib(2000), available: mib(avail_mib), ..Default::default() };
-        AgentView { mem, balloon: balloon_mib.map(|b| mib(b).to_pages_floor()), oom_kills: Some(2), pressure: None, running_short: false }
+        AgentView { mem, balloon: balloon_mib.map(|b| mib(b).to_pages_floor()), oom_kills: Some(2), file_refaults: None, pressure: None, running_short: false }
     }
     fn views(agent: Option<(Duration, &AgentView)>, previous: Option<u64>, stats: Option<MemView>) -> SizeViews<'_> {
         SizeViews { configured: mib(2048), actual: mib(1000), previous_actual: previous.map(mib), agent, agent_stale_after: Duration::from_secs(3), guest_stats: stats }

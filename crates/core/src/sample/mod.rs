@@ -47,6 +47,10 @@ pub struct Sample {
     pub pressure: Option<Pressure>,
     /// OOM kills in the guest since boot, if reported.
     pub oom_kills: Option<u64>,
+    /// File pages the guest read again after evicting them, since boot (/proc/vmstat
+    /// `workingset_refault_file`), if reported: its page cache was too small for what it
+    /// reads.
+    pub file_refaults: Option<u64>,
     /// The guest is running short of memory now (its agent's pressure trigger fired): a
     /// host decides for the VM at once if the decision is a growth, instead of waiting
     /// out the VM's interval. Never makes a decision larger, only sooner.
