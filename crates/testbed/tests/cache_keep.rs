@@ -21,6 +21,9 @@ fn boot_with_disk(name: &str) -> Qemu {
     q.wait_booted(Duration::from_secs(120)).unwrap_or_else(|e| panic!("{e}"));
     let out = q.console.run("[ -e /sys/block/vda ] || insmod /lib/modules/autoballoon/extra/virtio_blk.ko; [ -e /sys/block/vda ]", Duration::from_secs(30)).unwrap();
     assert_eq!(out.status, 0, "no /dev/vda: {}", out.text);
+    // Held open, so the device's page cache (and the shadow entries of what was evicted
+    // from it) outlive each reader: the last close of a block device drops its cache.
+    q.console.spawn("sleep 100000 </dev/vda >/dev/null 2>&1").unwrap();
     q
 }
 
