@@ -1,7 +1,7 @@
 /*
  * spike: periodic memory spikes for autoballoon tests.
  *
- *   spike THREADS MIB_PER_THREAD HOLD_SECONDS SLEEP_SECONDS CYCLES [verify]
+ *   spike THREADS MIB_PER_THREAD HOLD_SECONDS SLEEP_SECONDS CYCLES [verify] [ramp=MIB_PER_S]
  *
  * Each cycle: every thread mmaps MIB_PER_THREAD MiB and writes a non-zero word into every
  * page; once all threads are done the memory is held HOLD_SECONDS, then every thread
@@ -31,6 +31,9 @@
  * line then ends with "bad=B" (bad pages over all cycles), and bad pages fail the run
  * (exit status 1).
  *
+ * With "ramp=R", every thread touches its memory at R MiB/s at most (a slow ramp rather
+ * than a spike: a program that grows gradually); alloc_s then includes the pacing.
+ *
  * Build: gcc -O2 -static -pthread -o spike spike.c
  */
 #define _GNU_SOURCE
@@ -49,6 +52,7 @@ static double hold_s, sleep_s;
 static long cycles;
 static size_t page_size;
 static int verify;
+static double ramp_mib_s; /* 0: as fast as it goes */
 static long *thread_bad; /* per thread, per current cycle: pages that read back wrong */
 static long *thread_pages; /* per thread, per current cycle: pages verified */
 
@@ -73,6 +77,13 @@ static void sleep_secs(double s)
         ;
 }
 
+/* With a ramp, sleeps until `done` bytes are due since `t0`; every 2 MiB. */
+static void pace(double t0, size_t done)
+{
+    if (ramp_mib_s > 0 && done % (2u << 20) == 0)
+        sleep_secs(t0 + (double)done / (double)(1 << 20) / ramp_mib_s - now());
+}
+
 static void *worker(void *arg)
 {
     long id = (long)arg;
@@ -90,11 +101,15 @@ static void *worker(void *arg)
             /* A distinct non-zero word per page: never a zero page, never mergeable. */
             uint64_t tag = 0xA5A5000000000000ULL ^ ((uint64_t)(id + 1) << 40) ^ ((uint64_t)(c + 1) << 24);
             char *b = p;
+            double t0 = now();
             if (!verify) {
-                for (size_t off = 0; off < len; off += page_size)
+                for (size_t off = 0; off < len; off += page_size) {
+                    pace(t0, off);
                     *(volatile uint64_t *)(b + off) = tag | (off / page_size) | 1;
+                }
             } else {
                 for (size_t off = 0; off < len; off += page_size) {
+                    pace(t0, off);
                     uint64_t base = tag | ((uint64_t)(off / page_size) << 12) | 1;
                     uint64_t *w = (uint64_t *)(b + off);
                     for (size_t j = 0; j < page_size / 8; j++)
@@ -159,19 +174,27 @@ static int parse_double(const char *s, double *out)
 
 int main(int argc, char **argv)
 {
-    if ((argc != 6 && !(argc == 7 && strcmp(argv[6], "verify") == 0)) ||
+    int bad_opt = argc < 6;
+    for (int i = 6; i < argc && !bad_opt; i++) {
+        if (strcmp(argv[i], "verify") == 0)
+            verify = 1;
+        else if (strncmp(argv[i], "ramp=", 5) == 0)
+            bad_opt = parse_double(argv[i] + 5, &ramp_mib_s) || !(ramp_mib_s > 0);
+        else
+            bad_opt = 1;
+    }
+    if (bad_opt ||
         parse_long(argv[1], &nthreads, 1) || parse_long(argv[2], &mib, 0) ||
         parse_double(argv[3], &hold_s) || parse_double(argv[4], &sleep_s) ||
         parse_long(argv[5], &cycles, 1) || nthreads > 1024) {
         fprintf(stderr,
-                "usage: %s THREADS MIB_PER_THREAD HOLD_SECONDS SLEEP_SECONDS CYCLES [verify]\n"
+                "usage: %s THREADS MIB_PER_THREAD HOLD_SECONDS SLEEP_SECONDS CYCLES [verify] [ramp=MIB_PER_S]\n"
                 "  e.g. %s 2 100 1 0 1   (2 threads x 100 MiB, hold 1 s, 1 cycle)\n",
                 argv[0], argv[0]);
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
     page_size = (size_t)sysconf(_SC_PAGESIZE);
-    verify = argc == 7;
     thread_ok = calloc((size_t)nthreads, sizeof *thread_ok);
     thread_bad = calloc((size_t)nthreads, sizeof *thread_bad);
     thread_pages = calloc((size_t)nthreads, sizeof *thread_pages);

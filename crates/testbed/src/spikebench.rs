@@ -15,7 +15,7 @@
 
 use crate::bench::fleet::{Fleet, Images};
 use crate::bench::model::{Config, QemuLine};
-use crate::bench::stats::median;
+use crate::bench::stats::{median, percentile};
 use crate::guest::{balloon_to, watch_balloon, SpikeRun};
 use crate::{step, wait_vm_settled, GuestImage};
 use autoballoon::config::ShrinkSetting;
@@ -44,8 +44,9 @@ pub struct SpikeArgs {
     /// ab-patched+fpr with --patched-image].
     #[arg(long, value_delimiter = ',')]
     pub configs: Vec<Config>,
-    /// Spike shapes, THREADSxMIB (MiB per thread), comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "3x400,12x100", value_parser = Shape::parse)]
+    /// Spike shapes, THREADSxMIB (MiB per thread), or THREADSxMIB@R for a slow ramp of R
+    /// MiB/s per thread, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "3x400,12x100,1x1200@100", value_parser = Shape::parse)]
     pub shapes: Vec<Shape>,
     /// Spikes per round; the first is the cold one.
     #[arg(long, default_value_t = 4)]
@@ -77,26 +78,49 @@ pub struct SpikeArgs {
     pub results: Option<PathBuf>,
 }
 
-/// A spike's shape: threads, each mapping and touching `mib` MiB.
+/// A spike's shape: threads, each mapping and touching `mib` MiB, as fast as they can or
+/// at `ramp` MiB/s each (a slow ramp: a program that grows gradually).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Shape {
     pub threads: u32,
     pub mib: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ramp: Option<u32>,
 }
 
 impl Shape {
+    /// `THREADSxMIB`, or `THREADSxMIB@RATE` for a ramp of RATE MiB/s per thread.
     pub fn parse(s: &str) -> Result<Shape, String> {
-        let (t, m) = s.split_once('x').ok_or_else(|| format!("{s:?}: want THREADSxMIB, e.g. 3x400"))?;
+        let (size, ramp) = match s.split_once('@') {
+            Some((size, r)) => (size, Some(r.parse::<u32>().ok().filter(|&r| r > 0).ok_or_else(|| format!("{s:?}: bad ramp, want MiB/s per thread (at least 1)"))?)),
+            None => (s, None),
+        };
+        let (t, m) = size.split_once('x').ok_or_else(|| format!("{s:?}: want THREADSxMIB, e.g. 3x400, or THREADSxMIB@MIB_PER_S, e.g. 1x1200@100"))?;
         let threads = t.parse().map_err(|_| format!("{s:?}: bad thread count"))?;
         let mib = m.parse().map_err(|_| format!("{s:?}: bad MiB per thread"))?;
         if threads == 0 || mib == 0 {
             return Err(format!("{s:?}: threads and MiB must be at least 1"));
         }
-        Ok(Shape { threads, mib })
+        Ok(Shape { threads, mib, ramp })
     }
 
     pub fn key(&self) -> String {
-        format!("{}x{}", self.threads, self.mib)
+        match self.ramp {
+            Some(r) => format!("{}x{}@{r}", self.threads, self.mib),
+            None => format!("{}x{}", self.threads, self.mib),
+        }
+    }
+
+    /// The guest's `spike` command for one spike of this shape held `hold_s`.
+    fn command(&self, hold_s: u64) -> String {
+        let ramp = self.ramp.map_or(String::new(), |r| format!(" ramp={r}"));
+        format!("spike {} {} {hold_s} 0 1{ramp}", self.threads, self.mib)
+    }
+
+    /// A heading: `3 threads × 400 MiB`, with its ramp if any.
+    fn heading(&self) -> String {
+        let ramp = self.ramp.map_or(String::new(), |r| format!(", a ramp of {r} MiB/s each"));
+        format!("{} threads × {} MiB{ramp}", self.threads, self.mib)
     }
 }
 
@@ -209,7 +233,7 @@ struct Watched {
 /// Runs one spike on `q`, sampling `actual` every 20 ms meanwhile.
 fn one_spike(q: &crate::Qemu, ctl: &Qmp, shape: Shape, hold_s: u64) -> Result<Watched, String> {
     let start = ctl.query_balloon().map_err(|e| e.to_string())?;
-    let cmd = format!("spike {} {} {hold_s} 0 1", shape.threads, shape.mib);
+    let cmd = shape.command(hold_s);
     let (run, sizes) = watch_balloon(ctl, Duration::from_millis(20), || q.console.run(&cmd, Duration::from_secs(300)).map(|o| SpikeRun::parse(&o.text, o.status)));
     let run = run.map_err(|e| format!("spike: {e}"))?;
     let reacted = sizes.iter().find(|(_, b)| *b >= start.saturating_add(REACTED.to_bytes_saturating().0)).map(|(t, _)| *t);
@@ -375,8 +399,8 @@ pub fn report(a: &SpikeArgs, records: &[SpikeRecord], ooms: &[OomRecord]) -> Str
             (Some(x), Some(b)) if b > 0.0 => format!("{:.2}×", x / b),
             _ => "–".into(),
         };
-        let _ = writeln!(s, "## QEMU {version}, {cpus} vCPU, {} threads × {} MiB\n", shape.threads, shape.mib);
-        let _ = writeln!(s, "| configuration | cold spike s | steady s (median) | × FPR | × no balloon | reaction s (median, steady) | grown s (median, steady) | guest stalled s, some / full (median, steady) | direct reclaims (median, steady) | THP faults / fallbacks (median, steady) | failed | OOM kills |");
+        let _ = writeln!(s, "## QEMU {version}, {cpus} vCPU, {}\n", shape.heading());
+        let _ = writeln!(s, "| configuration | cold spike s | steady s (median) | × FPR | × no balloon | reaction s, steady: median [p90, max] (spikes) | grown s (median, steady) | guest stalled s, some / full (median, steady) | direct reclaims (median, steady) | THP faults / fallbacks (median, steady) | failed | OOM kills |");
         let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|");
         for &c in &configs {
             if pick(c, false).chain(pick(c, true)).next().is_none() {
@@ -384,7 +408,11 @@ pub fn report(a: &SpikeArgs, records: &[SpikeRecord], ooms: &[OomRecord]) -> Str
             }
             let cold = med(pick(c, false).filter_map(|r| r.alloc_s));
             let st = steady(c);
-            let react = med(pick(c, true).filter_map(|r| r.reaction_s));
+            let reactions: Vec<f64> = pick(c, true).filter_map(|r| r.reaction_s).collect();
+            let react = match reactions.len() {
+                0 => "–".into(),
+                n => format!("{:.2} [{:.2}, {:.2}] ({n})", median(&reactions), percentile(&reactions, 90.0), percentile(&reactions, 100.0)),
+            };
             let grown = med(pick(c, true).filter_map(|r| r.grown_s));
             let failed = mine.iter().filter(|r| r.config == c && !r.completed).count();
             let f = |x: Option<f64>| x.map_or("–".into(), |v| format!("{v:.2}"));
@@ -394,7 +422,7 @@ pub fn report(a: &SpikeArgs, records: &[SpikeRecord], ooms: &[OomRecord]) -> Str
             let reclaims = g(|d| d.allocstall as f64).map_or("–".into(), |v| format!("{v:.0}"));
             let n = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.0}"));
             let thp = format!("{} / {}", n(g(|d| d.thp_fault_alloc as f64)), n(g(|d| d.thp_fault_fallback as f64)));
-            let _ = writeln!(s, "| {} | {} | {} | {} | {} | {} | {} | {stalled} | {reclaims} | {thp} | {failed} | {kills} |", c.label(), f(cold), f(st), ratio(st, fpr), ratio(st, none), f(react), f(grown));
+            let _ = writeln!(s, "| {} | {} | {} | {} | {} | {} | {} | {stalled} | {reclaims} | {thp} | {failed} | {kills} |", c.label(), f(cold), f(st), ratio(st, fpr), ratio(st, none), react, f(grown));
         }
         let _ = writeln!(s);
     }
@@ -421,7 +449,7 @@ mod tests {
         let rec = |config, cycle, alloc_s| SpikeRecord {
             qemu_version: "10.0.2".into(),
             config,
-            shape: Shape { threads: 3, mib: 400 },
+            shape: Shape { threads: 3, mib: 400, ramp: None },
             round: 0,
             cycle,
             cpus: 1,
@@ -444,7 +472,12 @@ mod tests {
 
     #[test]
     fn shapes_parse() {
-        assert_eq!(Shape::parse("3x400"), Ok(Shape { threads: 3, mib: 400 }));
+        assert_eq!(Shape::parse("3x400"), Ok(Shape { threads: 3, mib: 400, ramp: None }));
+        let ramp = Shape::parse("1x1200@100").unwrap();
+        assert_eq!(ramp, Shape { threads: 1, mib: 1200, ramp: Some(100) });
+        assert_eq!((ramp.key(), ramp.command(2)), ("1x1200@100".to_string(), "spike 1 1200 2 0 1 ramp=100".to_string()));
+        assert_eq!(Shape::parse("3x400").unwrap().command(2), "spike 3 400 2 0 1");
+        assert!(Shape::parse("1x1200@0").is_err() && Shape::parse("1x1200@fast").is_err());
         assert!(Shape::parse("3").is_err());
         assert!(Shape::parse("0x400").is_err());
         assert!(Shape::parse("3xlots").is_err());

@@ -183,12 +183,18 @@ impl Config {
     }
 }
 
+/// The idle time of [`Moment::LongIdle`], s.
+pub const LONG_IDLE_S: u64 = 60;
+
 /// When a migration starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Moment {
     /// The guest dirtied 1.5 GiB and freed it (`fill`), then 10 s idle.
     Idle,
+    /// The same, then [`LONG_IDLE_S`] idle: free page reporting has drained (it needs
+    /// 7–17 s for 1.5 GiB here).
+    LongIdle,
     /// This many ms after the spike (3 × 400 MiB, held 2 s) freed its memory.
     AfterSpike(u32),
     /// The spike starts once a slow migration is under way.
@@ -196,21 +202,22 @@ pub enum Moment {
 }
 
 impl Moment {
-    pub const DEFAULT: [Moment; 7] =
-        [Moment::Idle, Moment::AfterSpike(500), Moment::AfterSpike(1000), Moment::AfterSpike(2000), Moment::AfterSpike(4000), Moment::AfterSpike(8000), Moment::DuringSpike];
+    pub const DEFAULT: [Moment; 8] =
+        [Moment::Idle, Moment::LongIdle, Moment::AfterSpike(500), Moment::AfterSpike(1000), Moment::AfterSpike(2000), Moment::AfterSpike(4000), Moment::AfterSpike(8000), Moment::DuringSpike];
     pub const QUICK: [Moment; 3] = [Moment::Idle, Moment::AfterSpike(1000), Moment::DuringSpike];
 
-    /// `idle`, `spike+0.5s` (also `spike0.5`, `spike1`), `during`.
+    /// `idle`, `long-idle`, `spike+0.5s` (also `spike0.5`, `spike1`), `during`.
     pub fn parse(s: &str) -> Result<Moment, String> {
         match s {
             "idle" => return Ok(Moment::Idle),
+            "long-idle" => return Ok(Moment::LongIdle),
             "during" => return Ok(Moment::DuringSpike),
             _ => {}
         }
         let secs = s.strip_prefix("spike").map(|r| r.trim_start_matches('+').trim_end_matches('s'));
         match secs.and_then(|v| v.parse::<f64>().ok()) {
             Some(v) if (0.0..3600.0).contains(&v) => Ok(Moment::AfterSpike((v * 1000.0).round() as u32)),
-            _ => Err(format!("unknown moment {s:?} (idle, spikeN with N seconds, during)")),
+            _ => Err(format!("unknown moment {s:?} (idle, long-idle, spikeN with N seconds, during)")),
         }
     }
 
@@ -227,6 +234,7 @@ impl std::fmt::Display for Moment {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         match self {
             Moment::Idle => write!(f, "idle"),
+            Moment::LongIdle => write!(f, "long-idle"),
             Moment::AfterSpike(ms) => write!(f, "spike+{}s", f64::from(*ms) / 1000.0),
             Moment::DuringSpike => write!(f, "during"),
         }
@@ -238,6 +246,7 @@ impl Moment {
     pub fn label(self) -> String {
         match self {
             Moment::Idle => "idle, after 1.5 GiB written and freed".into(),
+            Moment::LongIdle => format!("idle {LONG_IDLE_S} s after 1.5 GiB written and freed (free page reporting drained)"),
             Moment::AfterSpike(ms) => format!("{} s after a 3 × 400 MiB spike was freed", f64::from(ms) / 1000.0),
             Moment::DuringSpike => "a 3 × 400 MiB spike during a slow migration".into(),
         }

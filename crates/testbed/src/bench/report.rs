@@ -170,12 +170,15 @@ fn qemu_best(ms: &[MigrationRecord], line: QemuLine, m: Moment, kernel: super::m
 }
 
 /// The floor of a line: the fewer of what the physical limit's guest (booted with just the
-/// memory the idle guest uses) sent and what QEMU's best sent at the idle moment (hinting
+/// memory the idle guest uses) sent and what QEMU's best sent at the idle moments (hinting
 /// skips every free page: about the guest's used memory), medians.
 fn floor(ms: &[MigrationRecord], ph: &[MigrationRecord], line: QemuLine) -> Option<f64> {
     let v: Vec<f64> = ph.iter().filter(|r| r.qemu == line && r.completed).map(|r| r.sent_mib).collect();
     let physical = (!v.is_empty()).then(|| median(&v));
-    let idle = qemu_best(ms, line, Moment::Idle, super::model::Kernel::Stock).map(|(_, c)| c.sent_mib).filter(|v| !v.is_nan());
+    let idle = [Moment::Idle, Moment::LongIdle]
+        .into_iter()
+        .filter_map(|m| qemu_best(ms, line, m, super::model::Kernel::Stock).map(|(_, c)| c.sent_mib).filter(|v| !v.is_nan()))
+        .reduce(f64::min);
     match (physical, idle) {
         (Some(p), Some(i)) => Some(p.min(i)),
         (p, i) => p.or(i),

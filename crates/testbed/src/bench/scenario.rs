@@ -101,7 +101,7 @@ fn reach(fleet: &Fleet, c: Config, m: Moment, setup: &Setup, ctl: &Qmp, q: &crat
         fixed_size(setup, ctl)?;
     }
     match m {
-        Moment::Idle => {
+        Moment::Idle | Moment::LongIdle => {
             // Host-controlled guests start from full size like the others (the controller
             // paused, the balloon emptied), dirty and free, then the controller runs again.
             if c.controlled() {
@@ -112,7 +112,8 @@ fn reach(fleet: &Fleet, c: Config, m: Moment, setup: &Setup, ctl: &Qmp, q: &crat
             let filled = fill(q, setup.fill_mib(fleet.memory));
             fleet.resume(c);
             filled?;
-            std::thread::sleep(Duration::from_secs(setup.idle_s));
+            let idle = if m == Moment::LongIdle { super::model::LONG_IDLE_S } else { setup.idle_s };
+            std::thread::sleep(Duration::from_secs(idle));
             Ok(None)
         }
         Moment::AfterSpike(ms) => {

@@ -14,6 +14,18 @@ pub fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// The `p`-th percentile (0–100) by nearest rank, NaN for none: `percentile(v, 50.0)` is
+/// the lower middle of an even count, `percentile(v, 100.0)` the largest.
+pub fn percentile(v: &[f64], p: f64) -> f64 {
+    let mut v: Vec<f64> = v.iter().copied().filter(|x| !x.is_nan()).collect();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let rank = ((p.clamp(0.0, 100.0) / 100.0) * v.len() as f64).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
+}
+
 /// (min, max), NaN for none.
 pub fn spread(v: &[f64]) -> (f64, f64) {
     v.iter().filter(|x| !x.is_nan()).fold((f64::NAN, f64::NAN), |(lo, hi), &x| (if lo.is_nan() { x } else { lo.min(x) }, if hi.is_nan() { x } else { hi.max(x) }))
@@ -107,6 +119,13 @@ pub fn footprint(records: &[FootprintRecord], qemu: QemuLine, config: Config) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn percentiles_by_nearest_rank() {
+        let v = [0.4, 0.1, f64::NAN, 0.3, 0.2, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0];
+        assert_eq!((percentile(&v, 90.0), percentile(&v, 100.0), percentile(&v, 0.0), percentile(&v, 50.0)), (0.9, 1.0, 0.1, 0.5));
+        assert!(percentile(&[], 90.0).is_nan());
+    }
 
     #[test]
     fn medians_spreads_ratios() {
