@@ -9,7 +9,7 @@ AGENT := target/$(TRIPLE)/release/autoballoon-guest
 DEMOBIN := target/release/autoballoon-demo
 IMAGE_PATH := run/image.path
 
-.PHONY: all qemu10 test-qemu10 deps build agent host testbed image demo migbench spikebench test unit-test integration-test test-host-pressure bench bench-host clean help guest-deb packaging-test
+.PHONY: all qemu10 test-qemu10 deps build agent host testbed image demo migbench spikebench densitybench test unit-test integration-test test-host-pressure bench bench-host clean help guest-deb packaging-test
 
 all: build
 
@@ -18,6 +18,7 @@ help:
 	@echo "make test   - the whole suite (unit, property and QEMU integration tests, make kernel-test)"
 	@echo "make bench  - writes bench/RESULTS.md: migrations at every moment and footprint per configuration against FPR, and the kernel bench (BENCH_QUICK=1, BENCH_RUNS=N)"
 	@echo "make spikebench - spikes at steady state against FPR alone and no balloon (SPIKEBENCH_ARGS='--shapes 3x400 --cpus 1')"
+	@echo "make densitybench - four guests over a job sequence: host memory against FPR alone (DENSITYBENCH_ARGS='--guests 2')"
 	@echo "make bench-host - the host controller's CPU and RSS per VM (1/4/16 VMs), iBalloon's mixed workloads (static vs balancer), E1 balloon overhead (ballooned vs configured) and A1 auto-ballooning on an overcommitted host (vanilla vs pressure) into bench/host/RESULTS.md; HOSTBENCH_ONLY=cost,mixed,e1,a1 runs some, keeping the others' previous results"
 	@echo "make migbench - migrations idle and after a spike against free page reporting (MIGBENCH_ARGS='--runs 2')"
 	@echo "make image  - build the guest image (cached under $(CACHE))"
@@ -121,6 +122,10 @@ BENCH_KERNEL ?= 1
 # on both QEMU lines, 1 and 2 vCPUs (about 40 min); BENCH_SPIKES=0 skips it,
 # SPIKEBENCH_ARGS passes options (--help).
 BENCH_SPIKES ?= 1
+# Then autoballoon-densitybench (bench/DENSITY.md): four guests running a job sequence, host
+# memory against FPR alone, runtime against no balloon, on QEMU 10 (about 25 min);
+# BENCH_DENSITY=0 skips it, DENSITYBENCH_ARGS passes options (--help).
+BENCH_DENSITY ?= 1
 bench: agent testbed image
 	@images=$$(kernel/scripts/images.sh $(AGENT)) && \
 	patched=$$(sed -n 1p <<< "$$images") && stock=$$(sed -n 2p <<< "$$images") && \
@@ -137,7 +142,17 @@ bench: agent testbed image
 	  target/release/autoballoon-spikebench --image "$$(cat $(IMAGE_PATH))" --patched-image "$$patched" \
 	    --qemu "$$(scripts/build-qemu72-fixed.sh),$$(scripts/install-qemu10.sh)" --cpus 1,2 \
 	    --out run/bench/spikes --results bench $(SPIKEBENCH_ARGS); \
+	fi && \
+	if [ "$(BENCH_DENSITY)" = 1 ]; then \
+	  target/release/autoballoon-densitybench --image "$$(cat $(IMAGE_PATH))" --qemu "$$(scripts/install-qemu10.sh)" \
+	    --out run/bench/density --results bench $(DENSITYBENCH_ARGS); \
 	fi
+
+# Four guests running a job sequence whose memory comes and goes, each configuration in
+# turn on QEMU 10 (docs/spikes.md, Density); writes run/densitybench/DENSITY.md.
+densitybench: testbed image
+	target/release/autoballoon-densitybench --image "$$(cat $(IMAGE_PATH))" --qemu "$$(scripts/install-qemu10.sh)" \
+	  --out run/densitybench --results run/densitybench $(DENSITYBENCH_ARGS)
 
 # The host controller's own CPU and RSS per managed VM (1, 4, 16 fake VMs and one real guest)
 # and the iBalloon seed's mixed-workload experiment on four real guests, static sizes against

@@ -17,6 +17,7 @@ mod migrate;
 pub mod migbench;
 pub mod plot;
 mod qemu;
+pub mod densitybench;
 pub mod spikebench;
 
 pub use console::{count_oom_kills, Console, ConsoleError};

@@ -1,0 +1,293 @@
+//! `autoballoon-densitybench`: how much host memory several guests take over a job
+//! sequence whose memory comes and goes, each configuration in turn on the same host,
+//! against QEMU's free page reporting (the bar: it gives free memory back too) and no
+//! balloon (the job's runtime without any balloon).
+//!
+//! Per configuration: `--guests` guests booted together, each with its own disk; once they
+//! settled, each runs [`JOBS`] (one after another, in the guest's shell), guest *i* starting
+//! `i × --stagger-s` after the first, so their peaks overlap only in part. Every 0.5 s the
+//! resident memory of all the guests' QEMU processes is summed: the mean and the peak of
+//! that sum from the first job's start to the last job's end are the configuration's
+//! footprint; per guest, the wall time of its sequence and its OOM kills. Writes
+//! `density.jsonl` (a record per configuration) and, with `--results`, `DENSITY.md` and
+//! `density.json` there.
+
+use crate::bench::fleet::spec;
+use crate::bench::model::Config;
+use crate::bench::stats::median;
+use crate::{rss_of, sparse_disk, step, wait_settled, GuestImage, Qemu};
+use autoballoon::config::{Config as CtlConfig, ControllerConfig, LogFormat, PolicyConfig, VmConfig};
+use autoballoon::controller::Controller;
+use autoballoon::log::Logger;
+use autoballoon_core::Kib;
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The job sequence, run in each guest's shell: (name, command). Memory that comes and
+/// goes: arrays allocated and freed in phases, an in-memory sort, a file set (the guest's
+/// disk, held open so its page cache outlives each reader) read three times, a large
+/// buffer dirtied and freed, and idle gaps between them.
+pub const JOBS: [(&str, &str); 7] = [
+    ("arrays: 2 × 300 MiB, held 5 s", "spike 2 300 5 0 1"),
+    ("idle", "sleep 10"),
+    ("sort of 2.5 M lines", "seq 1 2500000 | sort -r | tail -1"),
+    ("read a 256 MiB file set 3 times", "for i in 1 2 3; do dd if=/dev/vda of=/dev/null bs=1M count=256 2>/dev/null; done"),
+    ("idle", "sleep 10"),
+    ("dirty 800 MiB and free it", "fill 800"),
+    ("idle", "sleep 10"),
+];
+
+/// Loads the disk's driver and holds the device open (its last close drops its cache).
+const SETUP: &str = "[ -e /sys/block/vda ] || insmod /lib/modules/autoballoon/extra/virtio_blk.ko; [ -e /sys/block/vda ]";
+
+#[derive(clap::Args, Debug)]
+pub struct DensityArgs {
+    /// The project's guest image (stock kernel); default: $AUTOBALLOON_IMAGE.
+    #[arg(long)]
+    pub image: Option<PathBuf>,
+    /// The QEMU binary or wrapper [default: $AUTOBALLOON_QEMU, else qemu-system-x86_64].
+    #[arg(long)]
+    pub qemu: Option<PathBuf>,
+    /// Configurations, one after another, comma-separated (stock-kernel ones).
+    #[arg(long, value_delimiter = ',', default_value = "none,fpr,fpr+hint,ab-stock")]
+    pub configs: Vec<Config>,
+    /// Guests per configuration.
+    #[arg(long, default_value_t = 4)]
+    pub guests: u32,
+    #[arg(long, default_value_t = 2048)]
+    pub memory_mib: u64,
+    /// Seconds between one guest's start of the job sequence and the next's.
+    #[arg(long, default_value_t = 20)]
+    pub stagger_s: u64,
+    /// Sockets, logs and `density.jsonl`.
+    #[arg(long, default_value = "run/density")]
+    pub out: PathBuf,
+    /// Where DENSITY.md and density.json go; none: only the table on stdout.
+    #[arg(long)]
+    pub results: Option<PathBuf>,
+}
+
+/// One configuration's run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DensityRecord {
+    pub qemu_version: String,
+    pub config: Config,
+    pub guests: u32,
+    /// The sum of the guests' QEMU RSS from the first job's start to the last one's end.
+    pub mean_mib: f64,
+    pub peak_mib: f64,
+    /// The same sum just before the jobs started (the guests settled).
+    pub settled_mib: f64,
+    /// Each guest's wall time for the whole sequence, s (`None`: it did not complete).
+    pub runtimes_s: Vec<Option<f64>>,
+    pub oom_kills: usize,
+}
+
+impl DensityRecord {
+    fn median_runtime(&self) -> Option<f64> {
+        let v: Vec<f64> = self.runtimes_s.iter().flatten().copied().collect();
+        (v.len() == self.runtimes_s.len() && !v.is_empty()).then(|| median(&v))
+    }
+}
+
+fn mib(k: Kib) -> f64 {
+    k.mib_f64()
+}
+
+/// The guests' QEMU processes' RSS, summed, every 0.5 s until `stop`.
+fn sample_rss(pids: Vec<u32>, stop: Arc<AtomicBool>) -> (std::thread::JoinHandle<()>, Arc<Mutex<Vec<(Instant, f64)>>>) {
+    let series = Arc::new(Mutex::new(Vec::new()));
+    let s = series.clone();
+    let h = std::thread::spawn(move || {
+        while !stop.load(Ordering::SeqCst) {
+            let sum: f64 = pids.iter().filter_map(|&p| rss_of(p)).map(mib).sum();
+            s.lock().unwrap().push((Instant::now(), sum));
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    });
+    (h, series)
+}
+
+/// One configuration: boot, settle, run the staggered jobs, measure.
+fn one(a: &DensityArgs, image: &GuestImage, qemu: &std::path::Path, c: Config) -> Result<DensityRecord, String> {
+    let memory = Kib::from_mib_saturating(a.memory_mib);
+    let out = a.out.join(c.key());
+    std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let mut guests = Vec::new();
+    for i in 0..a.guests {
+        let name = format!("{}-{i}", c.key());
+        let disk = sparse_disk(&out.join(format!("{name}.raw")), Kib::from_mib_saturating(256))?;
+        let vm = crate::VmSpec { disk: Some(disk), ..spec(c, &name, memory, qemu) };
+        guests.push(step(&format!("starting {name}"), Qemu::start(image, vm, &out))?);
+    }
+    for q in &guests {
+        step("booting", q.wait_booted(Duration::from_secs(300)))?;
+        let o = step("disk", q.console.run(SETUP, Duration::from_secs(60)))?;
+        if o.status != 0 {
+            return Err(format!("{}: no /dev/vda: {}", c.key(), o.text));
+        }
+        step("disk", q.console.spawn("sleep 100000 </dev/vda >/dev/null 2>&1"))?;
+    }
+    let version = step("QMP", autoballoon_qmp::Qmp::connect_with_retry(&guests[0].qmp_ctl, Instant::now() + Duration::from_secs(10)))?.version().to_string();
+    let ctl = if c.controlled() {
+        let vms = guests.iter().enumerate().map(|(i, q)| VmConfig { agent: Some(q.agent.clone()), ..VmConfig::new(&format!("{}-{i}", c.key()), q.qmp.clone()) }).collect();
+        let config = CtlConfig { controller: ControllerConfig::default(), defaults: PolicyConfig::default(), vms };
+        config.validate().map_err(|e| e.to_string())?;
+        let logger = Logger::new(LogFormat::Text, false).to_file(&out.join("controller.log")).map_err(|e| e.to_string())?;
+        Some(Controller::start(&config, logger))
+    } else {
+        None
+    };
+    // Settled: the host's view of the guests stopped moving (the balloon shrank, FPR drained).
+    let pids: Vec<u32> = guests.iter().map(Qemu::pid).collect();
+    let total = || Kib(pids.iter().filter_map(|&p| rss_of(p)).map(|k| k.0).sum::<u64>() / 8192 * 8192);
+    let settled = wait_settled(Duration::from_secs(120), total).unwrap_or_else(total);
+    println!("[density]   {}: {} guests settled at {:.0} MiB of host memory; jobs start", c.key(), a.guests, mib(settled));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let (sampler, series) = sample_rss(pids, stop.clone());
+    let t0 = Instant::now();
+    let stagger = Duration::from_secs(a.stagger_s);
+    let runtimes: Vec<Option<f64>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = guests
+            .iter()
+            .enumerate()
+            .map(|(i, q)| {
+                sc.spawn(move || {
+                    std::thread::sleep(stagger * i as u32);
+                    let began = Instant::now();
+                    for (name, cmd) in JOBS {
+                        match q.console.run(cmd, Duration::from_secs(900)) {
+                            Ok(o) if o.status == 0 => {}
+                            Ok(o) => {
+                                println!("[density]   guest {i}: {name}: exit {}: {}", o.status, o.text.lines().last().unwrap_or(""));
+                                return None;
+                            }
+                            Err(e) => {
+                                println!("[density]   guest {i}: {name}: {e}");
+                                return None;
+                            }
+                        }
+                    }
+                    Some(began.elapsed().as_secs_f64())
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap_or(None)).collect()
+    });
+    let t1 = Instant::now();
+    stop.store(true, Ordering::SeqCst);
+    let _ = sampler.join();
+    let window: Vec<f64> = series.lock().unwrap().iter().filter(|(t, _)| *t >= t0 && *t <= t1).map(|p| p.1).collect();
+    let mean_mib = if window.is_empty() { f64::NAN } else { window.iter().sum::<f64>() / window.len() as f64 };
+    let peak_mib = window.iter().copied().fold(f64::NAN, f64::max);
+    let oom_kills = guests.iter().map(crate::guest::oom_kills).sum();
+    if let Some(ctl) = ctl {
+        ctl.stop();
+    }
+    drop(guests);
+    Ok(DensityRecord { qemu_version: version, config: c, guests: a.guests, mean_mib, peak_mib, settled_mib: mib(settled), runtimes_s: runtimes, oom_kills })
+}
+
+pub fn run(a: DensityArgs) -> Result<(), String> {
+    let image = match &a.image {
+        Some(p) => GuestImage::at(p),
+        None => GuestImage::from_env(),
+    }
+    .map_err(|e| e.to_string())?;
+    let qemu = a.qemu.clone().unwrap_or_else(crate::qemu_binary);
+    std::fs::create_dir_all(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
+    let jsonl = a.out.join("density.jsonl");
+    let mut records = Vec::new();
+    let began = Instant::now();
+    for (n, &c) in a.configs.iter().enumerate() {
+        println!("[density] {}/{} ({:.0} s): {} guests of {}, jobs {} s apart", n + 1, a.configs.len(), began.elapsed().as_secs_f64(), a.guests, c.key(), a.stagger_s);
+        let r = one(&a, &image, &qemu, c)?;
+        println!(
+            "[density]   {}: mean {:.0} MiB, peak {:.0} MiB, job runtime (median) {}, OOM kills {}",
+            c.key(),
+            r.mean_mib,
+            r.peak_mib,
+            r.median_runtime().map_or("– (a guest did not complete)".into(), |t| format!("{t:.1} s")),
+            r.oom_kills
+        );
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&jsonl).map_err(|e| format!("{}: {e}", jsonl.display()))?;
+        writeln!(f, "{}", serde_json::to_string(&r).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+        records.push(r);
+    }
+    let md = report(&a, &records);
+    println!("\n{md}");
+    if let Some(dir) = &a.results {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        std::fs::write(dir.join("DENSITY.md"), &md).map_err(|e| e.to_string())?;
+        std::fs::write(dir.join("density.json"), serde_json::to_string_pretty(&records).map_err(|e| e.to_string())? + "\n").map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// The table: each configuration's mean and peak host memory against FPR's, its job
+/// runtime against no balloon's, its OOM kills. Pure.
+pub fn report(a: &DensityArgs, records: &[DensityRecord]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# Density: host memory of {} guests over a job sequence\n", a.guests);
+    let jobs: Vec<String> = JOBS.iter().map(|(n, _)| n.to_string()).collect();
+    let _ = writeln!(
+        s,
+        "Written by `autoballoon-densitybench`: {} guests of {} MiB (1 vCPU, TCG single-threaded) per configuration, one configuration after another; each guest runs the sequence {} once, guest i starting {} s after guest 0. Host memory: the sum of the guests' QEMU RSS sampled every 0.5 s from the first start to the last end. Runtime: each guest's wall time for the whole sequence (median over the guests). Ratios are to free page reporting alone (memory) and to no balloon (runtime) of the same run. The guest image has no xz; the sort is busybox's.\n",
+        a.guests, a.memory_mib, jobs.join(" → "), a.stagger_s
+    );
+    let get = |c: Config| records.iter().find(|r| r.config == c);
+    let (fpr, none) = (get(Config::Fpr), get(Config::NoBalloon));
+    let ratio = |x: f64, bar: Option<f64>| match bar {
+        Some(b) if b > 0.0 && !x.is_nan() => format!("{:.2}×", x / b),
+        _ => "–".into(),
+    };
+    if let Some(v) = records.first().map(|r| r.qemu_version.as_str()) {
+        let _ = writeln!(s, "QEMU {v}.\n");
+    }
+    let _ = writeln!(s, "| configuration | settled MiB | mean MiB | × FPR | peak MiB | × FPR | runtime s (median) | × no balloon | completed | OOM kills |");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
+    for r in records {
+        let rt = r.median_runtime();
+        let done = r.runtimes_s.iter().filter(|t| t.is_some()).count();
+        let _ = writeln!(
+            s,
+            "| {} | {:.0} | {:.0} | {} | {:.0} | {} | {} | {} | {done}/{} | {} |",
+            r.config.label(),
+            r.settled_mib,
+            r.mean_mib,
+            ratio(r.mean_mib, fpr.map(|f| f.mean_mib)),
+            r.peak_mib,
+            ratio(r.peak_mib, fpr.map(|f| f.peak_mib)),
+            rt.map_or("–".into(), |t| format!("{t:.1}")),
+            rt.map_or("–".into(), |t| ratio(t, none.and_then(DensityRecord::median_runtime))),
+            r.runtimes_s.len(),
+            r.oom_kills
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(c: Config, mean: f64, peak: f64, rt: Option<f64>) -> DensityRecord {
+        DensityRecord { qemu_version: "10.0.2".into(), config: c, guests: 2, mean_mib: mean, peak_mib: peak, settled_mib: 500.0, runtimes_s: vec![rt, Some(100.0)], oom_kills: 0 }
+    }
+
+    #[test]
+    fn the_table_has_ratios_to_fpr_and_to_no_balloon() {
+        let a = DensityArgs { image: None, qemu: None, configs: vec![], guests: 2, memory_mib: 2048, stagger_s: 20, out: "x".into(), results: None };
+        let rs = [rec(Config::NoBalloon, 4000.0, 4100.0, Some(100.0)), rec(Config::Fpr, 2000.0, 3000.0, Some(110.0)), rec(Config::AbStock, 1400.0, 2400.0, None)];
+        let md = report(&a, &rs);
+        assert!(md.contains("| 4000 | 2.00× | 4100 | 1.37× | 100.0 | 1.00× | 2/2 | 0 |"), "{md}");
+        assert!(md.contains("| 1400 | 0.70× | 2400 | 0.80× | – | – | 1/2 | 0 |"), "a guest that did not complete has no runtime: {md}");
+        assert!(md.contains("arrays: 2 × 300 MiB, held 5 s → idle → sort"), "{md}");
+    }
+}
