@@ -191,7 +191,8 @@ fn qom_get(st: &VmState, args: &Map<String, Value>) -> Outcome {
             }, "last-update": g.last_update_secs}))
         }
         "guest-stats-polling-interval" => Ok(json!(st.polling_interval)),
-        "deflate-on-oom" | "free-page-reporting" | "free-page-hint" => Ok(json!(false)),
+        "free-page-hint" => Ok(json!(st.free_page_hint)),
+        "deflate-on-oom" | "free-page-reporting" => Ok(json!(false)),
         other => no_property(other),
     }
 }
