@@ -134,7 +134,7 @@ pub fn render(vms: &[VmStatus]) -> String {
         }
     }
 
-    let counters: [(&str, &str, Get); 13] = [
+    let counters: &[(&str, &str, Get)] = &[
         ("autoballoon_vm_samples_total", "Samples taken of the VM since the daemon started.", |v| Some(v.samples)),
         ("autoballoon_vm_ticks_total", "Decisions the VM's control loop made (including no change).", |v| Some(v.metrics.ticks)),
         ("autoballoon_vm_held_for_migration_total", "Shrinks withheld because a live migration was running.", |v| Some(v.metrics.held_for_migration)),
@@ -145,6 +145,7 @@ pub fn render(vms: &[VmStatus]) -> String {
         ("autoballoon_vm_guest_oom_kills_total", "OOM kills inside the guest (its /proc/vmstat oom_kill), as its agent reports them.", |v| v.guest_oom_kills),
         ("autoballoon_vm_agent_rejected_total", "Agent samples refused at the border (impossible values).", |v| Some(v.agent.rejected)),
         ("autoballoon_vm_agent_garbage_total", "Lines from the agent that were not valid messages.", |v| Some(v.agent.garbage)),
+        ("autoballoon_vm_agent_overlong_total", "Lines from the agent longer than the protocol's bound, dropped whole.", |v| Some(v.agent.overlong)),
         ("autoballoon_vm_agent_flooded_total", "Agent samples dropped for exceeding the rate limit.", |v| Some(v.agent.flooded)),
         ("autoballoon_vm_agent_short_total", "Agent samples that said the guest ran short of memory (each decided at once).", |v| Some(v.agent.short)),
         ("autoballoon_vm_agent_notices_dropped_total", "Migration notices the agent could not be sent (it was not reading).", |v| Some(v.agent.notices_dropped)),
@@ -308,6 +309,7 @@ mod tests {
         a.guest_oom_kills = Some(0);
         a.agent.rejected = 3;
         a.agent.garbage = 4;
+        a.agent.overlong = 5;
         a.agent.flooded = 6;
         a.agent.notices_dropped = 8;
         a.qmp_events_dropped = 9;
@@ -321,6 +323,7 @@ mod tests {
             "autoballoon_vm_guest_oom_kills_total{vm=\"a\"} 0",
             "autoballoon_vm_agent_rejected_total{vm=\"a\"} 3",
             "autoballoon_vm_agent_garbage_total{vm=\"a\"} 4",
+            "autoballoon_vm_agent_overlong_total{vm=\"a\"} 5",
             "autoballoon_vm_agent_flooded_total{vm=\"a\"} 6",
             "autoballoon_vm_agent_notices_dropped_total{vm=\"a\"} 8",
             "autoballoon_vm_qmp_events_dropped_total{vm=\"a\"} 9",

@@ -84,6 +84,8 @@ pub struct LinkStats {
     pub hello: Option<String>,
     /// Lines that were not valid messages.
     pub garbage: u64,
+    /// Lines longer than the protocol's bound, dropped whole.
+    pub overlong: u64,
     /// Samples refused at the border (impossible values).
     pub rejected: u64,
     /// The last refusal's reason.
