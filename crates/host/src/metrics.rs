@@ -145,6 +145,8 @@ pub fn render(vms: &[VmStatus]) -> String {
         ("autoballoon_vm_guest_oom_kills_total", "OOM kills inside the guest (its /proc/vmstat oom_kill), as its agent reports them.", |v| v.guest_oom_kills),
         ("autoballoon_vm_agent_rejected_total", "Agent samples refused at the border (impossible values).", |v| Some(v.agent.rejected)),
         ("autoballoon_vm_agent_garbage_total", "Lines from the agent that were not valid messages.", |v| Some(v.agent.garbage)),
+        ("autoballoon_vm_actual_rejected_total", "Balloon sizes (QMP actual) refused at the border: larger than the VM.", |v| Some(v.actual_rejected)),
+        ("autoballoon_vm_guest_stats_rejected_total", "Balloon-driver statistics (guest-stats, dommemstat) refused at the border (impossible values).", |v| Some(v.guest_stats_rejected)),
         ("autoballoon_vm_agent_overlong_total", "Lines from the agent longer than the protocol's bound, dropped whole.", |v| Some(v.agent.overlong)),
         ("autoballoon_vm_agent_flooded_total", "Agent samples dropped for exceeding the rate limit.", |v| Some(v.agent.flooded)),
         ("autoballoon_vm_agent_short_total", "Agent samples that said the guest ran short of memory (each decided at once).", |v| Some(v.agent.short)),
@@ -313,6 +315,8 @@ mod tests {
         a.agent.flooded = 6;
         a.agent.notices_dropped = 8;
         a.qmp_events_dropped = 9;
+        a.actual_rejected = 10;
+        a.guest_stats_rejected = 11;
         a.agent.hello = Some("0.1.0 (host)".into());
         let t = render(&[a]);
         for want in [
@@ -327,6 +331,8 @@ mod tests {
             "autoballoon_vm_agent_flooded_total{vm=\"a\"} 6",
             "autoballoon_vm_agent_notices_dropped_total{vm=\"a\"} 8",
             "autoballoon_vm_qmp_events_dropped_total{vm=\"a\"} 9",
+            "autoballoon_vm_actual_rejected_total{vm=\"a\"} 10",
+            "autoballoon_vm_guest_stats_rejected_total{vm=\"a\"} 11",
             "autoballoon_vm_agent_info{vm=\"a\",hello=\"0.1.0 (host)\"} 1",
         ] {
             assert!(t.lines().any(|l| l == want), "missing {want}:\n{t}");
