@@ -2,13 +2,14 @@
 //! series per VM. Every metric is documented in docs/metrics.md.
 //!
 //! The server is one thread with a plain `TcpListener`: one connection at a time, a
-//! bounded request (8 KiB of headers) and a read/write timeout, so a slow or hostile
-//! client costs that thread only. It reads status snapshots (a short lock on each VM's
+//! bounded request (8 KiB of headers) and a whole-request deadline ([`DEADLINE`]), so a
+//! slow or hostile client costs that thread only, for that long at most, and never holds
+//! up shutdown (crate::server_thread). It reads status snapshots (a short lock on each VM's
 //! status, the same the decider takes) and never waits on a control thread.
 
 use crate::controller::{VmState, VmStatus};
 use crate::log::Logger;
-use crate::server_thread::ServerThread;
+use crate::server_thread::{Bounded, Limits, ServerThread};
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -174,8 +175,8 @@ pub fn render(vms: &[VmStatus]) -> String {
 
 /// Longest request head read (request line and headers).
 const MAX_REQUEST: usize = 8 * 1024;
-/// How long a client may take to send its request or read the answer.
-const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a client may take to send its request and read the answer, in all.
+pub const DEADLINE: Duration = Duration::from_secs(5);
 /// The running endpoint; stops when dropped or `stop`ped.
 pub struct MetricsServer {
     addr: SocketAddr,
@@ -188,7 +189,8 @@ impl MetricsServer {
         let listener = TcpListener::bind(listen)?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
-        let thread = ServerThread::spawn("metrics", "metrics", log, move || listener.accept().map(|(c, _)| c), move |c| serve(c, &snapshots))?;
+        let limits = Limits { deadline: DEADLINE, idle: DEADLINE };
+        let thread = ServerThread::spawn("metrics", "metrics", log, limits, move || listener.accept().map(|(c, _)| c), move |c| serve(c, &snapshots))?;
         Ok(MetricsServer { addr, thread })
     }
 
@@ -204,7 +206,7 @@ impl MetricsServer {
 
 
 /// Reads a request head of at most [`MAX_REQUEST`] bytes: `Ok(None)` if it was longer.
-fn read_head(conn: &mut TcpStream) -> std::io::Result<Option<String>> {
+fn read_head(conn: &mut impl Read) -> std::io::Result<Option<String>> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     loop {
@@ -223,7 +225,7 @@ fn read_head(conn: &mut TcpStream) -> std::io::Result<Option<String>> {
     }
 }
 
-fn respond(conn: &mut TcpStream, status: &str, content_type: &str, body: &str, head_only: bool) -> std::io::Result<()> {
+fn respond(conn: &mut impl Write, status: &str, content_type: &str, body: &str, head_only: bool) -> std::io::Result<()> {
     let mut r = format!("HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
     if !head_only {
         r.push_str(body);
@@ -232,10 +234,7 @@ fn respond(conn: &mut TcpStream, status: &str, content_type: &str, body: &str, h
     conn.flush()
 }
 
-fn serve(mut conn: TcpStream, snapshots: &Snapshots) -> std::io::Result<()> {
-    conn.set_nonblocking(false)?;
-    conn.set_read_timeout(Some(IO_TIMEOUT))?;
-    conn.set_write_timeout(Some(IO_TIMEOUT))?;
+fn serve(mut conn: Bounded<TcpStream>, snapshots: &Snapshots) -> std::io::Result<()> {
     let text = "text/plain; charset=utf-8";
     let Some(head) = read_head(&mut conn)? else {
         return respond(&mut conn, "431 Request Header Fields Too Large", text, "request too large\n", false);
@@ -261,6 +260,31 @@ mod tests {
 
     fn lines_of<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
         text.lines().filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} "))).collect()
+    }
+
+    #[test]
+    fn a_client_dripping_its_request_delays_shutdown_by_less_than_a_second() {
+        use crate::config::LogFormat;
+        let snapshots: Snapshots = std::sync::Arc::new(Vec::new);
+        let server = MetricsServer::start("127.0.0.1:0", snapshots, crate::log::Logger::new(LogFormat::Json, false)).unwrap();
+        let addr = server.local_addr();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut c = TcpStream::connect(addr).unwrap();
+            let _ = tx.send(());
+            // A byte every 0.5 s, for longer than the whole-request deadline.
+            for b in b"GET /metrics HTTP/1.1\r\n".iter().cycle().take(40) {
+                if c.write_all(&[*b]).is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        });
+        rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        std::thread::sleep(Duration::from_millis(1200));
+        let asked = std::time::Instant::now();
+        server.stop();
+        assert!(asked.elapsed() < Duration::from_secs(1), "shutdown took {:?}", asked.elapsed());
     }
 
     #[test]
