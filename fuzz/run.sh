@@ -52,7 +52,7 @@ if [ -d corpus/border ]; then
     done
 fi
 
-cargo fuzz build $TARGETS 2>&1 | tail -n 3
+cargo fuzz build 2>&1 | tail -n 3
 mkdir -p logs
 status=0
 printf '%-8s %12s %8s %8s %8s\n' target execs "exec/s" cov crashes
