@@ -1,7 +1,8 @@
 //! The border: an agent line (JSON), and raw balloon numbers, for a VM of any size. Whatever
-//! passes must be within the VM, and nothing panics.
+//! passes must be within the VM, and nothing panics. The same line as the agent reads it
+//! from the host, too.
 #![no_main]
-use autoballoon_core::protocol::{check_actual, check_balloon_stats, check_sample, decode, AgentMessage, BalloonStats};
+use autoballoon_core::protocol::{check_actual, check_balloon_stats, check_sample, decode, AgentMessage, BalloonStats, HostMessage};
 use autoballoon_core::{Bytes, Kib};
 use libfuzzer_sys::fuzz_target;
 
@@ -27,6 +28,7 @@ fuzz_target!(|data: &[u8]| {
     }
     let line = data.get(48..).unwrap_or_default();
     let Ok(text) = std::str::from_utf8(line) else { return };
+    let _ = decode::<HostMessage>(text);
     if let Some(AgentMessage::Sample(s)) = decode::<AgentMessage>(text) {
         if let Ok(v) = check_sample(&s, configured) {
             assert!(v.mem.total <= configured);
