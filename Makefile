@@ -9,12 +9,13 @@ AGENT := target/$(TRIPLE)/release/autoballoon-guest
 DEMOBIN := target/release/autoballoon-demo
 IMAGE_PATH := run/image.path
 
-.PHONY: all qemu10 test-qemu10 deps build agent host testbed image demo migbench spikebench densitybench test unit-test integration-test test-host-pressure bench bench-host clean help guest-deb packaging-test
+.PHONY: all qemu10 test-qemu10 deps build agent host testbed image demo migbench spikebench densitybench test unit-test integration-test test-host-pressure bench bench-host clean help guest-deb packaging-test fuzz
 
 all: build
 
 help:
 	@echo "make demo   - boot a guest, spike it, migrate it with QEMU's best (FPR + hinting), with autoballoon, and with no balloon"
+	@echo "make fuzz   - every fuzz target (border, framer, qmp, procfs, libvirt, config) for FUZZ_SECONDS=60 each; installs cargo-fuzz; not part of make test"
 	@echo "make test   - the whole suite (unit, property and QEMU integration tests, make kernel-test)"
 	@echo "make bench  - writes bench/RESULTS.md: migrations at every moment and footprint per configuration against FPR, and the kernel bench (BENCH_QUICK=1, BENCH_RUNS=N)"
 	@echo "make spikebench - spikes at steady state against FPR alone and no balloon (SPIKEBENCH_ARGS='--shapes 3x400 --cpus 1')"
@@ -83,6 +84,11 @@ spikebench: testbed image
 # and without free page reporting, against FPR alone (docs/migration.md). ~5 min a run.
 migbench: testbed image
 	target/release/autoballoon-migbench --image "$$(cat $(IMAGE_PATH))" --out run/migbench $(MIGBENCH_ARGS)
+
+# Fuzzing (fuzz/, outside the workspace): each target FUZZ_SECONDS (60) on a corpus seeded
+# from the fixtures; FUZZ_TARGETS="framer qmp" runs some. Not part of `make test`.
+fuzz:
+	fuzz/run.sh
 
 unit-test: deps
 	cargo test --locked --workspace --lib --bins

@@ -1,8 +1,10 @@
 //! The virtio-serial port to the host controller, used without threads: non-blocking
 //! writes (a sample is dropped rather than block the loop) and poll() for incoming lines,
 //! which doubles as the loop's sleep. Nothing here blocks longer than the wait asked for,
-//! and nothing grows: a line is kept up to [`MAX_LINE`] bytes, a longer one is dropped.
+//! and nothing grows: lines are cut by core's one framer ([`LineFramer`]), a line is kept
+//! up to [`MAX_LINE`] bytes, a longer one is dropped whole up to its newline and counted.
 
+use autoballoon_core::lines::LineFramer;
 use autoballoon_core::protocol::{decode, HostMessage, MAX_LINE};
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Read, Write};
@@ -16,9 +18,8 @@ const READ_BUDGET: usize = 16 * 1024;
 
 pub struct Channel {
     port: File,
-    inbox: Vec<u8>,
-    /// The line being read is longer than [`MAX_LINE`]: dropped at its newline.
-    overlong: bool,
+    /// Cuts what the host sends into lines of at most [`MAX_LINE`] bytes.
+    framer: LineFramer,
     /// Lines that could not be written because the host was not reading.
     dropped: u64,
     /// `dropped` when it was last reported, and when.
@@ -67,7 +68,7 @@ pub fn wait_trigger(trigger: Option<RawFd>, timeout: Duration) -> bool {
 impl Channel {
     pub fn open(path: &Path) -> std::io::Result<Channel> {
         let port = OpenOptions::new().read(true).write(true).custom_flags(libc::O_NONBLOCK).open(path)?;
-        Ok(Channel { port, inbox: Vec::with_capacity(MAX_LINE), overlong: false, dropped: 0, reported: (0, None) })
+        Ok(Channel { port, framer: LineFramer::new(MAX_LINE), dropped: 0, reported: (0, None) })
     }
 
     /// Sends one line; drops it if the host is not connected or not keeping up.
@@ -86,6 +87,13 @@ impl Channel {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// Lines from the host dropped for being longer than [`MAX_LINE`], so far (the loop
+    /// does not report them yet).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub fn overlong(&self) -> u64 {
+        self.framer.overlong()
     }
 
     /// Lines dropped since the last report, if there are any and the last report is at
@@ -148,20 +156,8 @@ impl Channel {
                 Ok(n) => n,
             };
             total += n;
-            for &b in &buf[..n] {
-                if b != b'\n' {
-                    if self.inbox.len() < MAX_LINE {
-                        self.inbox.push(b);
-                    } else {
-                        self.overlong = true;
-                    }
-                    continue;
-                }
-                if !self.overlong {
-                    out.extend(std::str::from_utf8(&self.inbox).ok().and_then(decode::<HostMessage>));
-                }
-                self.inbox.clear();
-                self.overlong = false;
+            for line in self.framer.push(&buf[..n]).into_iter().flatten() {
+                out.extend(std::str::from_utf8(&line).ok().and_then(decode::<HostMessage>));
             }
         }
         total
@@ -197,6 +193,7 @@ mod tests {
         host.write_all(b"{\"type\":\"migration_ended\",\"outcome\":\"failed\"}\n\xff\xfe\n{\"type\":\"migr").unwrap();
         let got = ch.wait(Duration::from_secs(5));
         assert_eq!(got, vec![HostMessage::MigrationEnded { outcome: MigrationOutcome::Failed }]);
+        assert_eq!(ch.overlong(), 1, "the padded line is counted, its tail not read as a line");
         host.write_all(b"ation_started\"}\n").unwrap();
         assert_eq!(ch.wait(Duration::from_secs(5)), vec![HostMessage::MigrationStarted { shrink_allowed: false }], "a line split across reads");
         let t = Instant::now();

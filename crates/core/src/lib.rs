@@ -11,6 +11,7 @@
 //! - [`migration`]: whether a VM may shrink while a live migration of it runs (from the
 //!   hypervisor's facts).
 //! - [`config`]: the policy configuration shared by the agent and the host.
+//! - [`lines`]: the one bounded line framer every reader of newline-delimited input uses.
 //! - [`protocol`]: the JSON lines the guest agent and the host controller exchange.
 
 pub mod config;
@@ -18,6 +19,7 @@ pub mod control;
 pub mod guard;
 pub mod host;
 pub mod interval;
+pub mod lines;
 pub mod migration;
 pub mod outlier;
 pub mod policy;

@@ -2,7 +2,8 @@
 //! can also notice stop requests and pending work between lines.
 
 use crate::sync::TICK;
-use std::io::{self, BufRead, BufReader, Read};
+use autoballoon_core::lines;
+use std::io;
 use std::os::unix::net::UnixStream;
 
 /// What one [`LineReader::poll`] found.
@@ -20,11 +21,9 @@ pub(crate) enum Polled {
     Failed,
 }
 
+/// Core's one framer ([`lines::LineReader`]) over a socket with a short timeout.
 pub(crate) struct LineReader {
-    r: BufReader<UnixStream>,
-    buf: Vec<u8>,
-    max: usize,
-    skipping: bool,
+    r: lines::LineReader<UnixStream>,
 }
 
 impl LineReader {
@@ -32,36 +31,16 @@ impl LineReader {
     pub(crate) fn new(stream: UnixStream, max: usize) -> io::Result<LineReader> {
         stream.set_read_timeout(Some(TICK))?;
         Ok(LineReader {
-            r: BufReader::new(stream),
-            buf: Vec::new(),
-            max,
-            skipping: false,
+            r: lines::LineReader::new(stream, max),
         })
     }
 
     /// Waits up to one tick for a line.
     pub(crate) fn poll(&mut self) -> Polled {
-        let room = (self.max + 1).saturating_sub(self.buf.len()) as u64;
-        let res = (&mut self.r).take(room).read_until(b'\n', &mut self.buf);
-        match res {
-            Ok(0) => Polled::Eof,
-            Ok(_) if self.buf.last() == Some(&b'\n') => {
-                let mut line = std::mem::take(&mut self.buf);
-                line.pop();
-                if std::mem::replace(&mut self.skipping, false) {
-                    return Polled::Idle;
-                }
-                Polled::Line(line)
-            }
-            Ok(_) if self.buf.len() > self.max => {
-                self.buf.clear();
-                if std::mem::replace(&mut self.skipping, true) {
-                    Polled::Idle
-                } else {
-                    Polled::TooLong
-                }
-            }
-            Ok(_) => Polled::Eof,
+        match self.r.next_line() {
+            Ok(Some(Ok(line))) => Polled::Line(line),
+            Ok(Some(Err(_))) => Polled::TooLong,
+            Ok(None) => Polled::Eof,
             Err(e)
                 if matches!(
                     e.kind(),

@@ -27,6 +27,10 @@ pub enum EventKind {
     AgentConnected,
     AgentLost,
     AgentRejected,
+    /// The balloon's `actual` was impossible (above the VM's size).
+    ActualRejected,
+    /// The balloon driver's statistics were impossible.
+    GuestStatsRejected,
     AgentFlood,
     NoticeDropped,
     EventsDropped,
@@ -58,6 +62,8 @@ impl EventKind {
             EventKind::AgentConnected => "agent_connected",
             EventKind::AgentLost => "agent_lost",
             EventKind::AgentRejected => "agent_rejected",
+            EventKind::ActualRejected => "actual_rejected",
+            EventKind::GuestStatsRejected => "guest_stats_rejected",
             EventKind::AgentFlood => "agent_flood",
             EventKind::NoticeDropped => "notice_dropped",
             EventKind::EventsDropped => "events_dropped",

@@ -2,13 +2,14 @@
 //! series per VM. Every metric is documented in docs/metrics.md.
 //!
 //! The server is one thread with a plain `TcpListener`: one connection at a time, a
-//! bounded request (8 KiB of headers) and a read/write timeout, so a slow or hostile
-//! client costs that thread only. It reads status snapshots (a short lock on each VM's
+//! bounded request (8 KiB of headers) and a whole-request deadline ([`DEADLINE`]), so a
+//! slow or hostile client costs that thread only, for that long at most, and never holds
+//! up shutdown (crate::server_thread). It reads status snapshots (a short lock on each VM's
 //! status, the same the decider takes) and never waits on a control thread.
 
 use crate::controller::{VmState, VmStatus};
 use crate::log::Logger;
-use crate::server_thread::ServerThread;
+use crate::server_thread::{Bounded, Limits, ServerThread};
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -134,7 +135,7 @@ pub fn render(vms: &[VmStatus]) -> String {
         }
     }
 
-    let counters: [(&str, &str, Get); 13] = [
+    let counters: &[(&str, &str, Get)] = &[
         ("autoballoon_vm_samples_total", "Samples taken of the VM since the daemon started.", |v| Some(v.samples)),
         ("autoballoon_vm_ticks_total", "Decisions the VM's control loop made (including no change).", |v| Some(v.metrics.ticks)),
         ("autoballoon_vm_held_for_migration_total", "Shrinks withheld because a live migration was running.", |v| Some(v.metrics.held_for_migration)),
@@ -145,6 +146,9 @@ pub fn render(vms: &[VmStatus]) -> String {
         ("autoballoon_vm_guest_oom_kills_total", "OOM kills inside the guest (its /proc/vmstat oom_kill), as its agent reports them.", |v| v.guest_oom_kills),
         ("autoballoon_vm_agent_rejected_total", "Agent samples refused at the border (impossible values).", |v| Some(v.agent.rejected)),
         ("autoballoon_vm_agent_garbage_total", "Lines from the agent that were not valid messages.", |v| Some(v.agent.garbage)),
+        ("autoballoon_vm_actual_rejected_total", "Balloon sizes (QMP actual) refused at the border: larger than the VM.", |v| Some(v.actual_rejected)),
+        ("autoballoon_vm_guest_stats_rejected_total", "Balloon-driver statistics (guest-stats, dommemstat) refused at the border (impossible values).", |v| Some(v.guest_stats_rejected)),
+        ("autoballoon_vm_agent_overlong_total", "Lines from the agent longer than the protocol's bound, dropped whole.", |v| Some(v.agent.overlong)),
         ("autoballoon_vm_agent_flooded_total", "Agent samples dropped for exceeding the rate limit.", |v| Some(v.agent.flooded)),
         ("autoballoon_vm_agent_short_total", "Agent samples that said the guest ran short of memory (each decided at once).", |v| Some(v.agent.short)),
         ("autoballoon_vm_agent_notices_dropped_total", "Migration notices the agent could not be sent (it was not reading).", |v| Some(v.agent.notices_dropped)),
@@ -171,8 +175,8 @@ pub fn render(vms: &[VmStatus]) -> String {
 
 /// Longest request head read (request line and headers).
 const MAX_REQUEST: usize = 8 * 1024;
-/// How long a client may take to send its request or read the answer.
-const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a client may take to send its request and read the answer, in all.
+pub const DEADLINE: Duration = Duration::from_secs(5);
 /// The running endpoint; stops when dropped or `stop`ped.
 pub struct MetricsServer {
     addr: SocketAddr,
@@ -185,7 +189,8 @@ impl MetricsServer {
         let listener = TcpListener::bind(listen)?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
-        let thread = ServerThread::spawn("metrics", "metrics", log, move || listener.accept().map(|(c, _)| c), move |c| serve(c, &snapshots))?;
+        let limits = Limits { deadline: DEADLINE, idle: DEADLINE };
+        let thread = ServerThread::spawn("metrics", "metrics", log, limits, move || listener.accept().map(|(c, _)| c), move |c| serve(c, &snapshots))?;
         Ok(MetricsServer { addr, thread })
     }
 
@@ -201,7 +206,7 @@ impl MetricsServer {
 
 
 /// Reads a request head of at most [`MAX_REQUEST`] bytes: `Ok(None)` if it was longer.
-fn read_head(conn: &mut TcpStream) -> std::io::Result<Option<String>> {
+fn read_head(conn: &mut impl Read) -> std::io::Result<Option<String>> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     loop {
@@ -220,7 +225,7 @@ fn read_head(conn: &mut TcpStream) -> std::io::Result<Option<String>> {
     }
 }
 
-fn respond(conn: &mut TcpStream, status: &str, content_type: &str, body: &str, head_only: bool) -> std::io::Result<()> {
+fn respond(conn: &mut impl Write, status: &str, content_type: &str, body: &str, head_only: bool) -> std::io::Result<()> {
     let mut r = format!("HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
     if !head_only {
         r.push_str(body);
@@ -229,10 +234,7 @@ fn respond(conn: &mut TcpStream, status: &str, content_type: &str, body: &str, h
     conn.flush()
 }
 
-fn serve(mut conn: TcpStream, snapshots: &Snapshots) -> std::io::Result<()> {
-    conn.set_nonblocking(false)?;
-    conn.set_read_timeout(Some(IO_TIMEOUT))?;
-    conn.set_write_timeout(Some(IO_TIMEOUT))?;
+fn serve(mut conn: Bounded<TcpStream>, snapshots: &Snapshots) -> std::io::Result<()> {
     let text = "text/plain; charset=utf-8";
     let Some(head) = read_head(&mut conn)? else {
         return respond(&mut conn, "431 Request Header Fields Too Large", text, "request too large\n", false);
@@ -258,6 +260,31 @@ mod tests {
 
     fn lines_of<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
         text.lines().filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} "))).collect()
+    }
+
+    #[test]
+    fn a_client_dripping_its_request_delays_shutdown_by_less_than_a_second() {
+        use crate::config::LogFormat;
+        let snapshots: Snapshots = std::sync::Arc::new(Vec::new);
+        let server = MetricsServer::start("127.0.0.1:0", snapshots, crate::log::Logger::new(LogFormat::Json, false)).unwrap();
+        let addr = server.local_addr();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut c = TcpStream::connect(addr).unwrap();
+            let _ = tx.send(());
+            // A byte every 0.5 s, for longer than the whole-request deadline.
+            for b in b"GET /metrics HTTP/1.1\r\n".iter().cycle().take(40) {
+                if c.write_all(&[*b]).is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        });
+        rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        std::thread::sleep(Duration::from_millis(1200));
+        let asked = std::time::Instant::now();
+        server.stop();
+        assert!(asked.elapsed() < Duration::from_secs(1), "shutdown took {:?}", asked.elapsed());
     }
 
     #[test]
@@ -308,9 +335,12 @@ mod tests {
         a.guest_oom_kills = Some(0);
         a.agent.rejected = 3;
         a.agent.garbage = 4;
+        a.agent.overlong = 5;
         a.agent.flooded = 6;
         a.agent.notices_dropped = 8;
         a.qmp_events_dropped = 9;
+        a.actual_rejected = 10;
+        a.guest_stats_rejected = 11;
         a.agent.hello = Some("0.1.0 (host)".into());
         let t = render(&[a]);
         for want in [
@@ -321,9 +351,12 @@ mod tests {
             "autoballoon_vm_guest_oom_kills_total{vm=\"a\"} 0",
             "autoballoon_vm_agent_rejected_total{vm=\"a\"} 3",
             "autoballoon_vm_agent_garbage_total{vm=\"a\"} 4",
+            "autoballoon_vm_agent_overlong_total{vm=\"a\"} 5",
             "autoballoon_vm_agent_flooded_total{vm=\"a\"} 6",
             "autoballoon_vm_agent_notices_dropped_total{vm=\"a\"} 8",
             "autoballoon_vm_qmp_events_dropped_total{vm=\"a\"} 9",
+            "autoballoon_vm_actual_rejected_total{vm=\"a\"} 10",
+            "autoballoon_vm_guest_stats_rejected_total{vm=\"a\"} 11",
             "autoballoon_vm_agent_info{vm=\"a\",hello=\"0.1.0 (host)\"} 1",
         ] {
             assert!(t.lines().any(|l| l == want), "missing {want}:\n{t}");

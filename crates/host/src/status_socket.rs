@@ -14,7 +14,7 @@
 
 use crate::controller::VmCommand;
 use crate::log::Logger;
-use crate::server_thread::ServerThread;
+use crate::server_thread::{Bounded, Limits, ServerThread};
 use crate::metrics::Snapshots;
 use serde_json::{json, Value};
 use std::io::{ErrorKind, Read, Write};
@@ -25,6 +25,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one client may take in all, request and answer (a slow client cannot hold the
+/// server, nor the daemon's shutdown, past it: crate::server_thread).
+pub const DEADLINE: Duration = Duration::from_secs(5);
 /// How long the server waits for a request line from a client that neither sends one nor
 /// shuts its writing half, before it answers with the status document.
 pub const REQUEST_WAIT: Duration = Duration::from_millis(200);
@@ -85,7 +88,8 @@ impl StatusServer {
         // Before the first accept: nobody but the owner can connect.
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|e| format!("chmod 0600 {}: {e}", path.display()))?;
         listener.set_nonblocking(true).map_err(|e| e.to_string())?;
-        let thread = ServerThread::spawn("status", "status socket", log, move || listener.accept().map(|(c, _)| c), move |c| serve(c, &snapshots, commands.as_ref()))
+        let limits = Limits { deadline: DEADLINE, idle: REQUEST_WAIT };
+        let thread = ServerThread::spawn("status", "status socket", log, limits, move || listener.accept().map(|(c, _)| c), move |c| serve(c, &snapshots, commands.as_ref()))
             .map_err(|e| e.to_string())?;
         Ok(StatusServer { path: path.into(), thread })
     }
@@ -111,13 +115,12 @@ impl Drop for StatusServer {
     }
 }
 
-fn serve(mut conn: UnixStream, snapshots: &Snapshots, commands: Option<&Commands>) -> std::io::Result<()> {
-    conn.set_nonblocking(false)?;
-    conn.set_write_timeout(Some(IO_TIMEOUT))?;
-    conn.set_read_timeout(Some(REQUEST_WAIT))?;
+fn serve(mut conn: Bounded<UnixStream>, snapshots: &Snapshots, commands: Option<&Commands>) -> std::io::Result<()> {
     let mut req = Vec::new();
-    // A timeout or an error reading means no request: the status document.
+    // A timeout or an error reading means no request: the status document. (Nothing for
+    // REQUEST_WAIT ends the request; the whole of it ends at DEADLINE.)
     let _ = (&mut conn).take(MAX_REQUEST).read_to_end(&mut req);
+    conn.set_idle(IO_TIMEOUT);
     let doc = if req.iter().all(u8::is_ascii_whitespace) {
         json!({ "version": env!("CARGO_PKG_VERSION"), "vms": snapshots() })
     } else {
@@ -128,7 +131,7 @@ fn serve(mut conn: UnixStream, snapshots: &Snapshots, commands: Option<&Commands
     };
     conn.write_all(doc.to_string().as_bytes())?;
     conn.write_all(b"\n")?;
-    conn.shutdown(std::net::Shutdown::Write)
+    conn.get_ref().shutdown(std::net::Shutdown::Write)
 }
 
 /// A request line, checked and handed to its VM.
@@ -245,6 +248,41 @@ mod tests {
     use super::*;
     use crate::controller::{VmState, VmStatus};
     use autoballoon_core::Kib;
+
+    #[test]
+    fn a_client_dripping_its_request_delays_neither_shutdown_nor_others_past_the_deadline() {
+        use crate::config::LogFormat;
+        let path = std::env::temp_dir().join(format!("ab-status-drip-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let snapshots: Snapshots = Arc::new(Vec::new);
+        let server = StatusServer::start(&path, snapshots, Logger::new(LogFormat::Json, false)).unwrap();
+        let drip = |path: PathBuf| {
+            std::thread::spawn(move || {
+                let mut c = UnixStream::connect(path).unwrap();
+                // A byte every 0.15 s (within REQUEST_WAIT), for longer than the deadline.
+                for _ in 0..60 {
+                    if c.write_all(b" ").is_err() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(150));
+                }
+            })
+        };
+        // Another client behind a dripping one is answered once the deadline ends it.
+        let started = std::time::Instant::now();
+        let _slow = drip(path.clone());
+        std::thread::sleep(Duration::from_millis(1000));
+        let doc = query(&path).unwrap();
+        assert!(doc["vms"].is_array());
+        assert!(started.elapsed() < DEADLINE + Duration::from_secs(2), "answered after {:?}", started.elapsed());
+        // And a dripping client delays shutdown by less than a second.
+        let _slow = drip(path.clone());
+        std::thread::sleep(Duration::from_millis(1000));
+        let asked = std::time::Instant::now();
+        server.stop();
+        assert!(asked.elapsed() < Duration::from_secs(1), "shutdown took {:?}", asked.elapsed());
+        assert!(!path.exists());
+    }
 
     #[test]
     fn table_shows_sizes_in_mib_and_dashes_for_unknowns() {

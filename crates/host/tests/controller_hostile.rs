@@ -72,6 +72,7 @@ fn a_hostile_qmp_actual_never_panics_nor_leaves_the_bounds() {
         let s = d.status("a");
         assert!(s.size <= configured(), "size {} above the VM", s.size);
         assert_eq!(s.state, VmState::Running);
+        assert!(s.actual_rejected > 0, "refused at the border and counted");
     }
     // The agent's numbers still drive the target.
     g.set_used(2000);
@@ -86,4 +87,28 @@ fn a_hostile_qmp_actual_never_panics_nor_leaves_the_bounds() {
     assert_requests_in_bounds(&g.q());
     assert_eq!(d.log.count("worker_panicked"), 0, "{}", d.log.text());
     assert_eq!(d.status("a").errors, 0);
+}
+
+#[test]
+fn a_hostile_actual_when_a_migration_starts_freezes_no_balloon_at_it() {
+    use autoballoon_fakes::MigrationOutcome;
+    let g = Guest::start(Fakes::start(), 1000);
+    let d = Daemon::start(vec![g.fakes.vm("a", Some(quick_policy()))], 200);
+    wait_for(T, "target 1064 MiB", || g.fakes.last_request() == Some(expected_target(1000)));
+    // The guest claims more pages than the VM has: QEMU's actual underflows.
+    g.q().set_fault(Fault::HostileBalloon(u64::MAX - (1 << 30)));
+    let rejected = d.status("a").actual_rejected;
+    wait_for(T, "the hostile actual refused", || d.status("a").actual_rejected > rejected);
+    // Another tool starts a migration: QEMU 7.2 under TCG, so a shrink in flight would be
+    // stopped where the balloon is; an impossible size is no place to stop it.
+    g.q().start_migration();
+    wait_for(T, "the migration seen", || d.status("a").state == VmState::Migrating);
+    d.wait_samples("a", 3, T);
+    assert!(g.fakes.requests().iter().all(|r| *r <= configured()), "{:?}", g.fakes.requests());
+    assert!(!d.log.text().contains("stopped at"), "{}", d.log.text());
+    g.q().clear_fault();
+    g.q().finish_migration(MigrationOutcome::Failed);
+    wait_for(T, "running again", || d.status("a").state == VmState::Running);
+    assert_requests_in_bounds(&g.q());
+    assert_eq!(d.log.count("worker_panicked"), 0, "{}", d.log.text());
 }

@@ -8,7 +8,7 @@
 //! event queue when the command that received that reply returns.
 
 use std::collections::{HashMap, VecDeque};
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, Write};
 use std::net::Shutdown;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -18,6 +18,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use autoballoon_core::lines::LineReader;
 use serde_json::{json, Value};
 
 use crate::backoff::Backoff;
@@ -33,8 +34,11 @@ pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 /// QOM path of a balloon created with `-device virtio-balloon-pci,id=balloon0`.
 pub const BALLOON_DEVICE_PATH: &str = "/machine/peripheral/balloon0";
 
-/// Longest frame (line) accepted from the server; longer lines are a
-/// protocol error. QEMU's largest usual replies (`qom-list`,
+/// Longest frame (line) accepted from the server, newline excluded; a longer
+/// line is a protocol error that ends the session (a reply it held would
+/// otherwise leave its caller waiting). Lines are cut by core's one framer
+/// ([`autoballoon_core::lines`]), which never reads the tail of a long line as
+/// a frame of its own. QEMU's largest usual replies (`qom-list`,
 /// `query-qmp-schema`) are far below this.
 pub const MAX_FRAME_BYTES: usize = 16 << 20;
 
@@ -235,7 +239,7 @@ impl Qmp {
             path: path.to_owned(),
             source,
         })?;
-        let mut reader = BufReader::new(stream.try_clone()?);
+        let mut reader = LineReader::new(stream.try_clone()?, MAX_FRAME_BYTES);
         let control = stream.try_clone()?;
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
@@ -648,24 +652,6 @@ fn encode_command(command: &str, arguments: Option<Value>, id: u64) -> Vec<u8> {
     out
 }
 
-/// Reads one `\n`-terminated frame. `Ok(None)` at EOF; a final line without
-/// `\n` is returned as is. Lines of `max` bytes or more (counting the `\n`)
-/// without a newline are `InvalidData`.
-fn read_frame<R: BufRead>(r: &mut R, max: usize) -> io::Result<Option<Vec<u8>>> {
-    let mut buf = Vec::new();
-    let n = Read::take(&mut *r, max as u64).read_until(b'\n', &mut buf)?;
-    if n == 0 {
-        return Ok(None);
-    }
-    if buf.last() != Some(&b'\n') && buf.len() >= max {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("frame longer than {max} bytes"),
-        ));
-    }
-    Ok(Some(buf))
-}
-
 fn is_blank(line: &[u8]) -> bool {
     line.iter().all(u8::is_ascii_whitespace)
 }
@@ -674,12 +660,12 @@ fn is_blank(line: &[u8]) -> bool {
 /// exists. Events arriving meanwhile are queued, not lost.
 fn handshake(
     stream: &UnixStream,
-    reader: &mut BufReader<UnixStream>,
+    reader: &mut LineReader<UnixStream>,
     shared: &Shared,
     deadline: Instant,
     timeout: Duration,
 ) -> Result<Greeting, QmpError> {
-    let read = |reader: &mut BufReader<UnixStream>, what: &str| -> Result<Vec<u8>, QmpError> {
+    let read = |reader: &mut LineReader<UnixStream>, what: &str| -> Result<Vec<u8>, QmpError> {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let timed_out = || QmpError::Timeout {
@@ -690,10 +676,11 @@ fn handshake(
                 return Err(timed_out());
             }
             stream.set_read_timeout(Some(left))?;
-            match read_frame(reader, MAX_FRAME_BYTES) {
+            match reader.next_line() {
                 Ok(None) => return Err(QmpError::Disconnected),
-                Ok(Some(line)) if is_blank(&line) => continue,
-                Ok(Some(line)) => return Ok(line),
+                Ok(Some(Ok(line))) if is_blank(&line) => continue,
+                Ok(Some(Ok(line))) => return Ok(line),
+                Ok(Some(Err(overlong))) => return Err(QmpError::Protocol(overlong.to_string())),
                 Err(e)
                     if matches!(
                         e.kind(),
@@ -701,9 +688,6 @@ fn handshake(
                     ) =>
                 {
                     return Err(timed_out())
-                }
-                Err(e) if e.kind() == io::ErrorKind::InvalidData => {
-                    return Err(QmpError::Protocol(e.to_string()))
                 }
                 Err(e) => return Err(QmpError::Io(e)),
             }
@@ -747,20 +731,24 @@ fn handshake(
     }
 }
 
-fn reader_loop(mut reader: BufReader<UnixStream>, shared: &Shared) {
+fn reader_loop(mut reader: LineReader<UnixStream>, shared: &Shared) {
     loop {
-        let line = match read_frame(&mut reader, MAX_FRAME_BYTES) {
-            Ok(Some(line)) => line,
-            Ok(None) => return shared.close(Closed::Eof),
-            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
-                return shared.close(Closed::Protocol(e.to_string()))
-            }
+        // A final line without a newline is taken too: the server closed after it.
+        let (line, at_eof) = match reader.next_line() {
+            Ok(Some(Ok(line))) => (line, false),
+            Ok(Some(Err(overlong))) => return shared.close(Closed::Protocol(overlong.to_string())),
+            Ok(None) => match reader.tail() {
+                Some(line) => (line, true),
+                None => return shared.close(Closed::Eof),
+            },
             Err(e) => return shared.close(Closed::ReadError(e.to_string())),
         };
         if is_blank(&line) {
+            if at_eof {
+                return shared.close(Closed::Eof);
+            }
             continue;
         }
-        let at_eof = line.last() != Some(&b'\n');
         match types::parse_frame(&line) {
             Ok(Frame::Event(ev)) => shared.push_event(ev),
             Ok(Frame::Reply { id, outcome }) => shared.deliver(id, outcome),
@@ -802,25 +790,6 @@ mod tests {
         // Exactly one line even with newlines inside strings.
         let f = encode_command("x", Some(json!({"s": "a\nb"})), 9);
         assert_eq!(f.iter().filter(|&&b| b == b'\n').count(), 1);
-    }
-
-    #[test]
-    fn reads_frames() {
-        let mut r = io::Cursor::new(b"{\"a\":1}\n\n{\"b\":2}".to_vec());
-        assert_eq!(read_frame(&mut r, 100).unwrap().unwrap(), b"{\"a\":1}\n");
-        assert_eq!(read_frame(&mut r, 100).unwrap().unwrap(), b"\n");
-        assert_eq!(read_frame(&mut r, 100).unwrap().unwrap(), b"{\"b\":2}");
-        assert!(read_frame(&mut r, 100).unwrap().is_none());
-
-        let mut r = io::Cursor::new(b"0123456789\nok\n".to_vec());
-        let e = read_frame(&mut r, 5).unwrap_err();
-        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
-
-        // Exactly at the limit (newline included) is fine.
-        let mut r = io::Cursor::new(b"1234\n".to_vec());
-        assert_eq!(read_frame(&mut r, 5).unwrap().unwrap(), b"1234\n");
-        let mut r = io::Cursor::new(b"12345\n".to_vec());
-        assert!(read_frame(&mut r, 5).is_err());
     }
 
     #[test]

@@ -1,11 +1,17 @@
-//! The one border every guest report crosses: a guest can send anything, so a sample is
-//! used only after these checks. Rate limits and line lengths are the link's job; this is
+//! The one border every number from a guest crosses, whichever way it comes: the agent's
+//! samples ([`check_sample`]), the virtio-balloon driver's statistics as QEMU's
+//! `guest-stats` or libvirt's `dommemstat` hand them on ([`check_balloon_stats`]), and the
+//! balloon's `actual`, which QEMU computes from the page count the guest writes and which
+//! underflows to a huge number when the guest claims more pages than the VM has
+//! ([`check_actual`]). A guest can send anything, so the host uses these numbers only after
+//! these checks. Rate limits and line lengths are the link's job ([`crate::lines`]); this is
 //! about the values.
 
 use super::AgentSample;
+use crate::policy::MemView;
 use crate::procfs::{Pressure, PressureLine};
 use crate::sample::AgentView;
-use crate::units::Kib;
+use crate::units::{Bytes, Kib};
 
 /// Why a guest's sample was refused. Each message names the offending values.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -28,6 +34,54 @@ pub enum Rejected {
     /// memory pressure is not a share of time between 0 and 100 %
     #[error("memory pressure is not a share of time between 0 and 100 %")]
     PressureOutOfRange,
+    /// the balloon's actual size {actual} is larger than the VM ({configured})
+    #[error("the balloon's actual size {actual} is larger than the VM ({configured})")]
+    ActualAboveSize { actual: Bytes, configured: Kib },
+}
+
+/// The virtio-balloon driver's statistics as QEMU (`qom-get guest-stats`) or libvirt
+/// (`dommemstat`) hand them on: the guest's own numbers, unchecked. `None`: not reported
+/// (QEMU's `-1`, a missing line). Sizes in bytes, saturated where the source counts in KiB.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BalloonStats {
+    /// MemTotal.
+    pub total: Option<Bytes>,
+    /// MemFree.
+    pub free: Option<Bytes>,
+    /// MemAvailable.
+    pub available: Option<Bytes>,
+    /// The page cache.
+    pub disk_caches: Option<Bytes>,
+}
+
+/// The balloon's `actual` (QMP `query-balloon`, libvirt's `actual`) of a VM of
+/// `configured` size: the guest's present size, or why it cannot be.
+pub fn check_actual(actual: Bytes, configured: Kib) -> Result<Kib, Rejected> {
+    let kib = actual.to_kib_floor();
+    if kib > configured {
+        return Err(Rejected::ActualAboveSize { actual, configured });
+    }
+    Ok(kib)
+}
+
+/// Checks the balloon driver's statistics of a VM of `configured` size and returns the
+/// memory view they give: `Ok(None)` while the guest has not reported MemTotal, MemFree and
+/// MemAvailable. The driver knows no Committed_AS, so `overcommitted` reads as zero.
+pub fn check_balloon_stats(s: &BalloonStats, configured: Kib) -> Result<Option<MemView>, Rejected> {
+    let kib = |b: Option<Bytes>| b.map(Bytes::to_kib_floor);
+    let (Some(total), Some(free), Some(available)) = (kib(s.total), kib(s.free), kib(s.available)) else {
+        return Ok(None);
+    };
+    if total > configured {
+        return Err(Rejected::TotalAboveSize { total, configured });
+    }
+    let cached = kib(s.disk_caches).unwrap_or_default();
+    for (field, value) in [("MemFree", free), ("MemAvailable", available), ("Cached", cached)] {
+        if value > total {
+            return Err(Rejected::AboveTotal { field, value, total });
+        }
+    }
+    Ok(Some(MemView { total, free, available, cached, ..Default::default() }))
 }
 
 /// Checks one sample from the guest of a VM of `configured` size and returns the view the
@@ -70,7 +124,6 @@ fn pressure_ok(p: &Pressure) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::MemView;
     use crate::units::Pages;
 
     fn mib(n: u64) -> Kib {
@@ -110,6 +163,53 @@ mod tests {
             let mut s = good();
             spoil(&mut s);
             let e = check_sample(&s, c).unwrap_err().to_string();
+            assert!(e.contains(says), "{e} should say {says}");
+        }
+    }
+
+    #[test]
+    fn actual_is_the_guests_size_only_within_the_vm() {
+        let c = mib(2048);
+        assert_eq!(check_actual(mib(1024).to_bytes_saturating(), c), Ok(mib(1024)));
+        assert_eq!(check_actual(c.to_bytes_saturating(), c), Ok(c), "an empty balloon");
+        assert_eq!(check_actual(Bytes(0), c), Ok(Kib(0)));
+        assert_eq!(check_actual(Bytes(c.to_bytes_saturating().0 + 1023), c), Ok(c), "a part KiB rounds down");
+        // QEMU's ram_size - (pages << 12) when the guest claims more pages than the VM has.
+        let underflowed = Bytes(c.to_bytes_saturating().0.wrapping_sub(mib(4096).to_bytes_saturating().0));
+        for actual in [underflowed, Bytes(u64::MAX), Bytes(u64::MAX - 1), Bytes(1 << 63), Bytes(c.to_bytes_saturating().0 + 1024)] {
+            let e = check_actual(actual, c).unwrap_err();
+            assert!(matches!(e, Rejected::ActualAboveSize { .. }), "{actual:?}");
+            assert!(e.to_string().contains("larger than the VM (2048.0 MiB)"), "{e}");
+        }
+    }
+
+    #[test]
+    fn balloon_stats_are_a_view_only_within_the_vm() {
+        let c = mib(2048);
+        let b = |m: u64| Some(mib(m).to_bytes_saturating());
+        let good = BalloonStats { total: b(1900), free: b(100), available: b(800), disk_caches: b(300) };
+        let v = check_balloon_stats(&good, c).unwrap().unwrap();
+        assert_eq!((v.total, v.free, v.available, v.cached, v.committed_as), (mib(1900), mib(100), mib(800), mib(300), Kib(0)));
+        assert_eq!(check_balloon_stats(&BalloonStats { disk_caches: None, ..good }, c).unwrap().unwrap().cached, Kib(0));
+        for missing in [BalloonStats { total: None, ..good }, BalloonStats { free: None, ..good }, BalloonStats { available: None, ..good }, BalloonStats::default()] {
+            assert_eq!(check_balloon_stats(&missing, c), Ok(None), "not reported yet: no view, no refusal");
+        }
+        // Numbers QEMU or libvirt passed on from a hostile guest: huge, overflowing a KiB
+        // count (libvirt's KiB saturated to bytes), or a wrapped negative.
+        type Spoil = fn(&mut BalloonStats);
+        let cases: Vec<(Spoil, &str)> = vec![
+            (|s| s.total = Some(Bytes(u64::MAX)), "MemTotal"),
+            (|s| s.total = Some(Kib(u64::MAX).to_bytes_saturating()), "MemTotal"),
+            (|s| s.total = Some(mib(2049).to_bytes_saturating()), "larger than the VM"),
+            (|s| s.free = Some(Bytes(u64::MAX - 1)), "MemFree"),
+            (|s| s.available = Some(Bytes(-1i64 as u64 - 4096)), "MemAvailable"),
+            (|s| s.available = Some(mib(1901).to_bytes_saturating()), "MemAvailable"),
+            (|s| s.disk_caches = Some(Bytes(1 << 63)), "Cached"),
+        ];
+        for (spoil, says) in cases {
+            let mut s = good;
+            spoil(&mut s);
+            let e = check_balloon_stats(&s, c).unwrap_err().to_string();
             assert!(e.contains(says), "{e} should say {says}");
         }
     }

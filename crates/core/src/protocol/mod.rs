@@ -4,7 +4,7 @@
 
 mod border;
 
-pub use border::{check_sample, Rejected};
+pub use border::{check_actual, check_balloon_stats, check_sample, BalloonStats, Rejected};
 
 use crate::policy::MemView;
 use crate::procfs::Pressure;

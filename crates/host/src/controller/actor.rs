@@ -4,15 +4,15 @@
 //! `balloon`. Watches migration, tells the agent, and never blocks on the guest.
 
 use super::agent_link::AgentLink;
-use super::monitor::{LibvirtMonitor, MigrationState, Monitor, MonitorError};
-use super::status::{MigrationReport, Point, StartedBy, VmState};
+use super::monitor::{self, Checked, LibvirtMonitor, MigrationState, Monitor, MonitorError};
+use super::status::{MigrationReport, Point, StartedBy, VmState, VmStatus};
 use super::sync::{lock, panic_message};
 use super::{Bell, Msg, Observation, VmCommand, VmShared, PREPARE_WAIT};
 use crate::config::{Endpoint, VmConfig};
 use crate::log::{EventKind, Logger, RateLimit};
 use autoballoon_core::migration::{MigrationShrink, ShrinkSetting};
 use autoballoon_core::policy::MemView;
-use autoballoon_core::protocol::{HostMessage, MigrationOutcome};
+use autoballoon_core::protocol::{HostMessage, MigrationOutcome, Rejected};
 use autoballoon_core::sample::{merge, SizeViews};
 use autoballoon_core::{Bytes, Kib};
 use autoballoon_qmp::{Backoff, MigrationStatus, Qmp};
@@ -381,10 +381,11 @@ impl Actor {
                 lock(&self.shared.status).qmp_events_dropped = dropped;
                 self.note(EventKind::EventsDropped, &format!("{dropped} QMP events dropped so far: QEMU sends more than the queue holds"), &[]);
             }
-            // 2. Sample: the balloon's `actual` (never above the configured size, whatever
-            //    QEMU says), the agent's report, guest-stats if no fresh report.
-            let actual = match qmp.balloon_bytes() {
-                Ok(b) => Bytes(b).to_kib_floor().min(configured),
+            // 2. Sample: the balloon's `actual` (through the border: an impossible one counts
+            //    as the configured size, the balloon empty), the agent's report,
+            //    guest-stats if no fresh report.
+            let actual = match monitor::actual(qmp, configured) {
+                Ok(a) => self.checked_actual(a).unwrap_or(configured),
                 Err(e) if e.is_device_not_active() => {
                     self.no_balloon(&e);
                     if let Some(end) = self.wait(NO_BALLOON_RETRY, Some(qmp)) {
@@ -406,7 +407,14 @@ impl Actor {
                 guest_stats: None,
             };
             if views.wants_guest_stats() {
-                views.guest_stats = qmp.guest_stats(&self.cfg.balloon_device).ok().and_then(|gs| guest_stats_view(&gs));
+                views.guest_stats = match monitor::balloon_view(qmp, &self.cfg.balloon_device, configured) {
+                    Ok(Ok(v)) => v,
+                    Ok(Err(e)) => {
+                        self.rejected(EventKind::GuestStatsRejected, "guest-stats", &e, |st| st.guest_stats_rejected += 1);
+                        None
+                    }
+                    Err(_) => None,
+                };
             }
             let merged = merge(&views);
             prev_actual = Some(actual);
@@ -455,6 +463,18 @@ impl Actor {
                 return end;
             }
         }
+    }
+
+    /// The balloon's `actual` once through the border: an impossible one is counted and
+    /// noted (rate-limited: the guest makes it) and gives `None`.
+    fn checked_actual(&mut self, a: Checked<Kib>) -> Option<Kib> {
+        a.map_err(|e| self.rejected(EventKind::ActualRejected, "QEMU's balloon size", &e, |st| st.actual_rejected += 1)).ok()
+    }
+
+    /// A guest's number refused at the border: counted in the status, noted rate-limited.
+    fn rejected(&mut self, kind: EventKind, what: &str, e: &Rejected, count: impl FnOnce(&mut VmStatus)) {
+        count(&mut lock(&self.shared.status));
+        self.note(kind, &format!("{what} refused: {e}"), &[]);
     }
 
     /// Takes a `Migrate` request; false if it cannot be taken now.
@@ -518,8 +538,10 @@ impl Actor {
             if self.prep.is_none() {
                 return Ok(None);
             }
-            actual = match qmp.balloon_bytes() {
-                Ok(b) => Bytes(b).to_kib_floor(),
+            // An impossible `actual` leaves the last good one: not a reason to migrate.
+            let configured = lock(&self.shared.status).configured;
+            actual = match monitor::actual(qmp, configured) {
+                Ok(a) => self.checked_actual(a).unwrap_or(actual),
                 Err(e) if e.is_device_not_active() => actual,
                 Err(e) => return Err(e),
             };
@@ -652,8 +674,12 @@ impl Actor {
         if self.paused {
             return;
         }
-        let target = lock(&self.shared.status).target;
-        let Ok(actual) = qmp.balloon_bytes().map(|b| Bytes(b).to_kib_floor()) else { return };
+        let (target, configured) = {
+            let st = lock(&self.shared.status);
+            (st.target, st.configured)
+        };
+        // An impossible `actual` is no size to stop the balloon at: left alone.
+        let Ok(Some(actual)) = monitor::actual(qmp, configured).map(|a| self.checked_actual(a)) else { return };
         let Some(t) = target.filter(|t| t.saturating_add(PREPARE_SLACK) < actual) else { return };
         if qmp.set_guest_size(actual.to_bytes_saturating().0).is_ok() {
             lock(&self.shared.status).target = Some(actual);
@@ -709,21 +735,6 @@ impl Actor {
 fn until_next_tick(elapsed: Duration, interval: Duration) -> Duration {
     let i = interval.as_nanos().max(1);
     Duration::from_nanos((i - elapsed.as_nanos() % i) as u64)
-}
-
-/// The guest's memory view from virtio-balloon statistics, when no agent reports. The
-/// balloon device knows no Committed_AS, so `overcommitted` reads as zero.
-fn guest_stats_view(gs: &autoballoon_qmp::GuestStats) -> Option<MemView> {
-    let kib = |b: Option<u64>| b.map(|b| Bytes(b).to_kib_floor());
-    let v = MemView {
-        total: kib(gs.total_memory_bytes)?,
-        free: kib(gs.free_memory_bytes)?,
-        available: kib(gs.available_memory_bytes)?,
-        cached: kib(gs.disk_caches_bytes).unwrap_or_default(),
-        ..Default::default()
-    };
-    // Guest-stats come from the guest driver: the same border as the agent's reports.
-    (v.available <= v.total && v.free <= v.total).then_some(v)
 }
 
 #[cfg(test)]

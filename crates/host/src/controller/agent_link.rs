@@ -3,15 +3,15 @@
 //! migration notices without ever blocking on a guest that does not read.
 //!
 //! Everything the guest sends is hostile until checked here: lines are bounded
-//! ([`MAX_LINE`]), samples are rate-limited ([`MAX_SAMPLES_PER_SEC`]) and checked against the
-//! VM's configured size ([`check_sample`]); what fails is counted, never trusted.
+//! ([`MAX_LINE`]; a longer one is dropped whole and counted), samples are rate-limited
+//! ([`MAX_SAMPLES_PER_SEC`]) and checked against the VM's configured size ([`check_sample`]); what fails is counted, never trusted.
 
 use super::status::LinkStats;
 use super::sync::lock;
+use autoballoon_core::lines::LineReader;
 use autoballoon_core::protocol::{check_sample, decode, encode, AgentMessage, HostMessage, MAX_LINE};
 use autoballoon_core::sample::AgentView;
 use autoballoon_core::Kib;
-use std::io::{BufRead, BufReader, Read};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -109,15 +109,13 @@ impl Drop for AgentLink {
 }
 
 fn read_loop(stream: UnixStream, inbox: &Mutex<Inbox>, configured: Kib, on_short: impl Fn()) {
-    let mut r = BufReader::new(stream);
-    let mut line = Vec::with_capacity(MAX_LINE);
-    loop {
-        line.clear();
-        // At most MAX_LINE + 1 bytes per read: a longer line comes in pieces, each garbage.
-        match (&mut r).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut line) {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
+    // The one framer: a line longer than MAX_LINE is dropped whole, up to its newline.
+    let mut r = LineReader::new(stream, MAX_LINE);
+    while let Ok(Some(framed)) = r.next_line() {
+        let Ok(line) = framed else {
+            lock(inbox).stats.overlong += 1;
+            continue;
+        };
         let msg = std::str::from_utf8(&line).ok().and_then(decode::<AgentMessage>);
         let now = Instant::now();
         let mut ib = lock(inbox);

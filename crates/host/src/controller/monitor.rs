@@ -1,9 +1,15 @@
 //! What a VM's actor asks of its QEMU, whichever way it is reached: a QMP socket
 //! ([`autoballoon_qmp::Qmp`]) or a libvirt domain ([`crate::libvirt::Domain`], through
 //! libvirt's API: `setmem`, `dommemstat`, `domjobinfo`).
+//!
+//! The numbers the guest makes (the balloon's `actual`, the balloon driver's statistics)
+//! come out of a monitor raw, in core's types, and reach the actor only through core's
+//! border ([`actual`], [`balloon_view`]).
 
 use crate::libvirt::{Domain, VirshError};
 use autoballoon_core::migration::{Accel, Hypervisor};
+use autoballoon_core::policy::MemView;
+use autoballoon_core::protocol::{check_actual, check_balloon_stats, BalloonStats, Rejected};
 use autoballoon_core::{Bytes, Kib};
 use autoballoon_qmp::{GuestStats, MigrationStatus, Qmp, QmpError};
 
@@ -36,6 +42,31 @@ pub struct MigrationState {
 }
 
 pub(crate) type Result<T> = std::result::Result<T, MonitorError>;
+
+/// A number the guest made, through core's border: `Err` says why it is impossible.
+pub(crate) type Checked<T> = std::result::Result<T, Rejected>;
+
+/// The guest's present size (the balloon's `actual`) of a VM of `configured` size, checked.
+pub(crate) fn actual(m: &dyn Monitor, configured: Kib) -> Result<Checked<Kib>> {
+    Ok(check_actual(m.balloon_bytes()?, configured))
+}
+
+/// The guest's memory view from the balloon driver's statistics, checked: `Ok(None)` while
+/// the guest has reported none.
+pub(crate) fn balloon_view(m: &dyn Monitor, balloon_device: &str, configured: Kib) -> Result<Checked<Option<MemView>>> {
+    Ok(check_balloon_stats(&m.balloon_stats(balloon_device)?, configured))
+}
+
+/// libvirt's `dommemstat` as the border takes them.
+fn balloon_stats_of_libvirt(s: &crate::libvirt::parse::MemStats) -> BalloonStats {
+    let b = |k: Option<Kib>| k.map(Kib::to_bytes_saturating);
+    BalloonStats { total: b(s.available), free: b(s.unused), available: b(s.usable), disk_caches: b(s.disk_caches) }
+}
+
+/// QEMU's guest-stats as the border takes them.
+fn balloon_stats_of(gs: &GuestStats) -> BalloonStats {
+    BalloonStats { total: gs.total_memory_bytes.map(Bytes), free: gs.free_memory_bytes.map(Bytes), available: gs.available_memory_bytes.map(Bytes), disk_caches: gs.disk_caches_bytes.map(Bytes) }
+}
 
 /// QEMU's own switches on the VM's balloon device; `None`: not known (libvirt, an old
 /// QEMU, a device without the property).
@@ -83,16 +114,16 @@ pub(crate) trait Monitor: Send + Sync {
     fn hypervisor(&self) -> Hypervisor;
     /// The VM's configured memory, bytes: the balloon's ceiling.
     fn configured_bytes(&self) -> Result<u64>;
-    /// The guest's present size (the balloon's `actual`), bytes.
-    fn balloon_bytes(&self) -> Result<u64>;
+    /// The guest's present size (the balloon's `actual`), raw: use [`actual`].
+    fn balloon_bytes(&self) -> Result<Bytes>;
     /// Sets the guest's size, bytes (QMP `balloon`, `virsh setmem`).
     fn set_guest_size(&self, bytes: u64) -> Result<()>;
     /// QEMU's own switches on the balloon device. Never fails: what cannot be read is unknown.
     fn balloon_features(&self, balloon_device: &str) -> BalloonFeatures;
     /// Has the guest's balloon driver refresh its statistics every `secs`.
     fn set_stats_period(&self, balloon_device: &str, secs: u32) -> Result<()>;
-    /// The balloon driver's statistics.
-    fn guest_stats(&self, balloon_device: &str) -> Result<GuestStats>;
+    /// The balloon driver's statistics, raw: use [`balloon_view`].
+    fn balloon_stats(&self, balloon_device: &str) -> Result<BalloonStats>;
     /// Asks for migration events, where there are any.
     fn enable_migration_events(&self) -> Result<()>;
     /// Migration statuses seen since the last call, without waiting (QMP: events; libvirt:
@@ -128,8 +159,8 @@ impl Monitor for Qmp {
     fn configured_bytes(&self) -> Result<u64> {
         Ok(self.query_memory_size_bytes()?)
     }
-    fn balloon_bytes(&self) -> Result<u64> {
-        Ok(self.query_balloon()?)
+    fn balloon_bytes(&self) -> Result<Bytes> {
+        Ok(Bytes(self.query_balloon()?))
     }
     fn set_guest_size(&self, bytes: u64) -> Result<()> {
         Ok(self.set_balloon_guest_size(bytes)?)
@@ -141,8 +172,8 @@ impl Monitor for Qmp {
         let get = |p: &str| self.qom_get(balloon_device, p).ok().and_then(|v| v.as_bool());
         BalloonFeatures { free_page_reporting: get("free-page-reporting"), free_page_hint: get("free-page-hint"), deflate_on_oom: get("deflate-on-oom") }
     }
-    fn guest_stats(&self, balloon_device: &str) -> Result<GuestStats> {
-        Ok(Qmp::guest_stats(self, balloon_device)?)
+    fn balloon_stats(&self, balloon_device: &str) -> Result<BalloonStats> {
+        Ok(balloon_stats_of(&Qmp::guest_stats(self, balloon_device)?))
     }
     fn enable_migration_events(&self) -> Result<()> {
         Ok(Qmp::enable_migration_events(self)?)
@@ -215,9 +246,9 @@ impl Monitor for LibvirtMonitor {
     fn configured_bytes(&self) -> Result<u64> {
         Ok(self.domain.dominfo()?.max.to_bytes_saturating().0)
     }
-    fn balloon_bytes(&self) -> Result<u64> {
+    fn balloon_bytes(&self) -> Result<Bytes> {
         let s = self.domain.dommemstat()?;
-        Ok(s.actual.unwrap_or_default().to_bytes_saturating().0)
+        Ok(s.actual.unwrap_or_default().to_bytes_saturating())
     }
     fn set_guest_size(&self, bytes: u64) -> Result<()> {
         Ok(self.domain.setmem(Bytes(bytes).to_kib_floor())?)
@@ -229,17 +260,10 @@ impl Monitor for LibvirtMonitor {
     fn set_stats_period(&self, _balloon_device: &str, secs: u32) -> Result<()> {
         Ok(self.domain.set_stats_period(secs)?)
     }
-    fn guest_stats(&self, _balloon_device: &str) -> Result<GuestStats> {
-        let s = self.domain.dommemstat()?;
-        let b = |k: Option<Kib>| k.map(|k| k.to_bytes_saturating().0);
-        Ok(GuestStats {
-            free_memory_bytes: b(s.unused),
-            total_memory_bytes: b(s.available),
-            available_memory_bytes: b(s.usable),
-            disk_caches_bytes: b(s.disk_caches),
-            last_update_epoch_secs: s.last_update.filter(|t| *t > 0),
-            ..Default::default()
-        })
+    /// libvirt's names: `available` is MemTotal, `unused` MemFree, `usable` MemAvailable;
+    /// KiB, saturated to bytes (a huge count stays huge for the border to refuse).
+    fn balloon_stats(&self, _balloon_device: &str) -> Result<BalloonStats> {
+        Ok(balloon_stats_of_libvirt(&self.domain.dommemstat()?))
     }
     fn enable_migration_events(&self) -> Result<()> {
         Ok(())
@@ -302,5 +326,25 @@ mod tests {
         assert_eq!(job_status("Failed"), MigrationStatus::Failed);
         assert_eq!(job_status("Cancelled"), MigrationStatus::Cancelled);
         assert!(job_status("Weird").is_active(), "unknown counts as active, like QMP's");
+    }
+
+    #[test]
+    fn libvirt_and_qmp_stats_reach_the_border_unchanged_and_hostile_ones_are_refused() {
+        let configured = Kib::from_gib_saturating(4);
+        let text = "actual 4194304\nunused 3000000\navailable 4000000\nusable 3500000\ndisk_caches 1000\nlast_update 1700000000\n";
+        let s = crate::libvirt::parse::parse_dommemstat(text).unwrap();
+        let v = check_balloon_stats(&balloon_stats_of_libvirt(&s), configured).unwrap().unwrap();
+        assert_eq!((v.total, v.free, v.available, v.cached), (Kib(4_000_000), Kib(3_000_000), Kib(3_500_000), Kib(1000)));
+        assert_eq!(check_actual(s.actual.unwrap().to_bytes_saturating(), configured), Ok(configured));
+        // libvirt passes the guest's numbers on in KiB: a count that overflows in bytes.
+        let s = crate::libvirt::parse::parse_dommemstat(&format!("actual {}\nunused 1\navailable {}\nusable 1\n", u64::MAX, u64::MAX)).unwrap();
+        assert!(check_balloon_stats(&balloon_stats_of_libvirt(&s), configured).is_err());
+        assert!(check_actual(s.actual.unwrap().to_bytes_saturating(), configured).is_err());
+        // QEMU's guest-stats: u64::MAX is "not reported" already; one less is refused.
+        let gs = GuestStats { total_memory_bytes: Some(u64::MAX - 1), free_memory_bytes: Some(0), available_memory_bytes: Some(0), ..Default::default() };
+        assert!(matches!(check_balloon_stats(&balloon_stats_of(&gs), configured), Err(Rejected::TotalAboveSize { .. })));
+        let gs = GuestStats { total_memory_bytes: Some(1 << 30), free_memory_bytes: Some(1 << 29), available_memory_bytes: Some(3 << 30), ..Default::default() };
+        assert!(matches!(check_balloon_stats(&balloon_stats_of(&gs), configured), Err(Rejected::AboveTotal { field: "MemAvailable", .. })));
+        assert_eq!(check_balloon_stats(&balloon_stats_of(&GuestStats::default()), configured), Ok(None));
     }
 }

@@ -84,6 +84,8 @@ pub struct LinkStats {
     pub hello: Option<String>,
     /// Lines that were not valid messages.
     pub garbage: u64,
+    /// Lines longer than the protocol's bound, dropped whole.
+    pub overlong: u64,
     /// Samples refused at the border (impossible values).
     pub rejected: u64,
     /// The last refusal's reason.
@@ -124,6 +126,10 @@ pub struct VmStatus {
     pub agent: LinkStats,
     /// QMP events QEMU sent that were dropped (queue bound reached).
     pub qmp_events_dropped: u64,
+    /// Balloon sizes (`actual`) refused at the border: above the VM's size.
+    pub actual_rejected: u64,
+    /// Balloon-driver statistics (guest-stats, libvirt's dommemstat) refused at the border.
+    pub guest_stats_rejected: u64,
     /// The running or last live migration of this VM seen by this controller.
     pub last_migration: Option<MigrationReport>,
     /// Whether the balloon may shrink while a migration of this VM runs, and why (from

@@ -8,20 +8,30 @@ use crate::error::QmpError;
 
 /// What a reply carries.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Outcome {
+pub enum Outcome {
     /// `{"return": ...}`
     Return(Value),
     /// `{"error": {"class": ..., "desc": ...}}`
-    Error { class: String, desc: String },
+    Error {
+        /// QEMU's error class, e.g. `GenericError`.
+        class: String,
+        /// QEMU's message.
+        desc: String,
+    },
     /// An `error` member without string `class` and `desc`.
     MalformedError(String),
 }
 
 /// One frame received from the server, classified.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Frame {
+pub enum Frame {
     /// A command reply, with the `id` it echoes (if any).
-    Reply { id: Option<Value>, outcome: Outcome },
+    Reply {
+        /// The `id` the reply echoes.
+        id: Option<Value>,
+        /// What it carries.
+        outcome: Outcome,
+    },
     /// An asynchronous event.
     Event(Event),
     /// Valid JSON that is neither a reply nor an event (a repeated greeting,
@@ -31,7 +41,7 @@ pub(crate) enum Frame {
 
 /// Classifies one line received from the server. `Err` only for bytes that
 /// are not valid UTF-8 JSON.
-pub(crate) fn parse_frame(bytes: &[u8]) -> Result<Frame, String> {
+pub fn parse_frame(bytes: &[u8]) -> Result<Frame, String> {
     let value: Value = serde_json::from_slice(bytes).map_err(|e| {
         format!(
             "malformed JSON from server ({e}): {}",

@@ -37,4 +37,5 @@ pub use migration::{parse_migration_info, MigrationInfo, MigrationStatus};
 pub use status::{parse_kvm_enabled, parse_status};
 
 pub(crate) use event::queued_size;
-pub(crate) use frame::{abbreviate_str, parse_frame, Frame, Outcome};
+pub(crate) use frame::abbreviate_str;
+pub use frame::{parse_frame, Frame, Outcome};
