@@ -26,6 +26,9 @@ pub enum MigrationKind {
 pub struct Calibration {
     pub migration: MigrationKind,
     pub shrink_while_migrating: bool,
+    /// The balloon driver stops inflating while a migration runs, whatever target it had
+    /// (the seed's Xen driver: "the current memory flatlines even though the target is lower").
+    pub freeze_balloon_while_migrating: bool,
     pub bandwidth_gib_s: f64,
     pub migration_fixed_s: f64,
     pub zero_scan_gib_s: f64,
@@ -60,18 +63,36 @@ impl Calibration {
     }
 
     /// The profile `name` of a calibration file's text with `overrides` laid over it.
-    pub fn from_text(text: &str, name: &str, overrides: Option<&toml::Table>) -> Result<Calibration, SimError> {
-        let file: toml::Table = toml::from_str(text).map_err(|e| SimError::BadCalibration(e.to_string()))?;
-        let profiles = file.get("profile").and_then(|p| p.as_table()).ok_or_else(|| SimError::BadCalibration("no [profile.*] tables".into()))?;
+    pub fn from_text(
+        text: &str,
+        name: &str,
+        overrides: Option<&toml::Table>,
+    ) -> Result<Calibration, SimError> {
+        let file: toml::Table =
+            toml::from_str(text).map_err(|e| SimError::BadCalibration(e.to_string()))?;
+        let profiles = file
+            .get("profile")
+            .and_then(|p| p.as_table())
+            .ok_or_else(|| SimError::BadCalibration("no [profile.*] tables".into()))?;
         let mut table = profiles
             .get(name)
             .and_then(|p| p.as_table())
             .cloned()
-            .ok_or_else(|| SimError::BadCalibration(format!("no profile {name:?}; there are: {}", profiles.keys().cloned().collect::<Vec<_>>().join(", "))))?;
+            .ok_or_else(|| {
+                SimError::BadCalibration(format!(
+                    "no profile {name:?}; there are: {}",
+                    profiles.keys().cloned().collect::<Vec<_>>().join(", ")
+                ))
+            })?;
         for (k, v) in overrides.into_iter().flatten() {
             table.insert(k.clone(), v.clone());
         }
-        let c: Calibration = toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| SimError::BadCalibration(format!("profile {name}: {}", e.message())))?;
+        let c: Calibration =
+            toml::Value::Table(table)
+                .try_into()
+                .map_err(|e: toml::de::Error| {
+                    SimError::BadCalibration(format!("profile {name}: {}", e.message()))
+                })?;
         c.validate()?;
         Ok(c)
     }
@@ -92,7 +113,9 @@ impl Calibration {
         ];
         for (k, v) in positive {
             if !(v.is_finite() && v > 0.0) {
-                return Err(SimError::BadCalibration(format!("{k} must be a positive number, not {v}")));
+                return Err(SimError::BadCalibration(format!(
+                    "{k} must be a positive number, not {v}"
+                )));
             }
         }
         let non_negative = [
@@ -111,16 +134,25 @@ impl Calibration {
         ];
         for (k, v) in non_negative {
             if !(v.is_finite() && v >= 0.0) {
-                return Err(SimError::BadCalibration(format!("{k} must be a number at least 0, not {v}")));
+                return Err(SimError::BadCalibration(format!(
+                    "{k} must be a number at least 0, not {v}"
+                )));
             }
         }
-        for (k, v) in [("migration_app_speed", self.migration_app_speed), ("struct_page_fraction", self.struct_page_fraction)] {
+        for (k, v) in [
+            ("migration_app_speed", self.migration_app_speed),
+            ("struct_page_fraction", self.struct_page_fraction),
+        ] {
             if !(v.is_finite() && v > 0.0 && v <= 1.0) {
-                return Err(SimError::BadCalibration(format!("{k} must be in (0, 1], not {v}")));
+                return Err(SimError::BadCalibration(format!(
+                    "{k} must be in (0, 1], not {v}"
+                )));
             }
         }
         if self.max_rounds == 0 {
-            return Err(SimError::BadCalibration("max_rounds must be at least 1".into()));
+            return Err(SimError::BadCalibration(
+                "max_rounds must be at least 1".into(),
+            ));
         }
         Ok(())
     }

@@ -9,7 +9,10 @@ pub enum SimError {
     UnknownScenario(String, String),
     /// The scenario file could not be read.
     #[error("reading {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
     /// The TOML does not parse or does not fit the scenario's shape.
     #[error("scenario {name}: {message}")]
     BadScenario { name: String, message: String },
@@ -21,11 +24,17 @@ pub enum SimError {
     UnknownPolicy(String, String),
     /// Writing an output file failed.
     #[error("writing {path}: {source}")]
-    Write { path: String, source: std::io::Error },
+    Write {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 impl SimError {
     pub(crate) fn bad(name: &str, message: impl Into<String>) -> SimError {
-        SimError::BadScenario { name: name.to_string(), message: message.into() }
+        SimError::BadScenario {
+            name: name.to_string(),
+            message: message.into(),
+        }
     }
 }

@@ -3,8 +3,8 @@
 //! last-resort hook, swap, deflate-on-oom, or the OOM killer), the balloon worker,
 //! free page reporting and swap-in.
 //!
-//! Invariant (checked by [`Guest::accounted`]): `max = balloon + kernel + (anon − swapped)
-//! + cache + free_clean + free_dirty`. Free pages are *dirty* when they still hold data a
+//! Invariant (checked by [`Guest::accounted`]): `max = balloon + kernel + (anon − swapped) +
+//! cache + free_clean + free_dirty`. Free pages are *dirty* when they still hold data a
 //! program wrote (a migration sends them) and *clean* when they hold none: never written,
 //! given back by the balloon, or discarded by free page reporting.
 
@@ -91,7 +91,9 @@ impl FreeDirty {
     fn take(&mut self, k: Kib) -> Kib {
         let mut left = k;
         while left.0 > 0 {
-            let Some((_, v)) = self.recent.back_mut() else { break };
+            let Some((_, v)) = self.recent.back_mut() else {
+                break;
+            };
             let t = (*v).min(left);
             *v = v.saturating_sub(t);
             left = left.saturating_sub(t);
@@ -174,7 +176,10 @@ impl Guest {
     /// A freshly booted guest: kernel, daemons and cache in memory, the rest never written.
     pub fn boot(cfg: GuestConfig, kernel: Kernel, cold_cache: Kib) -> Guest {
         let fixed = cfg.kernel.saturating_add(cfg.daemons).min(cfg.max);
-        let cache = cfg.hot_cache.saturating_add(cold_cache).min(cfg.max.saturating_sub(fixed));
+        let cache = cfg
+            .hot_cache
+            .saturating_add(cold_cache)
+            .min(cfg.max.saturating_sub(fixed));
         Guest {
             cfg,
             kernel,
@@ -211,8 +216,19 @@ impl Guest {
     }
     /// Every KiB of `max` is somewhere: the model's invariant.
     pub fn accounted(&self) -> bool {
-        let sum = [self.balloon, self.cfg.kernel, self.ram_anon(), self.cache, self.free_clean, self.free_dirty.total()].iter().fold(0u128, |a, k| a + u128::from(k.0));
-        sum == u128::from(self.cfg.max.0) && self.swapped <= self.anon && self.swapped <= self.cfg.swap_total
+        let sum = [
+            self.balloon,
+            self.cfg.kernel,
+            self.ram_anon(),
+            self.cache,
+            self.free_clean,
+            self.free_dirty.total(),
+        ]
+        .iter()
+        .fold(0u128, |a, k| a + u128::from(k.0));
+        sum == u128::from(self.cfg.max.0)
+            && self.swapped <= self.anon
+            && self.swapped <= self.cfg.swap_total
     }
 
     /// The guest's /proc/meminfo as a policy sees it.
@@ -220,13 +236,23 @@ impl Guest {
         let free = self.free();
         let low = self.cfg.wmark_low;
         // MemAvailable: free above the low watermark plus the page cache that can go.
-        let available = free.saturating_sub(low).saturating_add(self.cache.saturating_sub(self.cache.min(Kib(self.cache.0 / 2)).min(low)));
-        let total = if self.kernel.transparent || self.kernel.deflate_on_oom { self.cfg.max } else { self.size() };
+        let available = free.saturating_sub(low).saturating_add(
+            self.cache
+                .saturating_sub(self.cache.min(Kib(self.cache.0 / 2)).min(low)),
+        );
+        let total = if self.kernel.transparent || self.kernel.deflate_on_oom {
+            self.cfg.max
+        } else {
+            self.size()
+        };
         MemView {
             total: total.saturating_sub(self.cfg.kernel.min(total)),
             free,
             available,
-            committed_as: self.anon.saturating_add(self.untouched).saturating_add(self.cfg.base_uncommitted),
+            committed_as: self
+                .anon
+                .saturating_add(self.untouched)
+                .saturating_add(self.cfg.base_uncommitted),
             active: self.ram_anon().saturating_add(Kib(self.cache.0 / 2)),
             inactive: Kib(self.cache.0 - self.cache.0 / 2),
             swap_total: self.cfg.swap_total,
@@ -241,7 +267,11 @@ impl Guest {
         if self.kernel.overcommit_always {
             return None;
         }
-        let total = if self.kernel.transparent || self.kernel.deflate_on_oom { self.cfg.max } else { self.size() };
+        let total = if self.kernel.transparent || self.kernel.deflate_on_oom {
+            self.cfg.max
+        } else {
+            self.size()
+        };
         Some(total.saturating_add(self.cfg.swap_total))
     }
 
@@ -258,7 +288,9 @@ impl Guest {
             return;
         }
         // Its part in swap goes with it, in proportion.
-        let in_swap = Kib((u128::from(self.swapped.0) * u128::from(resident.0) / u128::from(self.anon.0.max(1))) as u64).min(self.swapped);
+        let in_swap = Kib((u128::from(self.swapped.0) * u128::from(resident.0)
+            / u128::from(self.anon.0.max(1))) as u64)
+        .min(self.swapped);
         self.swapped = self.swapped.saturating_sub(in_swap);
         self.anon = self.anon.saturating_sub(resident);
         self.free_dirty.push(now, resident.saturating_sub(in_swap));
@@ -269,7 +301,10 @@ impl Guest {
         if self.balloon <= self.balloon_target {
             return Kib::ZERO;
         }
-        let k = self.balloon.saturating_sub(self.balloon_target).min(rate(gib_s, dt));
+        let k = self
+            .balloon
+            .saturating_sub(self.balloon_target)
+            .min(rate(gib_s, dt));
         self.balloon = self.balloon.saturating_sub(k);
         self.free_clean = self.free_clean.saturating_add(k);
         self.stats.deflated = self.stats.deflated.saturating_add(k);
@@ -283,7 +318,10 @@ impl Guest {
         if self.balloon >= self.balloon_target {
             return (Kib::ZERO, Kib::ZERO);
         }
-        let mut want = self.balloon_target.saturating_sub(self.balloon).min(rate(gib_s, dt));
+        let mut want = self
+            .balloon_target
+            .saturating_sub(self.balloon)
+            .min(rate(gib_s, dt));
         if self.kernel.patched {
             want = Kib(want.0 / UNIT_2M * UNIT_2M);
         }
@@ -291,14 +329,21 @@ impl Guest {
         let spare = self.free().saturating_sub(self.cfg.wmark_min);
         let dirty = self.free_dirty.take(want.min(spare));
         got = got.saturating_add(dirty);
-        let clean = self.free_clean.min(want.saturating_sub(got)).min(spare.saturating_sub(dirty));
+        let clean = self
+            .free_clean
+            .min(want.saturating_sub(got))
+            .min(spare.saturating_sub(dirty));
         self.free_clean = self.free_clean.saturating_sub(clean);
         got = got.saturating_add(clean);
         let c = self.cache.min(want.saturating_sub(got));
         self.cache = self.cache.saturating_sub(c);
         got = got.saturating_add(c);
         if !self.kernel.patched && self.cfg.swap_total > self.swapped {
-            let s = want.saturating_sub(got).min(*swap_budget).min(self.cfg.swap_total.saturating_sub(self.swapped)).min(self.ram_anon().saturating_sub(self.cfg.daemons));
+            let s = want
+                .saturating_sub(got)
+                .min(*swap_budget)
+                .min(self.cfg.swap_total.saturating_sub(self.swapped))
+                .min(self.ram_anon().saturating_sub(self.cfg.daemons));
             self.swapped = self.swapped.saturating_add(s);
             *swap_budget = swap_budget.saturating_sub(s);
             self.stats.swap_out = self.stats.swap_out.saturating_add(s);
@@ -321,12 +366,16 @@ impl Guest {
     /// patched kernel the hook (balloon pages, before any reclaim), page cache, swap; on a
     /// stock kernel page cache, swap, deflate-on-oom. What is not found is an OOM unless a
     /// rate-limited source still had memory (the writer waits).
-    pub fn serve(&mut self, want: Kib, b: &mut Budgets) -> Served {
+    ///
+    /// `capacity` is what the writers could write in the whole tick into memory at hand
+    /// (at least `want`): the time scale of the costs (a cold page costs `refault_factor`
+    /// warm ones, and no writer writes for longer than the tick).
+    pub fn serve(&mut self, want: Kib, capacity: Kib, b: &mut Budgets) -> Served {
         let mut s = Served::default();
         if want.0 == 0 {
             return s;
         }
-        let w = want.0 as f64;
+        let w = capacity.max(want).0 as f64;
         let refault = b.refault_factor.max(1.0);
         let mut time_used = 0.0f64; // fraction of the tick
         let mut need = want;
@@ -334,6 +383,9 @@ impl Guest {
         // Set when the tick's time, not memory, ended the writes.
         let mut out_of_time = false;
         let mut room = |need: Kib, cap: Kib, cold: bool, time_used: &mut f64| -> Kib {
+            if out_of_time {
+                return Kib::ZERO;
+            }
             let cost = if cold { refault } else { 1.0 };
             let by_time = Kib((((1.0 - *time_used).max(0.0) * w) / cost) as u64);
             if by_time < need.min(cap) {
@@ -344,10 +396,20 @@ impl Guest {
             k
         };
         let spare = self.free().saturating_sub(self.cfg.wmark_min);
-        let d = room(need, self.free_dirty.total().min(spare), false, &mut time_used);
+        let d = room(
+            need,
+            self.free_dirty.total().min(spare),
+            false,
+            &mut time_used,
+        );
         let d = self.free_dirty.take(d);
         need = need.saturating_sub(d);
-        let c = room(need, self.free_clean.min(spare.saturating_sub(d)), true, &mut time_used);
+        let c = room(
+            need,
+            self.free_clean.min(spare.saturating_sub(d)),
+            true,
+            &mut time_used,
+        );
         self.free_clean = self.free_clean.saturating_sub(c);
         self.stats.refault = self.stats.refault.saturating_add(c);
         need = need.saturating_sub(c);
@@ -360,12 +422,23 @@ impl Guest {
             s.from_balloon = h;
             need = need.saturating_sub(h);
             limited |= self.balloon.0 > 0 && b.hook.0 == 0;
+            if limited {
+                // The balloon still has pages: the writer waits for the hook (its
+                // spinlock), it does not reclaim or swap.
+                s.got = want.saturating_sub(need);
+                return s;
+            }
         }
         let r = room(need, self.cache, false, &mut time_used);
         self.cache = self.cache.saturating_sub(r);
         need = need.saturating_sub(r);
         if self.cfg.swap_total > self.swapped {
-            let cap = self.cfg.swap_total.saturating_sub(self.swapped).min(b.swap).min(self.ram_anon().saturating_sub(self.cfg.daemons));
+            let cap = self
+                .cfg
+                .swap_total
+                .saturating_sub(self.swapped)
+                .min(b.swap)
+                .min(self.ram_anon().saturating_sub(self.cfg.daemons));
             let k = room(need, cap, false, &mut time_used);
             self.swapped = self.swapped.saturating_add(k);
             b.swap = b.swap.saturating_sub(k);
@@ -414,7 +487,9 @@ impl Guest {
         if self.swapped.0 == 0 {
             return Kib::ZERO;
         }
-        let room = self.free().saturating_sub(self.cfg.wmark_low.saturating_add(Kib(64 * MIB)));
+        let room = self
+            .free()
+            .saturating_sub(self.cfg.wmark_low.saturating_add(Kib(64 * MIB)));
         let k = self.swapped.min(*budget).min(room);
         let d = self.free_dirty.take(k);
         let c = k.saturating_sub(d).min(self.free_clean);

@@ -6,7 +6,10 @@ use clap::Parser;
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
-#[command(name = "autoballoon-sim", about = "Continuous ballooning on a virtual clock: core's host loop and policies driving a model of guests, balloon and live migration")]
+#[command(
+    name = "autoballoon-sim",
+    about = "Continuous ballooning on a virtual clock: core's host loop and policies driving a model of guests, balloon and live migration"
+)]
 struct Cli {
     /// A built-in scenario's name, or a scenario file.
     #[arg(long, required_unless_present_any = ["list", "reproduce"])]
@@ -54,15 +57,27 @@ fn real_main(cli: &Cli) -> Result<(), SimError> {
             let s = Scenario::parse(name, text)?;
             println!("{name:14} {:3} {}", s.experiment, s.description);
         }
-        println!("policies: {}", PolicyName::ALL.map(|p| p.as_str()).join(", "));
+        println!(
+            "policies: {}",
+            PolicyName::ALL.map(|p| p.as_str()).join(", ")
+        );
         return Ok(());
     }
     if let Some(path) = &cli.reproduce {
         let md = report::reproduce(!cli.quiet)?;
-        if let Some(dir) = std::path::Path::new(path).parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| SimError::Write { path: path.clone(), source })?;
+        if let Some(dir) = std::path::Path::new(path)
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(dir).map_err(|source| SimError::Write {
+                path: path.clone(),
+                source,
+            })?;
         }
-        std::fs::write(path, md).map_err(|source| SimError::Write { path: path.clone(), source })?;
+        std::fs::write(path, md).map_err(|source| SimError::Write {
+            path: path.clone(),
+            source,
+        })?;
         eprintln!("wrote {path}");
         return Ok(());
     }
@@ -70,17 +85,37 @@ fn real_main(cli: &Cli) -> Result<(), SimError> {
     let s = Scenario::load(name)?;
     let policy = PolicyName::parse(&cli.policy)?;
     let started = std::time::Instant::now();
-    let r = run(&s, policy, Options { seed: Some(cli.seed), series: cli.series.is_some(), progress: !cli.quiet, no_baseline: cli.no_baseline })?;
+    let r = run(
+        &s,
+        policy,
+        Options {
+            seed: Some(cli.seed),
+            series: cli.series.is_some(),
+            progress: !cli.quiet,
+            no_baseline: cli.no_baseline,
+        },
+    )?;
     if let Some(path) = &cli.series {
-        std::fs::write(path, autoballoon_sim::run::csv(&r.series)).map_err(|source| SimError::Write { path: path.clone(), source })?;
+        std::fs::write(path, autoballoon_sim::run::csv(&r.series)).map_err(|source| {
+            SimError::Write {
+                path: path.clone(),
+                source,
+            }
+        })?;
     }
     if cli.json {
-        println!("{}", serde_json::to_string_pretty(&r.summary).unwrap_or_default());
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&r.summary).unwrap_or_default()
+        );
     } else {
         print!("{}", autoballoon_sim::run::text(&r.summary));
     }
     if !cli.quiet {
-        eprintln!("simulated in {:.2} s of wall time", started.elapsed().as_secs_f64());
+        eprintln!(
+            "simulated in {:.2} s of wall time",
+            started.elapsed().as_secs_f64()
+        );
     }
     Ok(())
 }

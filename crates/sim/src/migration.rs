@@ -51,25 +51,60 @@ pub struct Migration {
 
 impl Migration {
     /// A migration of `vm` asked for at `now`; `prepare` waits for the balloon first.
-    pub fn new(vm: usize, now: f64, g: &Guest, c: &Calibration, prepare: bool, hinting: bool, bw_factor: f64) -> Migration {
-        let mut m = Migration { vm, requested_s: now, size_at_start: g.size(), phase: Phase::Cleanup { until: 0.0 }, round: 0, dirtied: 0.0, sent: 0.0, downtime_ms: 0.0, bw_factor };
-        m.phase = if prepare { Phase::Prepare { deadline: now + 600.0, last_size: g.size() } } else { m.first_pass(g, c, hinting) };
+    pub fn new(
+        vm: usize,
+        now: f64,
+        g: &Guest,
+        c: &Calibration,
+        prepare: bool,
+        hinting: bool,
+        bw_factor: f64,
+    ) -> Migration {
+        let mut m = Migration {
+            vm,
+            requested_s: now,
+            size_at_start: g.size(),
+            phase: Phase::Cleanup { until: 0.0 },
+            round: 0,
+            dirtied: 0.0,
+            sent: 0.0,
+            downtime_ms: 0.0,
+            bw_factor,
+        };
+        m.phase = if prepare {
+            Phase::Prepare {
+                deadline: now + 600.0,
+                last_size: g.size(),
+            }
+        } else {
+            m.first_pass(g, c, hinting)
+        };
         m
     }
 
     fn first_pass(&mut self, g: &Guest, c: &Calibration, hinting: bool) -> Phase {
         self.round = 1;
         match c.migration {
-            MigrationKind::Xen => Phase::Precopy { to_send: g.size().0 as f64, zero_left: 0.0 },
+            MigrationKind::Xen => Phase::Precopy {
+                to_send: g.size().0 as f64,
+                zero_left: 0.0,
+            },
             MigrationKind::Qemu => {
                 // Free page hinting: the guest's free pages at the start are skipped in the first pass.
                 let hinted = if hinting { g.free_dirty() } else { Kib::ZERO };
                 let to_send = g.written().saturating_sub(hinted).0 as f64;
                 let zero = g.cfg.max.0 as f64 - to_send;
                 // Zero pages cost time, not bytes: counted in bandwidth-equivalent KiB.
-                let scan = if c.zero_scan_gib_s > 0.0 { zero * c.bandwidth_gib_s / c.zero_scan_gib_s } else { 0.0 };
+                let scan = if c.zero_scan_gib_s > 0.0 {
+                    zero * c.bandwidth_gib_s / c.zero_scan_gib_s
+                } else {
+                    0.0
+                };
                 let hint_cost = hinted.0 as f64 * c.bandwidth_gib_s / c.hint_gib_s;
-                Phase::Precopy { to_send, zero_left: scan + hint_cost }
+                Phase::Precopy {
+                    to_send,
+                    zero_left: scan + hint_cost,
+                }
             }
         }
     }
@@ -100,20 +135,40 @@ impl Migration {
     }
 
     /// One tick; returns the record once the migration is over.
-    pub fn step(&mut self, now: f64, dt: f64, g: &Guest, c: &Calibration, hinting: bool, name: &str) -> Option<MigrationRecord> {
+    pub fn step(
+        &mut self,
+        now: f64,
+        dt: f64,
+        g: &Guest,
+        c: &Calibration,
+        hinting: bool,
+        name: &str,
+    ) -> Option<MigrationRecord> {
         match self.phase.clone() {
-            Phase::Prepare { deadline, last_size } => {
+            Phase::Prepare {
+                deadline,
+                last_size,
+            } => {
                 let size = g.size();
                 let target = g.cfg.max.saturating_sub(g.balloon_target);
                 // Started once the balloon is there, stopped moving, or the deadline passed.
-                if size <= target.saturating_add(Kib(64 * 1024)) || (size >= last_size && now > self.requested_s + dt) || now >= deadline {
+                if size <= target.saturating_add(Kib(64 * 1024))
+                    || (size >= last_size && now > self.requested_s + dt)
+                    || now >= deadline
+                {
                     self.phase = self.first_pass(g, c, hinting);
                 } else {
-                    self.phase = Phase::Prepare { deadline, last_size: size };
+                    self.phase = Phase::Prepare {
+                        deadline,
+                        last_size: size,
+                    };
                 }
                 None
             }
-            Phase::Precopy { mut to_send, mut zero_left } => {
+            Phase::Precopy {
+                mut to_send,
+                mut zero_left,
+            } => {
                 let bw_gib_s = c.bandwidth_gib_s * self.bw_factor;
                 let mut budget = rate(bw_gib_s, dt).0 as f64;
                 let z = zero_left.min(budget * zero_left / (zero_left + to_send).max(1.0));
@@ -131,7 +186,12 @@ impl Migration {
                         self.sent += self.dirtied;
                         self.downtime_ms = pause * 1000.0 + c.downtime_fixed_ms;
                         let left_in_tick = budget / bw;
-                        self.phase = Phase::Cleanup { until: now + dt - left_in_tick + pause + c.downtime_fixed_ms / 1000.0 + c.migration_fixed_s };
+                        self.phase = Phase::Cleanup {
+                            until: now + dt - left_in_tick
+                                + pause
+                                + c.downtime_fixed_ms / 1000.0
+                                + c.migration_fixed_s,
+                        };
                         return None;
                     }
                     self.round += 1;

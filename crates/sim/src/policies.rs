@@ -65,19 +65,60 @@ impl PolicyName {
     }
 
     pub fn parse(s: &str) -> Result<PolicyName, SimError> {
-        PolicyName::ALL.into_iter().find(|p| p.as_str() == s).ok_or_else(|| SimError::UnknownPolicy(s.to_string(), PolicyName::ALL.map(|p| p.as_str()).join(", ")))
+        PolicyName::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| {
+                SimError::UnknownPolicy(
+                    s.to_string(),
+                    PolicyName::ALL.map(|p| p.as_str()).join(", "),
+                )
+            })
     }
 
     /// The guest side of this policy.
     pub fn guest(self) -> GuestSide {
-        let stock = GuestSide { agent: false, patched: false, overcommit_always: false, transparent: false, fpr: false, hinting: false, prepare_migration: false, target_in_force: false };
+        let stock = GuestSide {
+            agent: false,
+            patched: false,
+            overcommit_always: false,
+            transparent: false,
+            fpr: false,
+            hinting: false,
+            prepare_migration: false,
+            target_in_force: false,
+        };
         match self {
-            PolicyName::Swapfree => GuestSide { agent: true, patched: true, overcommit_always: true, transparent: true, target_in_force: true, ..stock },
-            PolicyName::ContinuousStock | PolicyName::Iballoon | PolicyName::Pressure | PolicyName::Shares => GuestSide { agent: true, overcommit_always: true, ..stock },
-            PolicyName::OneShot => GuestSide { agent: true, prepare_migration: true, ..stock },
+            PolicyName::Swapfree => GuestSide {
+                agent: true,
+                patched: true,
+                overcommit_always: true,
+                transparent: true,
+                target_in_force: true,
+                ..stock
+            },
+            PolicyName::ContinuousStock
+            | PolicyName::Iballoon
+            | PolicyName::Pressure
+            | PolicyName::Shares => GuestSide {
+                agent: true,
+                overcommit_always: true,
+                ..stock
+            },
+            PolicyName::OneShot => GuestSide {
+                agent: true,
+                prepare_migration: true,
+                ..stock
+            },
             PolicyName::FreePageReporting => GuestSide { fpr: true, ..stock },
-            PolicyName::FreePageHinting => GuestSide { hinting: true, ..stock },
-            PolicyName::Dsb95 => GuestSide { agent: true, ..stock },
+            PolicyName::FreePageHinting => GuestSide {
+                hinting: true,
+                ..stock
+            },
+            PolicyName::Dsb95 => GuestSide {
+                agent: true,
+                ..stock
+            },
             PolicyName::Static => stock,
         }
     }
@@ -93,14 +134,26 @@ impl PolicyName {
 
     /// The host loop this policy runs: one control loop per VM (core's rails from
     /// `cfg`, a 1 s interval) and core's balancer.
-    pub fn host_loop(self, cfg: &PolicyConfig, vms: usize) -> HostLoop<SimPolicy, Box<dyn Balancer + Send>> {
+    pub fn host_loop(
+        self,
+        cfg: &PolicyConfig,
+        vms: usize,
+    ) -> HostLoop<SimPolicy, Box<dyn Balancer + Send>> {
         let mut hl = HostLoop::new(self.balancer().build(SharesConfig::default()));
         for i in 0..vms {
             let policy = match self {
-                PolicyName::Swapfree | PolicyName::ContinuousStock | PolicyName::Iballoon | PolicyName::Pressure | PolicyName::Shares => SimPolicy::SwapFree(cfg.policy()),
+                PolicyName::Swapfree
+                | PolicyName::ContinuousStock
+                | PolicyName::Iballoon
+                | PolicyName::Pressure
+                | PolicyName::Shares => SimPolicy::SwapFree(cfg.policy()),
                 PolicyName::Dsb95 => SimPolicy::Dsb95,
-                PolicyName::OneShot => SimPolicy::OneShot { buffer: Kib::from_mib_saturating(cfg.buffer_mib) },
-                PolicyName::Static | PolicyName::FreePageReporting | PolicyName::FreePageHinting => SimPolicy::Static,
+                PolicyName::OneShot => SimPolicy::OneShot {
+                    buffer: Kib::from_mib_saturating(cfg.buffer_mib),
+                },
+                PolicyName::Static
+                | PolicyName::FreePageReporting
+                | PolicyName::FreePageHinting => SimPolicy::Static,
             };
             let lp = cfg.control_loop_of(policy, Duration::from_secs(1));
             hl.add_vm(autoballoon_core::host::VmId(i as u32), lp);
@@ -135,7 +188,9 @@ pub enum SimPolicy {
     /// `size − 0.95 · MemFree`.
     Dsb95,
     /// The estimate while a migration is prepared; the full size otherwise.
-    OneShot { buffer: Kib },
+    OneShot {
+        buffer: Kib,
+    },
 }
 
 impl Policy for SimPolicy {
@@ -155,17 +210,29 @@ impl Policy for SimPolicy {
             SimPolicy::Dsb95 => {
                 let mem = s.mem.as_ref()?;
                 let take = Kib((mem.free.0 as f64 * 0.95) as u64);
-                Some(Decision { target: s.guest_size.saturating_sub(take).clamp(Kib::ONE_PAGE, s.max), reason: Reason::Fixed })
+                Some(Decision {
+                    target: s
+                        .guest_size
+                        .saturating_sub(take)
+                        .clamp(Kib::ONE_PAGE, s.max),
+                    reason: Reason::Fixed,
+                })
             }
             SimPolicy::OneShot { buffer } => {
                 if s.preparing_migration {
                     let mem = s.mem.as_ref()?;
                     let e = estimate(mem, s.guest_size, s.max, *buffer);
-                    Some(Decision { target: e.target, reason: Reason::Estimate(e) })
+                    Some(Decision {
+                        target: e.target,
+                        reason: Reason::Estimate(e),
+                    })
                 } else if s.migrating {
                     None
                 } else {
-                    Some(Decision { target: s.max, reason: Reason::Fixed })
+                    Some(Decision {
+                        target: s.max,
+                        reason: Reason::Fixed,
+                    })
                 }
             }
         }

@@ -109,7 +109,13 @@ pub fn run(s: &Scenario, policy: PolicyName, o: Options) -> Result<Run, SimError
 
 /// Fills the figures of `s` that compare it with the static run `base`.
 pub fn compare(s: &mut Summary, base: &Summary) {
-    let ratio = |x: &Summary| if x.app_work_s > 0.0 { Some(x.app_runtime_s / x.app_work_s) } else { None };
+    let ratio = |x: &Summary| {
+        if x.app_work_s > 0.0 {
+            Some(x.app_runtime_s / x.app_work_s)
+        } else {
+            None
+        }
+    };
     if let (Some(a), Some(b)) = (ratio(s), ratio(base)) {
         s.overhead_pct = Some(100.0 * (a / b - 1.0));
     }
@@ -124,7 +130,13 @@ pub fn compare(s: &mut Summary, base: &Summary) {
 }
 
 /// One run of `s` under `policy` with `seed`; no comparisons.
-pub fn simulate(s: &Scenario, policy: PolicyName, seed: u64, series: bool, progress: bool) -> Result<Run, SimError> {
+pub fn simulate(
+    s: &Scenario,
+    policy: PolicyName,
+    seed: u64,
+    series: bool,
+    progress: bool,
+) -> Result<Run, SimError> {
     let calib = s.calibration()?;
     let cfg = s.policy.clone().unwrap_or_default();
     let mut world = SimWorld::new(s, calib, policy.guest(), seed);
@@ -150,7 +162,9 @@ pub fn simulate(s: &Scenario, policy: PolicyName, seed: u64, series: bool, progr
                     vm: v.name.clone(),
                     size_gib: gb(g.size()),
                     target_gib: gb(g.cfg.max.saturating_sub(g.balloon_target)),
-                    footprint_gib: gb(g.footprint(world.calib.migration == crate::calib::MigrationKind::Xen)),
+                    footprint_gib: gb(
+                        g.footprint(world.calib.migration == crate::calib::MigrationKind::Xen)
+                    ),
                     anon_gib: gb(g.ram_anon()),
                     cache_gib: gb(g.cache),
                     free_gib: gb(g.free()),
@@ -160,19 +174,34 @@ pub fn simulate(s: &Scenario, policy: PolicyName, seed: u64, series: bool, progr
             }));
         }
         if progress && k % report_every == 0 {
-            eprint!("\r{} / {}: {:>3.0} % of {:.0} s simulated", s.name, policy.as_str(), 100.0 * k as f64 / ticks as f64, s.duration_s);
+            eprint!(
+                "\r{} / {}: {:>3.0} % of {:.0} s simulated",
+                s.name,
+                policy.as_str(),
+                100.0 * k as f64 / ticks as f64,
+                s.duration_s
+            );
         }
     }
     if progress {
         eprintln!("\r{} / {}: done{:30}", s.name, policy.as_str(), "");
     }
-    Ok(Run { summary: summarize(s, policy, seed, &world), series: rows })
+    Ok(Run {
+        summary: summarize(s, policy, seed, &world),
+        series: rows,
+    })
 }
 
 fn summarize(s: &Scenario, policy: PolicyName, seed: u64, w: &SimWorld) -> Summary {
     let dur = w.now.max(1e-9);
     let bytes = |k: autoballoon_core::units::Kib| k.to_bytes_saturating().0;
-    let sum_k = |f: &dyn Fn(&crate::world::VmState) -> autoballoon_core::units::Kib| w.vms.iter().fold(autoballoon_core::units::Kib::ZERO, |a, v| a.saturating_add(f(v)));
+    let sum_k = |f: &dyn Fn(&crate::world::VmState) -> autoballoon_core::units::Kib| {
+        w.vms
+            .iter()
+            .fold(autoballoon_core::units::Kib::ZERO, |a, v| {
+                a.saturating_add(f(v))
+            })
+    };
     let progs = || w.vms.iter().flat_map(|v| v.programs.iter());
     let times: Vec<f64> = w.records.iter().map(|r| r.duration_s).collect();
     Summary {
@@ -189,19 +218,20 @@ fn summarize(s: &Scenario, policy: PolicyName, seed: u64, w: &SimWorld) -> Summa
         peak_mem_bytes: bytes(w.totals.peak_footprint),
         avg_guest_bytes: (w.totals.size_kib_s / dur * 1024.0) as u64,
         min_guest_bytes: w.vms.iter().map(|v| bytes(v.min_size)).min().unwrap_or(0),
-        app_runtime_s: progs().map(|p| p.busy_s).sum(),
-        app_work_s: progs().map(|p| p.work_s).sum(),
+        app_runtime_s: progs().fold(0.0, |a, p| a + p.busy_s),
+        app_work_s: progs().fold(0.0, |a, p| a + p.work_s),
         app_passes: progs().map(|p| p.passes).sum(),
         programs_killed: progs().filter(|p| p.killed).count() as u64,
         overhead_pct: None,
         hook_bytes: bytes(sum_k(&|v| v.guest.stats.hook)),
         reported_bytes: bytes(sum_k(&|v| v.guest.stats.reported)),
         doo_rounds: w.vms.iter().map(|v| v.guest.stats.doo_rounds).sum(),
-        cpu_s: w.vms.iter().map(|v| v.cpu_s).sum(),
-        stalled_s: w.vms.iter().map(|v| v.stalled_s).sum(),
+        cpu_s: w.vms.iter().fold(0.0, |a, v| a + v.cpu_s),
+        stalled_s: w.vms.iter().fold(0.0, |a, v| a + v.stalled_s),
         host_swap_out_bytes: bytes(w.totals.host_swap_out),
         host_swap_in_bytes: bytes(w.totals.host_swap_in),
-        avg_migration_s: (!times.is_empty()).then(|| times.iter().sum::<f64>() / times.len() as f64),
+        avg_migration_s: (!times.is_empty())
+            .then(|| times.iter().sum::<f64>() / times.len() as f64),
         fastest_migration_s: times.iter().copied().reduce(f64::min),
         migrations: w.records.clone(),
         static_avg_migration_s: None,
@@ -215,16 +245,50 @@ fn summarize(s: &Scenario, policy: PolicyName, seed: u64, w: &SimWorld) -> Summa
 pub fn text(s: &Summary) -> String {
     let mut o = String::new();
     let gb = |b: u64| b as f64 / GIB;
-    let _ = writeln!(o, "{} ({}) under {}, seed {}, {:.0} s simulated", s.scenario, s.experiment, s.policy, s.seed, s.duration_s);
-    let _ = writeln!(o, "  OOM kills {}, failed allocations {}, swap out {:.2} GiB", s.oom_kills, s.failed_allocations, gb(s.swap_out_bytes));
-    let _ = writeln!(o, "  memory: avg {:.1} GiB, peak {:.1} GiB (host); guest avg {:.1} GiB, min {:.2} GiB", gb(s.avg_mem_bytes), gb(s.peak_mem_bytes), gb(s.avg_guest_bytes), gb(s.min_guest_bytes));
-    let _ = writeln!(o, "  programs: {:.0} s busy for {:.0} s of work, {} passes, {} killed", s.app_runtime_s, s.app_work_s, s.app_passes, s.programs_killed);
+    let _ = writeln!(
+        o,
+        "{} ({}) under {}, seed {}, {:.0} s simulated",
+        s.scenario, s.experiment, s.policy, s.seed, s.duration_s
+    );
+    let _ = writeln!(
+        o,
+        "  OOM kills {}, failed allocations {}, swap out {:.2} GiB",
+        s.oom_kills,
+        s.failed_allocations,
+        gb(s.swap_out_bytes)
+    );
+    let _ = writeln!(
+        o,
+        "  memory: avg {:.1} GiB, peak {:.1} GiB (host); guest avg {:.1} GiB, min {:.2} GiB",
+        gb(s.avg_mem_bytes),
+        gb(s.peak_mem_bytes),
+        gb(s.avg_guest_bytes),
+        gb(s.min_guest_bytes)
+    );
+    let _ = writeln!(
+        o,
+        "  programs: {:.0} s busy for {:.0} s of work, {} passes, {} killed",
+        s.app_runtime_s, s.app_work_s, s.app_passes, s.programs_killed
+    );
     if let Some(p) = s.overhead_pct {
         let _ = writeln!(o, "  overhead vs static: {p:+.1} %");
     }
-    let _ = writeln!(o, "  hook served {:.1} GiB, reported {:.1} GiB, CPU {:.1} s, writes waited {:.0} s", gb(s.hook_bytes), gb(s.reported_bytes), s.cpu_s, s.stalled_s);
+    let _ = writeln!(
+        o,
+        "  hook served {:.1} GiB, reported {:.1} GiB, CPU {:.1} s, writes waited {:.0} s",
+        gb(s.hook_bytes),
+        gb(s.reported_bytes),
+        s.cpu_s,
+        s.stalled_s
+    );
     if let Some(a) = s.avg_migration_s {
-        let _ = write!(o, "  {} migrations: avg {:.1} s, fastest {:.1} s", s.migrations.len(), a, s.fastest_migration_s.unwrap_or(0.0));
+        let _ = write!(
+            o,
+            "  {} migrations: avg {:.1} s, fastest {:.1} s",
+            s.migrations.len(),
+            a,
+            s.fastest_migration_s.unwrap_or(0.0)
+        );
         if let (Some(b), Some(sp)) = (s.static_avg_migration_s, s.migration_speedup_pct) {
             let _ = write!(o, " (static avg {b:.1} s: {sp:.1} % faster");
             if let Some(f) = s.fastest_speedup_pct {
@@ -244,7 +308,16 @@ pub fn csv(rows: &[SeriesRow]) -> String {
         let _ = writeln!(
             o,
             "{:.1},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{}",
-            r.t_s, r.vm, r.size_gib, r.target_gib, r.footprint_gib, r.anon_gib, r.cache_gib, r.free_gib, r.swapped_gib, u8::from(r.migrating)
+            r.t_s,
+            r.vm,
+            r.size_gib,
+            r.target_gib,
+            r.footprint_gib,
+            r.anon_gib,
+            r.cache_gib,
+            r.free_gib,
+            r.swapped_gib,
+            u8::from(r.migrating)
         );
     }
     o

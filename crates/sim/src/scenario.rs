@@ -18,8 +18,14 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("fluid-sim-a", include_str!("../scenarios/fluid-sim-a.toml")),
     ("fluid-sim-b", include_str!("../scenarios/fluid-sim-b.toml")),
     ("fluid-sim-c", include_str!("../scenarios/fluid-sim-c.toml")),
-    ("iballoon-mix", include_str!("../scenarios/iballoon-mix.toml")),
-    ("host-pressure", include_str!("../scenarios/host-pressure.toml")),
+    (
+        "iballoon-mix",
+        include_str!("../scenarios/iballoon-mix.toml"),
+    ),
+    (
+        "host-pressure",
+        include_str!("../scenarios/host-pressure.toml"),
+    ),
     ("tiny", include_str!("../scenarios/tiny.toml")),
 ];
 
@@ -185,15 +191,22 @@ impl Scenario {
         let path = Path::new(name);
         if !path.exists() {
             let names: Vec<&str> = BUILTIN.iter().map(|(n, _)| *n).collect();
-            return Err(SimError::UnknownScenario(name.to_string(), names.join(", ")));
+            return Err(SimError::UnknownScenario(
+                name.to_string(),
+                names.join(", "),
+            ));
         }
-        let text = std::fs::read_to_string(path).map_err(|source| SimError::Read { path: name.to_string(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| SimError::Read {
+            path: name.to_string(),
+            source,
+        })?;
         Scenario::parse(name, &text)
     }
 
     /// Parses and checks a scenario's text; `origin` names it in errors.
     pub fn parse(origin: &str, text: &str) -> Result<Scenario, SimError> {
-        let s: Scenario = toml::from_str(text).map_err(|e| SimError::bad(origin, e.message().to_string()))?;
+        let s: Scenario =
+            toml::from_str(text).map_err(|e| SimError::bad(origin, e.message().to_string()))?;
         s.validate()?;
         Ok(s)
     }
@@ -207,17 +220,23 @@ impl Scenario {
     pub fn validate(&self) -> Result<(), SimError> {
         let bad = |m: String| Err(SimError::bad(&self.name, m));
         let num = |what: &str, v: f64| -> Result<(), SimError> {
-            if v.is_finite() && v >= 0.0 && v < 1e12 {
+            if (0.0..1e12).contains(&v) {
                 Ok(())
             } else {
-                Err(SimError::bad(&self.name, format!("{what} must be a number from 0 to 1e12, not {v}")))
+                Err(SimError::bad(
+                    &self.name,
+                    format!("{what} must be a number from 0 to 1e12, not {v}"),
+                ))
             }
         };
         num("duration_s", self.duration_s)?;
         num("tick_s", self.tick_s)?;
         num("series_every_s", self.series_every_s)?;
         if self.tick_s < 0.001 || self.tick_s > 10.0 {
-            return bad(format!("tick_s must be between 0.001 and 10, not {}", self.tick_s));
+            return bad(format!(
+                "tick_s must be between 0.001 and 10, not {}",
+                self.tick_s
+            ));
         }
         if self.duration_s / self.tick_s > 1e8 {
             return bad("more than 10^8 ticks: raise tick_s".into());
@@ -226,7 +245,8 @@ impl Scenario {
             return bad("no [[vm]]".into());
         }
         if let Some(p) = &self.policy {
-            p.validate("policy.").map_err(|e| SimError::bad(&self.name, e.to_string()))?;
+            p.validate("policy.")
+                .map_err(|e| SimError::bad(&self.name, e.to_string()))?;
         }
         if let Some(m) = self.host.memory_gib {
             num("host.memory_gib", m)?;
@@ -238,9 +258,15 @@ impl Scenario {
             }
             num(&format!("vm {}: memory_gib", vm.name), vm.memory_gib)?;
             num(&format!("vm {}: swap_gib", vm.name), vm.swap_gib)?;
-            num(&format!("vm {}: cold_cache_gib", vm.name), vm.cold_cache_gib)?;
+            num(
+                &format!("vm {}: cold_cache_gib", vm.name),
+                vm.cold_cache_gib,
+            )?;
             if vm.memory_gib < 0.0625 {
-                return bad(format!("vm {}: memory_gib must be at least 0.0625 (64 MiB)", vm.name));
+                return bad(format!(
+                    "vm {}: memory_gib must be at least 0.0625 (64 MiB)",
+                    vm.name
+                ));
             }
             if vm.vcpus == 0 {
                 return bad(format!("vm {}: vcpus must be at least 1", vm.name));
@@ -254,7 +280,11 @@ impl Scenario {
                 let mut busy = false;
                 for st in &p.steps {
                     match st {
-                        Step::Alloc { gib, threads, touch_gib_s } => {
+                        Step::Alloc {
+                            gib,
+                            threads,
+                            touch_gib_s,
+                        } => {
                             num(&format!("{at}: alloc gib"), *gib)?;
                             if *threads == 0 {
                                 return bad(format!("{at}: alloc threads must be at least 1"));
@@ -277,7 +307,10 @@ impl Scenario {
                             num(&format!("{at}: dirty_gib_s"), *dirty_gib_s)?;
                             busy |= *s > 0.0;
                         }
-                        Step::Trace { points, dirty_gib_s } => {
+                        Step::Trace {
+                            points,
+                            dirty_gib_s,
+                        } => {
                             num(&format!("{at}: dirty_gib_s"), *dirty_gib_s)?;
                             if points.len() < 2 {
                                 return bad(format!("{at}: a trace needs at least two points"));
@@ -287,7 +320,9 @@ impl Scenario {
                                 num(&format!("{at}: trace time"), *t)?;
                                 num(&format!("{at}: trace GiB"), *g)?;
                                 if *t <= last {
-                                    return bad(format!("{at}: trace times must rise ({t} after {last})"));
+                                    return bad(format!(
+                                        "{at}: trace times must rise ({t} after {last})"
+                                    ));
                                 }
                                 last = *t;
                             }

@@ -28,10 +28,23 @@ enum State {
     /// Not started yet, or between steps.
     Enter,
     /// Touching what was committed: `left` KiB at `rate` KiB/s (all threads).
-    Alloc { left: f64, rate: f64, nominal_s: f64 },
-    Sleep { until: f64 },
-    Compute { left_s: f64, nominal_s: f64, dirty: f64 },
-    Trace { pos: f64, dirty: f64 },
+    Alloc {
+        left: f64,
+        rate: f64,
+        nominal_s: f64,
+    },
+    Sleep {
+        until: f64,
+    },
+    Compute {
+        left_s: f64,
+        nominal_s: f64,
+        dirty: f64,
+    },
+    Trace {
+        pos: f64,
+        dirty: f64,
+    },
 }
 
 /// One running program.
@@ -84,7 +97,12 @@ impl Program {
 
     /// Steps that take no time, from `now`, until one that does. `commit_limit`: the
     /// largest single allocation the guest's overcommit rule allows (none: any).
-    pub fn begin_tick(&mut self, now: f64, commit_limit: Option<Kib>, touch_default: f64) -> Instant {
+    pub fn begin_tick(
+        &mut self,
+        now: f64,
+        commit_limit: Option<Kib>,
+        touch_default: f64,
+    ) -> Instant {
         let mut out = Instant::default();
         if !self.running() || now + 1e-9 < self.start_s {
             return out;
@@ -100,15 +118,24 @@ impl Program {
                 break;
             };
             match step {
-                Step::Alloc { gib: g, threads, touch_gib_s } => {
+                Step::Alloc {
+                    gib: g,
+                    threads,
+                    touch_gib_s,
+                } => {
                     let each = gib(g);
                     let ok = commit_limit.is_none_or(|l| each <= l);
                     if ok {
                         let total = Kib(each.0.saturating_mul(u64::from(threads)));
                         self.untouched = self.untouched.saturating_add(total);
                         out.committed = out.committed.saturating_add(total);
-                        let rate = touch_gib_s.unwrap_or(touch_default) * GIB_KIB * f64::from(threads);
-                        self.state = State::Alloc { left: total.0 as f64, rate, nominal_s: total.0 as f64 / rate };
+                        let rate =
+                            touch_gib_s.unwrap_or(touch_default) * GIB_KIB * f64::from(threads);
+                        self.state = State::Alloc {
+                            left: total.0 as f64,
+                            rate,
+                            nominal_s: total.0 as f64 / rate,
+                        };
                     } else {
                         out.refused += u64::from(threads);
                         self.next();
@@ -125,8 +152,19 @@ impl Program {
                     self.next();
                 }
                 Step::Sleep { s } => self.state = State::Sleep { until: now + s },
-                Step::Compute { s, dirty_gib_s } => self.state = State::Compute { left_s: s, nominal_s: s, dirty: dirty_gib_s * GIB_KIB },
-                Step::Trace { dirty_gib_s, .. } => self.state = State::Trace { pos: 0.0, dirty: dirty_gib_s * GIB_KIB },
+                Step::Compute { s, dirty_gib_s } => {
+                    self.state = State::Compute {
+                        left_s: s,
+                        nominal_s: s,
+                        dirty: dirty_gib_s * GIB_KIB,
+                    }
+                }
+                Step::Trace { dirty_gib_s, .. } => {
+                    self.state = State::Trace {
+                        pos: 0.0,
+                        dirty: dirty_gib_s * GIB_KIB,
+                    }
+                }
                 Step::Cache { gib: g } => {
                     out.cache = out.cache.saturating_add(gib(g));
                     self.next();
@@ -150,16 +188,24 @@ impl Program {
     }
 
     /// Memory this program wants to write this tick of `dt` at CPU speed `speed` (its
-    /// fresh allocations; a trace also commits them), and memory it frees along a trace.
-    pub fn want(&mut self, dt: f64, speed: f64) -> (Kib, Instant) {
+    /// fresh allocations; a trace also commits them), what it could write in the whole tick
+    /// (its threads' speed: the time scale of the allocator's costs), and memory it frees
+    /// along a trace. A trace writes with one thread at `touch_gib_s` or faster.
+    pub fn want(&mut self, dt: f64, speed: f64, touch_gib_s: f64) -> (Kib, Kib, Instant) {
         let mut freed = Instant::default();
         if !self.running() {
-            return (Kib::ZERO, freed);
+            return (Kib::ZERO, Kib::ZERO, freed);
         }
+        let one_thread = Kib((touch_gib_s * GIB_KIB * dt * speed).max(0.0) as u64);
         match &self.state {
-            State::Alloc { left, rate, .. } => (Kib((rate * dt * speed).min(*left).max(0.0) as u64), freed),
+            State::Alloc { left, rate, .. } => {
+                let cap = Kib((rate * dt * speed).max(0.0) as u64);
+                (cap.min(Kib(left.max(0.0) as u64)), cap, freed)
+            }
             State::Trace { pos, .. } => {
-                let Some(Step::Trace { points, .. }) = self.steps.get(self.idx) else { return (Kib::ZERO, freed) };
+                let Some(Step::Trace { points, .. }) = self.steps.get(self.idx) else {
+                    return (Kib::ZERO, Kib::ZERO, freed);
+                };
                 let goal = gib(interp(points, pos + dt * speed));
                 if goal > self.resident {
                     // Committed as it grows: only what is not committed yet is new.
@@ -167,16 +213,16 @@ impl Program {
                     let extra = more.saturating_sub(self.untouched);
                     self.untouched = self.untouched.saturating_add(extra);
                     freed.committed = extra;
-                    (more, freed)
+                    (more, more.max(one_thread), freed)
                 } else {
                     freed.freed_resident = self.resident.saturating_sub(goal);
                     freed.freed_untouched = self.untouched;
                     self.resident = goal;
                     self.untouched = Kib::ZERO;
-                    (Kib::ZERO, freed)
+                    (Kib::ZERO, Kib::ZERO, freed)
                 }
             }
-            _ => (Kib::ZERO, freed),
+            _ => (Kib::ZERO, Kib::ZERO, freed),
         }
     }
 
@@ -196,9 +242,15 @@ impl Program {
         let got = got.min(wanted);
         self.untouched = self.untouched.saturating_sub(got);
         self.resident = self.resident.saturating_add(got);
-        let frac = if wanted.0 == 0 { 1.0 } else { got.0 as f64 / wanted.0 as f64 };
+        let frac = if wanted.0 == 0 {
+            1.0
+        } else {
+            got.0 as f64 / wanted.0 as f64
+        };
         match &mut self.state {
-            State::Alloc { left, nominal_s, .. } => {
+            State::Alloc {
+                left, nominal_s, ..
+            } => {
                 self.busy_s += dt;
                 *left -= got.0 as f64;
                 if *left < 1.0 {
@@ -211,7 +263,9 @@ impl Program {
                     self.next();
                 }
             }
-            State::Compute { left_s, nominal_s, .. } => {
+            State::Compute {
+                left_s, nominal_s, ..
+            } => {
                 self.busy_s += dt;
                 *left_s -= dt * speed;
                 if *left_s <= 1e-9 {
@@ -247,7 +301,9 @@ impl Program {
 
 /// The trace's GiB at work time `t` (linear between points, flat outside).
 pub fn interp(points: &[[f64; 2]], t: f64) -> f64 {
-    let Some(first) = points.first() else { return 0.0 };
+    let Some(first) = points.first() else {
+        return 0.0;
+    };
     if t <= first[0] {
         return first[1];
     }

@@ -86,51 +86,74 @@ pub struct SimWorld {
 impl SimWorld {
     /// The world of `s` booted at time 0 under a policy whose guest side is `side`.
     pub fn new(s: &Scenario, calib: Calibration, side: GuestSide, seed: u64) -> SimWorld {
-        let vms = s
-            .vm
-            .iter()
-            .map(|v| {
-                let max = gib(v.memory_gib);
-                let cfg = GuestConfig {
-                    max,
-                    kernel: Kib((max.0 as f64 * calib.struct_page_fraction) as u64).saturating_add(gib(calib.kernel_base_gib)),
-                    daemons: gib(calib.daemons_gib),
-                    hot_cache: gib(calib.hot_cache_gib),
-                    base_uncommitted: gib(calib.base_uncommitted_gib),
-                    swap_total: gib(v.swap_gib),
-                    wmark_min: Kib::ZERO,
-                    wmark_low: Kib::ZERO,
-                }
-                .with_watermarks();
-                let kernel = Kernel { patched: side.patched, deflate_on_oom: s.deflate_on_oom, overcommit_always: side.overcommit_always, transparent: side.transparent, fpr: side.fpr };
-                let guest = Guest::boot(cfg, kernel, gib(v.cold_cache_gib));
-                VmState {
-                    name: v.name.clone(),
-                    vcpus: v.vcpus,
-                    min_size: guest.size(),
-                    guest,
-                    programs: v.program.iter().map(Program::new).collect(),
-                    migration: None,
-                    psi: 0.0,
-                    oom_kills: 0,
-                    failed_allocations: 0,
-                    cpu_s: 0.0,
-                    cpu_last_tick: 0.0,
-                    stalled_s: 0.0,
-                }
-            })
-            .collect();
+        let vms =
+            s.vm.iter()
+                .map(|v| {
+                    let max = gib(v.memory_gib);
+                    let cfg = GuestConfig {
+                        max,
+                        kernel: Kib((max.0 as f64 * calib.struct_page_fraction) as u64)
+                            .saturating_add(gib(calib.kernel_base_gib)),
+                        daemons: gib(calib.daemons_gib),
+                        hot_cache: gib(calib.hot_cache_gib),
+                        base_uncommitted: gib(calib.base_uncommitted_gib),
+                        swap_total: gib(v.swap_gib),
+                        wmark_min: Kib::ZERO,
+                        wmark_low: Kib::ZERO,
+                    }
+                    .with_watermarks();
+                    let kernel = Kernel {
+                        patched: side.patched,
+                        deflate_on_oom: s.deflate_on_oom,
+                        overcommit_always: side.overcommit_always,
+                        transparent: side.transparent,
+                        fpr: side.fpr,
+                    };
+                    let guest = Guest::boot(cfg, kernel, gib(v.cold_cache_gib));
+                    VmState {
+                        name: v.name.clone(),
+                        vcpus: v.vcpus,
+                        min_size: guest.size(),
+                        guest,
+                        programs: v.program.iter().map(Program::new).collect(),
+                        migration: None,
+                        psi: 0.0,
+                        oom_kills: 0,
+                        failed_allocations: 0,
+                        cpu_s: 0.0,
+                        cpu_last_tick: 0.0,
+                        stalled_s: 0.0,
+                    }
+                })
+                .collect();
         let plans = s
             .migration
             .iter()
             .map(|m| {
                 let mut extra = m.at_s.clone();
                 extra.sort_by(f64::total_cmp);
-                let vm = m.vm.as_ref().and_then(|n| s.vm.iter().position(|v| &v.name == n)).unwrap_or(0);
-                PlanState { vm, next: Some(m.first_s), extra, left: m.count, gap: m.gap_s }
+                let vm =
+                    m.vm.as_ref()
+                        .and_then(|n| s.vm.iter().position(|v| &v.name == n))
+                        .unwrap_or(0);
+                PlanState {
+                    vm,
+                    next: Some(m.first_s),
+                    extra,
+                    left: m.count,
+                    gap: m.gap_s,
+                }
             })
             .collect();
-        let mut events: Vec<(f64, usize, Kib)> = s.event.iter().filter_map(|e| s.vm.iter().position(|v| v.name == e.vm).map(|i| (e.at_s, i, gib(e.set_size_gib)))).collect();
+        let mut events: Vec<(f64, usize, Kib)> = s
+            .event
+            .iter()
+            .filter_map(|e| {
+                s.vm.iter()
+                    .position(|v| v.name == e.vm)
+                    .map(|i| (e.at_s, i, gib(e.set_size_gib)))
+            })
+            .collect();
         events.sort_by(|a, b| a.0.total_cmp(&b.0));
         SimWorld {
             now: 0.0,
@@ -161,7 +184,10 @@ impl SimWorld {
             }
             self.next_event += 1;
             let g = &mut self.vms[vm].guest;
-            g.balloon_target = g.cfg.max.saturating_sub(size.clamp(Kib::ONE_PAGE, g.cfg.max));
+            g.balloon_target = g
+                .cfg
+                .max
+                .saturating_sub(size.clamp(Kib::ONE_PAGE, g.cfg.max));
         }
         self.start_migrations(now);
         let host_slow = match self.totals.host_swapped.0 {
@@ -172,7 +198,15 @@ impl SimWorld {
         let mut footprint = Kib::ZERO;
         for i in 0..self.vms.len() {
             let jitter = self.rng.jitter(1.0, 0.02);
-            let record = step_vm(&mut self.vms[i], &self.calib, &self.side, now, dt, host_slow * jitter, xen);
+            let record = step_vm(
+                &mut self.vms[i],
+                &self.calib,
+                &self.side,
+                now,
+                dt,
+                host_slow * jitter,
+                xen,
+            );
             if let Some(r) = record {
                 let end = r.start_s + r.duration_s;
                 self.records.push(r);
@@ -195,9 +229,15 @@ impl SimWorld {
         if let Some(h) = self.host_memory {
             let over = footprint.saturating_sub(h);
             if over > self.totals.host_swapped {
-                self.totals.host_swap_out = self.totals.host_swap_out.saturating_add(over.saturating_sub(self.totals.host_swapped));
+                self.totals.host_swap_out = self
+                    .totals
+                    .host_swap_out
+                    .saturating_add(over.saturating_sub(self.totals.host_swapped));
             } else {
-                self.totals.host_swap_in = self.totals.host_swap_in.saturating_add(self.totals.host_swapped.saturating_sub(over));
+                self.totals.host_swap_in = self
+                    .totals
+                    .host_swap_in
+                    .saturating_add(self.totals.host_swapped.saturating_sub(over));
             }
             self.totals.host_swapped = over;
         }
@@ -209,7 +249,10 @@ impl SimWorld {
             let p = &mut self.plans[k];
             let due_planned = p.next.is_some_and(|t| t <= now + 1e-9);
             let due_extra = p.extra.first().is_some_and(|&t| t <= now + 1e-9);
-            if !(due_planned || due_extra) || p.left == Some(0) || self.vms[p.vm].migration.is_some() {
+            if !(due_planned || due_extra)
+                || p.left == Some(0)
+                || self.vms[p.vm].migration.is_some()
+            {
                 continue;
             }
             if due_extra {
@@ -223,29 +266,66 @@ impl SimWorld {
             let i = p.vm;
             let f = self.rng.jitter(1.0, 0.05);
             let v = &mut self.vms[i];
-            v.migration = Some(Migration::new(i, now, &v.guest, &self.calib, self.side.prepare_migration, self.side.hinting, f));
+            v.migration = Some(Migration::new(
+                i,
+                now,
+                &v.guest,
+                &self.calib,
+                self.side.prepare_migration,
+                self.side.hinting,
+                f,
+            ));
         }
     }
 
     /// The host's view for the balancers.
     fn host_view(&self) -> HostView {
         let pressure = self.host_memory.map(|h| {
-            let held = self.vms.iter().fold(Kib::ZERO, |a, v| a.saturating_add(v.guest.footprint(self.xen())));
+            let held = self.vms.iter().fold(Kib::ZERO, |a, v| {
+                a.saturating_add(v.guest.footprint(self.xen()))
+            });
             let over = held.0 as f64 / h.0.max(1) as f64;
             let some = ((over - 0.9) * 400.0).clamp(0.0, 100.0);
             psi(some)
         });
-        HostView { capacity: self.host_memory, pressure }
+        HostView {
+            capacity: self.host_memory,
+            pressure,
+        }
     }
 }
 
 fn psi(some: f64) -> Pressure {
-    Pressure { some: PressureLine { avg10: some, avg60: some, avg300: some, total_us: 0 }, full: Some(PressureLine { avg10: some / 2.0, avg60: some / 2.0, avg300: some / 2.0, total_us: 0 }) }
+    Pressure {
+        some: PressureLine {
+            avg10: some,
+            avg60: some,
+            avg300: some,
+            total_us: 0,
+        },
+        full: Some(PressureLine {
+            avg10: some / 2.0,
+            avg60: some / 2.0,
+            avg300: some / 2.0,
+            total_us: 0,
+        }),
+    }
 }
 
 /// One VM through one tick; returns its migration's record if it ended.
-fn step_vm(v: &mut VmState, c: &Calibration, side: &GuestSide, now: f64, dt: f64, host_speed: f64, xen: bool) -> Option<MigrationRecord> {
-    let migrating = v.migration.as_ref().is_some_and(|m| m.active() && !m.preparing());
+fn step_vm(
+    v: &mut VmState,
+    c: &Calibration,
+    side: &GuestSide,
+    now: f64,
+    dt: f64,
+    host_speed: f64,
+    xen: bool,
+) -> Option<MigrationRecord> {
+    let migrating = v
+        .migration
+        .as_ref()
+        .is_some_and(|m| m.active() && !m.preparing());
     // CPU speed of the programs this tick.
     let mut speed = host_speed;
     if migrating {
@@ -256,6 +336,9 @@ fn step_vm(v: &mut VmState, c: &Calibration, side: &GuestSide, now: f64, dt: f64
     let prog_anon = v.guest.anon.saturating_sub(v.guest.cfg.daemons).0.max(1) as f64;
     speed /= 1.0 + c.swap_slowdown * (v.guest.swapped.0 as f64 / prog_anon).min(1.0);
     let g = &mut v.guest;
+    if migrating && c.freeze_balloon_while_migrating {
+        g.balloon_target = g.balloon_target.min(g.balloon);
+    }
     // 1. Instant steps: malloc, free, file reads.
     let limit = g.commit_limit();
     let mut cache_wanted = Kib::ZERO;
@@ -269,28 +352,41 @@ fn step_vm(v: &mut VmState, c: &Calibration, side: &GuestSide, now: f64, dt: f64
     let deflated = g.deflate(dt, c.deflate_gib_s);
     // 3. Writes.
     let mut b = Budgets {
-        hook: if g.kernel.patched { rate(c.hook_gib_s, dt).saturating_sub(deflated) } else { Kib::ZERO },
+        hook: if g.kernel.patched {
+            rate(c.hook_gib_s, dt).saturating_sub(deflated)
+        } else {
+            Kib::ZERO
+        },
         swap: rate(c.swap_gib_s, dt),
         doo_rounds: (dt * 1000.0 / c.doo_round_ms) as u64,
         refault_factor: if xen { 1.0 } else { c.refault_factor },
     };
     let mut wants = Vec::with_capacity(v.programs.len());
-    let mut total = Kib::ZERO;
+    let (mut total, mut capacity) = (Kib::ZERO, Kib::ZERO);
     for p in &mut v.programs {
-        let (w, i) = p.want(dt, speed);
+        let (w, cap, i) = p.want(dt, speed, c.touch_gib_s);
         g.release(now, i.freed_resident, Kib::ZERO);
         wants.push(w);
         total = total.saturating_add(w);
+        capacity = capacity.saturating_add(cap);
     }
-    let served = g.serve(total, &mut b);
+    let served = g.serve(total, capacity, &mut b);
     g.place(served.got, Kib::ZERO);
     let mut left = served.got;
     for (p, w) in v.programs.iter_mut().zip(&wants) {
-        let share = if total.0 == 0 { Kib::ZERO } else { Kib((u128::from(served.got.0) * u128::from(w.0) / u128::from(total.0)) as u64).min(left) };
+        let share = if total.0 == 0 {
+            Kib::ZERO
+        } else {
+            Kib((u128::from(served.got.0) * u128::from(w.0) / u128::from(total.0)) as u64).min(left)
+        };
         left = left.saturating_sub(share);
         p.end_tick(now, dt, speed, *w, share);
     }
-    let mut hook_pages = if g.kernel.patched { served.from_balloon } else { Kib::ZERO };
+    let mut hook_pages = if g.kernel.patched {
+        served.from_balloon
+    } else {
+        Kib::ZERO
+    };
     if total.0 > 0 && served.got < total {
         v.stalled_s += dt * (1.0 - served.got.0 as f64 / total.0 as f64);
     }
@@ -298,15 +394,25 @@ fn step_vm(v: &mut VmState, c: &Calibration, side: &GuestSide, now: f64, dt: f64
         // The OOM killer: the program holding the most.
         v.oom_kills += 1;
         v.failed_allocations += 1;
-        if let Some(p) = v.programs.iter_mut().filter(|p| p.running()).max_by_key(|p| p.resident.saturating_add(p.untouched)) {
+        if let Some(p) = v
+            .programs
+            .iter_mut()
+            .filter(|p| p.running())
+            .max_by_key(|p| p.resident.saturating_add(p.untouched))
+        {
             let (r, _) = p.kill();
             g.killed(now, r, Kib::ZERO);
         }
     }
     // 4. Files read, and the system's own hot files read back after reclaim.
-    let refill = g.cfg.hot_cache.saturating_sub(g.cache).saturating_add(cache_wanted).min(rate(c.touch_gib_s, dt));
+    let refill = g
+        .cfg
+        .hot_cache
+        .saturating_sub(g.cache)
+        .saturating_add(cache_wanted)
+        .min(rate(c.touch_gib_s, dt));
     let got_cache = if refill.0 > 0 {
-        let s = g.serve(refill, &mut b);
+        let s = g.serve(refill, rate(c.touch_gib_s, dt), &mut b);
         g.place(Kib::ZERO, s.got);
         if g.kernel.patched {
             hook_pages = hook_pages.saturating_add(s.from_balloon);
@@ -315,20 +421,34 @@ fn step_vm(v: &mut VmState, c: &Calibration, side: &GuestSide, now: f64, dt: f64
     } else {
         Kib::ZERO
     };
-    g.untouched = v.programs.iter().fold(Kib::ZERO, |a, p| a.saturating_add(p.untouched));
+    g.untouched = v
+        .programs
+        .iter()
+        .fold(Kib::ZERO, |a, p| a.saturating_add(p.untouched));
     // 5. The balloon worker takes toward its target; swap-in; free page reporting.
     let (_, dirty_taken) = g.inflate(dt, c.inflate_gib_s, &mut b.swap);
     g.swap_in(&mut b.swap);
     g.report(now + dt, c.fpr_delay_s, c.fpr_gib_s);
     // 6. CPU: the hook's per-page cost and the agent's sample.
-    let agent = if side.agent { c.agent_cpu_ms / 1000.0 * dt } else { 0.0 };
+    let agent = if side.agent {
+        c.agent_cpu_ms / 1000.0 * dt
+    } else {
+        0.0
+    };
     let hook_cpu = hook_pages.to_pages_floor().0 as f64 * c.hook_cost_us_per_page / 1e6;
     v.cpu_last_tick = hook_cpu + agent;
     v.cpu_s += v.cpu_last_tick;
     // 7. The migration: what was written, then its progress.
     let rec = if let Some(m) = &mut v.migration {
-        let dirty_rate: f64 = v.programs.iter().filter(|p| p.running()).map(|p| p.dirty_rate()).sum();
-        let written = served.got.saturating_add(got_cache).0 as f64 + dirty_rate * dt * speed + if xen { deflated.0 as f64 } else { 0.0 };
+        let dirty_rate: f64 = v
+            .programs
+            .iter()
+            .filter(|p| p.running())
+            .map(|p| p.dirty_rate())
+            .sum();
+        let written = served.got.saturating_add(got_cache).0 as f64
+            + dirty_rate * dt * speed
+            + if xen { deflated.0 as f64 } else { 0.0 };
         m.dirty(written, g);
         if !xen && dirty_taken.0 > 0 {
             m.discarded(dirty_taken, g);
@@ -338,7 +458,11 @@ fn step_vm(v: &mut VmState, c: &Calibration, side: &GuestSide, now: f64, dt: f64
         None
     };
     // 8. The guest's memory pressure (PSI some avg10): the share of the tick writes waited.
-    let stall = if total.0 == 0 { 0.0 } else { 100.0 * (1.0 - served.got.0 as f64 / total.0 as f64) };
+    let stall = if total.0 == 0 {
+        0.0
+    } else {
+        100.0 * (1.0 - served.got.0 as f64 / total.0 as f64)
+    };
     v.psi += (stall - v.psi) * (dt / 10.0).min(1.0);
     debug_assert!(g.accounted(), "memory not accounted for: {g:?}");
     rec
@@ -360,7 +484,10 @@ impl World for SimWorld {
                     at,
                     guest_size: g.size(),
                     max: g.cfg.max,
-                    target_in_force: self.side.target_in_force.then(|| g.cfg.max.saturating_sub(g.balloon_target)),
+                    target_in_force: self
+                        .side
+                        .target_in_force
+                        .then(|| g.cfg.max.saturating_sub(g.balloon_target)),
                     mem: Some(g.mem_view()),
                     migrating: m.is_some_and(|m| m.active() && !m.preparing()),
                     preparing_migration: m.is_some_and(|m| m.preparing()),
@@ -372,13 +499,24 @@ impl World for SimWorld {
                 (VmId(i as u32), s)
             })
             .collect();
-        HostSample { at, host: self.host_view(), vms, forget: Vec::new() }
+        HostSample {
+            at,
+            host: self.host_view(),
+            vms,
+            forget: Vec::new(),
+        }
     }
 
     fn set_guest_size(&mut self, vm: VmId, guest_size: Kib) -> Result<(), WorldError> {
-        let v = self.vms.get_mut(vm.0 as usize).ok_or(WorldError::NoSuchVm(vm))?;
+        let v = self
+            .vms
+            .get_mut(vm.0 as usize)
+            .ok_or(WorldError::NoSuchVm(vm))?;
         let g = &mut v.guest;
-        g.balloon_target = g.cfg.max.saturating_sub(guest_size.clamp(Kib::ONE_PAGE, g.cfg.max));
+        g.balloon_target = g
+            .cfg
+            .max
+            .saturating_sub(guest_size.clamp(Kib::ONE_PAGE, g.cfg.max));
         Ok(())
     }
 }
