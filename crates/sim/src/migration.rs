@@ -151,11 +151,10 @@ impl Migration {
             } => {
                 let size = g.size();
                 let target = g.cfg.max.saturating_sub(g.balloon_target);
-                // Started once the balloon is there, stopped moving, or the deadline passed.
-                if size <= target.saturating_add(Kib(64 * 1024))
-                    || (size >= last_size && now > self.requested_s + dt)
-                    || now >= deadline
-                {
+                // Started once the balloon is there or stopped moving (the loop asks a second after
+                // the request, the balloon moves the tick after), or the deadline passed.
+                let asked = now >= self.requested_s + 2.0;
+                if (asked && (size <= target.saturating_add(Kib(64 * 1024)) || size >= last_size)) || now >= deadline {
                     self.phase = self.first_pass(g, c, hinting);
                 } else {
                     self.phase = Phase::Prepare {
