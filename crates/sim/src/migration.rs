@@ -154,7 +154,9 @@ impl Migration {
                 // Started once the balloon is there or stopped moving (the loop asks a second after
                 // the request, the balloon moves the tick after), or the deadline passed.
                 let asked = now >= self.requested_s + 2.0;
-                if (asked && (size <= target.saturating_add(Kib(64 * 1024)) || size >= last_size)) || now >= deadline {
+                if (asked && (size <= target.saturating_add(Kib(64 * 1024)) || size >= last_size))
+                    || now >= deadline
+                {
                     self.phase = self.first_pass(g, c, hinting);
                 } else {
                     self.phase = Phase::Prepare {

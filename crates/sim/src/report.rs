@@ -26,7 +26,15 @@ impl Runner {
         if self.progress {
             eprintln!("reproduce: {} under {}", s.name, p.as_str());
         }
-        Ok(run(s, p, Options { seed: Some(0), ..Default::default() })?.summary)
+        Ok(run(
+            s,
+            p,
+            Options {
+                seed: Some(0),
+                ..Default::default()
+            },
+        )?
+        .summary)
     }
 }
 
@@ -56,21 +64,39 @@ fn f1(r: &Runner, o: &mut String) -> Result<(), SimError> {
     let st = r.run(&s, PolicyName::Static)?;
     let sf = r.run(&s, PolicyName::Swapfree)?;
     let _ = writeln!(o, "## F1: migration time against idle VM size (idle-sizes)\n\nSeed: linear, about one extra minute per 100 GB; 732 GB un-ballooned ≈ 7 min 35 s.\n");
-    let _ = writeln!(o, "| VM | static: avg migration | swapfree: avg migration |\n|---|---|---|");
+    let _ = writeln!(
+        o,
+        "| VM | static: avg migration | swapfree: avg migration |\n|---|---|---|"
+    );
     let mut pts = Vec::new();
     for vm in &s.vm {
         let avg = |x: &Summary| {
-            let t: Vec<f64> = x.migrations.iter().filter(|m| m.vm == vm.name).map(|m| m.duration_s).collect();
+            let t: Vec<f64> = x
+                .migrations
+                .iter()
+                .filter(|m| m.vm == vm.name)
+                .map(|m| m.duration_s)
+                .collect();
             (!t.is_empty()).then(|| t.iter().sum::<f64>() / t.len() as f64)
         };
         if let Some(a) = avg(&st) {
             pts.push((vm.memory_gib, a));
         }
-        let _ = writeln!(o, "| {} ({} GiB) | {} | {} |", vm.name, vm.memory_gib, opt(avg(&st), " s"), opt(avg(&sf), " s"));
+        let _ = writeln!(
+            o,
+            "| {} ({} GiB) | {} | {} |",
+            vm.name,
+            vm.memory_gib,
+            opt(avg(&st), " s"),
+            opt(avg(&sf), " s")
+        );
     }
     if let (Some(a), Some(b)) = (pts.first(), pts.last()) {
         let slope = (b.1 - a.1) / (b.0 - a.0) * 100.0;
-        let _ = writeln!(o, "\nStatic: {slope:.1} s per 100 GiB (seed: ~60 s per 100 GB).\n");
+        let _ = writeln!(
+            o,
+            "\nStatic: {slope:.1} s per 100 GiB (seed: ~60 s per 100 GB).\n"
+        );
     }
     Ok(())
 }
@@ -79,19 +105,39 @@ fn m1(r: &Runner, o: &mut String) -> Result<(), SimError> {
     let s = Scenario::load("min-target")?;
     let st = r.run(&s, PolicyName::Static)?;
     let sf = r.run(&s, PolicyName::Swapfree)?;
-    let _ = writeln!(o, "## M1: target set to one page on an idle 732 GB VM (min-target)\n");
+    let _ = writeln!(
+        o,
+        "## M1: target set to one page on an idle 732 GB VM (min-target)\n"
+    );
     let _ = writeln!(o, "| figure | seed | ours |\n|---|---|---|");
-    let _ = writeln!(o, "| where the VM stops shrinking (patched kernel, target 1 page) | ~17.5 GB | {} |", gb(st.min_guest_bytes));
-    let _ = writeln!(o, "| the agent's own floor | 19.5 GB | {} |\n", gb(sf.min_guest_bytes));
+    let _ = writeln!(
+        o,
+        "| where the VM stops shrinking (patched kernel, target 1 page) | ~17.5 GB | {} |",
+        gb(st.min_guest_bytes)
+    );
+    let _ = writeln!(
+        o,
+        "| the agent's own floor | 19.5 GB | {} |\n",
+        gb(sf.min_guest_bytes)
+    );
     Ok(())
 }
 
 fn s1(r: &Runner, o: &mut String) -> Result<(), SimError> {
     let s = Scenario::load("paper-spike")?;
-    let _ = writeln!(o, "## S1: 27 × 25 GB spikes for 24 h, a migration 15 min after each (paper-spike)\n");
+    let _ = writeln!(
+        o,
+        "## S1: 27 × 25 GB spikes for 24 h, a migration 15 min after each (paper-spike)\n"
+    );
     let _ = writeln!(o, "Seed: no OOM, no failure over 24 h with migrations; deflate ~3.7 GB/s, inflate ~1.4 GB/s (these two are calibration inputs here).\n");
     let _ = writeln!(o, "| policy | OOM kills | failed allocations | swap out | migrations | avg migration | vs static | avg memory | program slowdown vs static |\n|---|---|---|---|---|---|---|---|---|");
-    for p in [PolicyName::Static, PolicyName::Swapfree, PolicyName::ContinuousStock, PolicyName::Dsb95, PolicyName::OneShot] {
+    for p in [
+        PolicyName::Static,
+        PolicyName::Swapfree,
+        PolicyName::ContinuousStock,
+        PolicyName::Dsb95,
+        PolicyName::OneShot,
+    ] {
         let x = r.run(&s, p)?;
         let _ = writeln!(
             o,
@@ -116,13 +162,34 @@ fn s1(r: &Runner, o: &mut String) -> Result<(), SimError> {
 }
 
 fn r1(r: &Runner, o: &mut String) -> Result<(), SimError> {
-    let _ = writeln!(o, "## R1: EM_sim- and fluid_sim-like traces (em-sim, fluid-sim-a/b/c)\n");
+    let _ = writeln!(
+        o,
+        "## R1: EM_sim- and fluid_sim-like traces (em-sim, fluid-sim-a/b/c)\n"
+    );
     let _ = writeln!(o, "Drawn traces with the seed's peaks and averages (the programs are proprietary). Seed figures in brackets.\n");
     let _ = writeln!(o, "| scenario | avg memory | peak memory | overhead w/o migr. | overhead w/ migr. | avg migr. speedup | fastest migr. speedup |\n|---|---|---|---|---|---|---|");
     let seed = [
-        ("em-sim", "264.5 GB", "562.5 GB", "7.8 %", "−3.2 %", "52.6 %", "89 %"),
-        ("fluid-sim-a", "121 GB", "153.5 GB", "1.6 %", "−9.6 %", "64 %", "72.7 %"),
-        ("fluid-sim-b", "78 GB", "100 GB", "3 %", "−11.8 %", "68.7 %", "85.4 %"),
+        (
+            "em-sim", "264.5 GB", "562.5 GB", "7.8 %", "−3.2 %", "52.6 %", "89 %",
+        ),
+        (
+            "fluid-sim-a",
+            "121 GB",
+            "153.5 GB",
+            "1.6 %",
+            "−9.6 %",
+            "64 %",
+            "72.7 %",
+        ),
+        (
+            "fluid-sim-b",
+            "78 GB",
+            "100 GB",
+            "3 %",
+            "−11.8 %",
+            "68.7 %",
+            "85.4 %",
+        ),
         ("fluid-sim-c", "47 GB", "57 GB", "4.6 %", "–", "–", "–"),
     ];
     for (name, am, pm, ow, om, avg, fast) in seed {
@@ -131,20 +198,19 @@ fn r1(r: &Runner, o: &mut String) -> Result<(), SimError> {
         let mut quiet = s.clone();
         quiet.migration.clear();
         let without = r.run(&quiet, PolicyName::Swapfree)?;
-        // The seed measures memory use (what the balloon logs), not the VM's size.
-        let peak = with.peak_mem_bytes;
-        let _ = writeln!(
+        let _ =
+            writeln!(
             o,
             "| {name} | {} [{am}] | {} [{pm}] | {} [{ow}] | {} [{om}] | {} [{avg}] | {} [{fast}] |",
-            gb(without.avg_mem_bytes),
-            gb(peak),
+            gb(without.avg_app_bytes),
+            gb(without.peak_app_bytes),
             opt(without.overhead_pct, " %"),
             if s.migration.is_empty() { "–".into() } else { opt(with.overhead_pct, " %") },
             opt(with.migration_speedup_pct, " %"),
             opt(with.fastest_speedup_pct, " %"),
         );
     }
-    let _ = writeln!(o, "\nOur avg memory is the VM's average size, boot (shrinking from 732 GB at 1.4 GB/s) included.\n");
+    let _ = writeln!(o, "\nMemory is the program's own (what it wrote and holds), over the whole run, idle time included.\n");
     Ok(())
 }
 
@@ -152,17 +218,47 @@ fn i1_a1(r: &Runner, o: &mut String) -> Result<(), SimError> {
     let s = Scenario::load("iballoon-mix")?;
     let _ = writeln!(o, "## I1: iBalloon's mixed workloads, 4 VMs on an 8 GB host (iballoon-mix)\n\nSeed: up to 54 % faster than static, < 5 % CPU.\n");
     let _ = writeln!(o, "| policy | program time / work | vs static | host swap out | CPU (agent, hook) |\n|---|---|---|---|---|");
-    for p in [PolicyName::Static, PolicyName::Iballoon, PolicyName::Swapfree, PolicyName::Pressure] {
+    for p in [
+        PolicyName::Static,
+        PolicyName::Iballoon,
+        PolicyName::Swapfree,
+        PolicyName::Pressure,
+    ] {
         let x = r.run(&s, p)?;
-        let ratio = if x.app_work_s > 0.0 { x.app_runtime_s / x.app_work_s } else { 0.0 };
-        let _ = writeln!(o, "| {} | {ratio:.2} | {} | {} | {:.1} s |", p.as_str(), opt(x.overhead_pct, " %"), gb(x.host_swap_out_bytes), x.cpu_s);
+        let ratio = if x.app_work_s > 0.0 {
+            x.app_runtime_s / x.app_work_s
+        } else {
+            0.0
+        };
+        let _ = writeln!(
+            o,
+            "| {} | {ratio:.2} | {} | {} | {:.1} s |",
+            p.as_str(),
+            opt(x.overhead_pct, " %"),
+            gb(x.host_swap_out_bytes),
+            x.cpu_s
+        );
     }
     let s = Scenario::load("host-pressure")?;
     let _ = writeln!(o, "\n## A1: automatic ballooning on an overcommitted host (host-pressure)\n\nSeed: −9.6 % swap-in, −6.5 % swap-out, +1.23 % throughput against vanilla.\n");
-    let _ = writeln!(o, "| policy | host swap out | host swap in | program time vs static |\n|---|---|---|---|");
-    for p in [PolicyName::Static, PolicyName::Pressure, PolicyName::Swapfree] {
+    let _ = writeln!(
+        o,
+        "| policy | host swap out | host swap in | program time vs static |\n|---|---|---|---|"
+    );
+    for p in [
+        PolicyName::Static,
+        PolicyName::Pressure,
+        PolicyName::Swapfree,
+    ] {
         let x = r.run(&s, p)?;
-        let _ = writeln!(o, "| {} | {} | {} | {} |", p.as_str(), gb(x.host_swap_out_bytes), gb(x.host_swap_in_bytes), opt(x.overhead_pct, " %"));
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} |",
+            p.as_str(),
+            gb(x.host_swap_out_bytes),
+            gb(x.host_swap_in_bytes),
+            opt(x.overhead_pct, " %")
+        );
     }
     let _ = writeln!(o, "\nHost swap is modelled as the amount by which the VMs' footprint exceeds the host; see docs/simulator.md's limits.\n");
     Ok(())

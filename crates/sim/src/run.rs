@@ -32,6 +32,9 @@ pub struct Summary {
     pub peak_mem_bytes: u64,
     /// The guests' logical sizes, averaged over time.
     pub avg_guest_bytes: u64,
+    /// The programs' own memory (what they wrote and hold), averaged over time, and its peak.
+    pub avg_app_bytes: u64,
+    pub peak_app_bytes: u64,
     /// The smallest size any guest reached.
     pub min_guest_bytes: u64,
     /// Seconds the programs spent in steps that are not sleeps.
@@ -217,6 +220,8 @@ fn summarize(s: &Scenario, policy: PolicyName, seed: u64, w: &SimWorld) -> Summa
         avg_mem_bytes: (w.totals.footprint_kib_s / dur * 1024.0) as u64,
         peak_mem_bytes: bytes(w.totals.peak_footprint),
         avg_guest_bytes: (w.totals.size_kib_s / dur * 1024.0) as u64,
+        avg_app_bytes: (w.totals.app_kib_s / dur * 1024.0) as u64,
+        peak_app_bytes: bytes(w.totals.peak_app),
         min_guest_bytes: w.vms.iter().map(|v| bytes(v.min_size)).min().unwrap_or(0),
         app_runtime_s: progs().fold(0.0, |a, p| a + p.busy_s),
         app_work_s: progs().fold(0.0, |a, p| a + p.work_s),

@@ -54,7 +54,12 @@ pub struct Totals {
     pub host_swap_out: Kib,
     pub host_swap_in: Kib,
     pub host_swapped: Kib,
-    pub samples: u64,
+    pub host_resident: Kib,
+    /// Of which memory the guests use.
+    pub host_hot: Kib,
+    /// ∫ programs' memory dt, KiB·s, and its peak (summed over VMs).
+    pub app_kib_s: f64,
+    pub peak_app: Kib,
 }
 
 /// Where one VM's migration plan stands.
@@ -190,7 +195,7 @@ impl SimWorld {
                 .saturating_sub(size.clamp(Kib::ONE_PAGE, g.cfg.max));
         }
         self.start_migrations(now);
-        let host_slow = match self.totals.host_swapped.0 {
+        let host_slow = match self.totals.host_hot.0 {
             0 => 1.0,
             s => 1.0 / (1.0 + 20.0 * s as f64 / (self.totals.peak_footprint.0.max(1) as f64)),
         };
@@ -224,22 +229,50 @@ impl SimWorld {
             footprint = footprint.saturating_add(v.guest.footprint(xen));
             self.totals.size_kib_s += v.guest.size().0 as f64 * dt;
         }
+        let app = self
+            .vms
+            .iter()
+            .flat_map(|v| v.programs.iter())
+            .fold(Kib::ZERO, |a, p| a.saturating_add(p.resident));
+        self.totals.app_kib_s += app.0 as f64 * dt;
+        self.totals.peak_app = self.totals.peak_app.max(app);
         self.totals.footprint_kib_s += footprint.0 as f64 * dt;
         self.totals.peak_footprint = self.totals.peak_footprint.max(footprint);
         if let Some(h) = self.host_memory {
-            let over = footprint.saturating_sub(h);
-            if over > self.totals.host_swapped {
-                self.totals.host_swap_out = self
-                    .totals
-                    .host_swap_out
-                    .saturating_add(over.saturating_sub(self.totals.host_swapped));
+            // The host backs the VMs' footprint with its memory and swaps out the excess.
+            // Pages the VMs give up come from its memory and its swap in proportion; new
+            // pages take free host memory first. Swapped pages are the coldest: memory
+            // free inside the guests (written once, not in use); only the rest, memory in
+            // use, comes back in and slows the guests down.
+            let t = &mut self.totals;
+            let held = t.host_resident.saturating_add(t.host_swapped);
+            if footprint < held {
+                let d = held.saturating_sub(footprint);
+                let from_swap = Kib((u128::from(d.0) * u128::from(t.host_swapped.0)
+                    / u128::from(held.0.max(1))) as u64);
+                t.host_swapped = t.host_swapped.saturating_sub(from_swap);
+                t.host_resident = t.host_resident.saturating_sub(d.saturating_sub(from_swap));
             } else {
-                self.totals.host_swap_in = self
-                    .totals
-                    .host_swap_in
-                    .saturating_add(self.totals.host_swapped.saturating_sub(over));
+                t.host_resident = t
+                    .host_resident
+                    .saturating_add(footprint.saturating_sub(held));
+                let excess = t.host_resident.saturating_sub(h);
+                t.host_resident = t.host_resident.saturating_sub(excess);
+                t.host_swapped = t.host_swapped.saturating_add(excess);
+                t.host_swap_out = t.host_swap_out.saturating_add(excess);
             }
-            self.totals.host_swapped = over;
+            let cold = self.vms.iter().fold(Kib::ZERO, |a, v| {
+                a.saturating_add(if xen {
+                    v.guest.free()
+                } else {
+                    v.guest.free_dirty()
+                })
+            });
+            let hot = t.host_swapped.saturating_sub(cold);
+            t.host_swap_in = t
+                .host_swap_in
+                .saturating_add(hot.saturating_sub(t.host_hot));
+            t.host_hot = hot;
         }
         self.now = now + dt;
     }
