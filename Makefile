@@ -105,7 +105,7 @@ sim:
 
 reproduce:
 	cargo build --release --locked -p autoballoon-sim
-	$(SIM) --reproduce experiments/REPORT.md
+	$(SIM) --reproduce experiments/REPORT.md --bench bench/results.json
 
 # Everything: the cargo suite (unit, property, doc and QEMU tests; the kernel scenarios
 # are ignored there), then the kernel scenarios, which build both kernels if not cached.

@@ -36,9 +36,17 @@ pub struct Calibration {
     pub stop_remaining_mib: f64,
     pub downtime_fixed_ms: f64,
     pub migration_app_speed: f64,
+    /// The stock driver's worker (4 KiB pages).
     pub inflate_gib_s: f64,
     pub deflate_gib_s: f64,
+    /// The patched driver's worker (2 MiB units).
+    pub patched_inflate_gib_s: f64,
+    pub patched_deflate_gib_s: f64,
     pub hook_gib_s: f64,
+    /// A page the hook serves costs this many pages written into backed memory.
+    pub hook_refault_factor: f64,
+    /// Sent at a migration's start before the bandwidth limit bites, MiB.
+    pub burst_mib: f64,
     pub hook_cost_us_per_page: f64,
     pub doo_round_ms: f64,
     pub touch_gib_s: f64,
@@ -47,11 +55,15 @@ pub struct Calibration {
     pub swap_slowdown: f64,
     pub struct_page_fraction: f64,
     pub kernel_base_gib: f64,
+    /// Of the kernel's memory, pages that hold no data (sent as zero pages by QEMU).
+    pub kernel_zero_gib: f64,
     pub daemons_gib: f64,
     pub hot_cache_gib: f64,
     pub base_uncommitted_gib: f64,
     pub fpr_delay_s: f64,
     pub fpr_gib_s: f64,
+    /// Free memory reporting leaves unreported above the low watermark, MiB.
+    pub fpr_keep_mib: f64,
     pub hint_gib_s: f64,
     pub agent_cpu_ms: f64,
 }
@@ -103,6 +115,9 @@ impl Calibration {
             ("bandwidth_gib_s", self.bandwidth_gib_s),
             ("inflate_gib_s", self.inflate_gib_s),
             ("deflate_gib_s", self.deflate_gib_s),
+            ("patched_inflate_gib_s", self.patched_inflate_gib_s),
+            ("patched_deflate_gib_s", self.patched_deflate_gib_s),
+            ("hook_refault_factor", self.hook_refault_factor),
             ("hook_gib_s", self.hook_gib_s),
             ("doo_round_ms", self.doo_round_ms),
             ("touch_gib_s", self.touch_gib_s),
@@ -121,11 +136,14 @@ impl Calibration {
         let non_negative = [
             ("migration_fixed_s", self.migration_fixed_s),
             ("zero_scan_gib_s", self.zero_scan_gib_s),
+            ("burst_mib", self.burst_mib),
             ("stop_remaining_mib", self.stop_remaining_mib),
             ("downtime_fixed_ms", self.downtime_fixed_ms),
             ("hook_cost_us_per_page", self.hook_cost_us_per_page),
             ("swap_slowdown", self.swap_slowdown),
             ("kernel_base_gib", self.kernel_base_gib),
+            ("kernel_zero_gib", self.kernel_zero_gib),
+            ("fpr_keep_mib", self.fpr_keep_mib),
             ("daemons_gib", self.daemons_gib),
             ("hot_cache_gib", self.hot_cache_gib),
             ("base_uncommitted_gib", self.base_uncommitted_gib),

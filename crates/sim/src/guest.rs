@@ -33,6 +33,9 @@ pub struct GuestConfig {
     pub max: Kib,
     /// Unreclaimable kernel memory: struct page plus the rest.
     pub kernel: Kib,
+    /// Of which pages that hold no data (reserved, never written): a QEMU migration sends
+    /// them as zero pages.
+    pub kernel_zero: Kib,
     /// Resident daemons.
     pub daemons: Kib,
     /// Page cache the system needs; below it, it reads the files back.
@@ -147,6 +150,8 @@ pub struct Budgets {
     pub swap: Kib,
     pub doo_rounds: u64,
     pub refault_factor: f64,
+    /// What a page the hook serves costs, in warm pages.
+    pub hook_factor: f64,
 }
 
 /// A guest's memory.
@@ -212,7 +217,9 @@ impl Guest {
     }
     /// Pages holding data (what a QEMU migration sends in full).
     pub fn written(&self) -> Kib {
-        self.size().saturating_sub(self.free_clean)
+        self.size()
+            .saturating_sub(self.free_clean)
+            .saturating_sub(self.cfg.kernel_zero.min(self.cfg.kernel))
     }
     /// Every KiB of `max` is somewhere: the model's invariant.
     pub fn accounted(&self) -> bool {
@@ -379,14 +386,14 @@ impl Guest {
         let refault = b.refault_factor.max(1.0);
         let mut time_used = 0.0f64; // fraction of the tick
         let mut need = want;
-        // A source's pages, `cold` or not, up to `cap`.
+        // A source's pages, each costing `cost` warm ones, up to `cap`.
         // Set when the tick's time, not memory, ended the writes.
         let mut out_of_time = false;
-        let mut room = |need: Kib, cap: Kib, cold: bool, time_used: &mut f64| -> Kib {
+        let mut room = |need: Kib, cap: Kib, cost: f64, time_used: &mut f64| -> Kib {
             if out_of_time {
                 return Kib::ZERO;
             }
-            let cost = if cold { refault } else { 1.0 };
+            let cost = cost.max(1.0);
             let by_time = Kib((((1.0 - *time_used).max(0.0) * w) / cost) as u64);
             if by_time < need.min(cap) {
                 out_of_time = true;
@@ -399,7 +406,7 @@ impl Guest {
         let d = room(
             need,
             self.free_dirty.total().min(spare),
-            false,
+            1.0,
             &mut time_used,
         );
         let d = self.free_dirty.take(d);
@@ -407,7 +414,7 @@ impl Guest {
         let c = room(
             need,
             self.free_clean.min(spare.saturating_sub(d)),
-            true,
+            refault,
             &mut time_used,
         );
         self.free_clean = self.free_clean.saturating_sub(c);
@@ -415,7 +422,12 @@ impl Guest {
         need = need.saturating_sub(c);
         let mut limited = false;
         if self.kernel.patched {
-            let h = room(need, self.balloon.min(b.hook), true, &mut time_used);
+            let h = room(
+                need,
+                self.balloon.min(b.hook),
+                b.hook_factor,
+                &mut time_used,
+            );
             self.take_balloon(h);
             self.stats.hook = self.stats.hook.saturating_add(h);
             b.hook = b.hook.saturating_sub(h);
@@ -429,7 +441,7 @@ impl Guest {
                 return s;
             }
         }
-        let r = room(need, self.cache, false, &mut time_used);
+        let r = room(need, self.cache, 1.0, &mut time_used);
         self.cache = self.cache.saturating_sub(r);
         need = need.saturating_sub(r);
         if self.cfg.swap_total > self.swapped {
@@ -439,7 +451,7 @@ impl Guest {
                 .saturating_sub(self.swapped)
                 .min(b.swap)
                 .min(self.ram_anon().saturating_sub(self.cfg.daemons));
-            let k = room(need, cap, false, &mut time_used);
+            let k = room(need, cap, 1.0, &mut time_used);
             self.swapped = self.swapped.saturating_add(k);
             b.swap = b.swap.saturating_sub(k);
             self.stats.swap_out = self.stats.swap_out.saturating_add(k);
@@ -448,7 +460,7 @@ impl Guest {
         }
         if !self.kernel.patched && self.kernel.deflate_on_oom {
             let pages = Kib(b.doo_rounds.saturating_mul(MIB));
-            let k = room(need, self.balloon.min(pages), true, &mut time_used);
+            let k = room(need, self.balloon.min(pages), refault, &mut time_used);
             self.take_balloon(k);
             b.doo_rounds = b.doo_rounds.saturating_sub(k.0.div_ceil(MIB));
             self.stats.doo_rounds += k.0.div_ceil(MIB);
@@ -502,17 +514,19 @@ impl Guest {
     }
 
     /// Free page reporting: every 2 s a pass reports free 2 MiB blocks freed at least
-    /// `delay` ago, up to `gib_s` worth of the pass, keeping the low watermark plus
-    /// 32 × 2 MiB free unreported. Returns what it reported.
-    pub fn report(&mut self, now: f64, delay: f64, gib_s: f64) -> Kib {
+    /// `delay` ago, up to `gib_s` worth of the pass, above the low watermark, leaving
+    /// `keep` of the free pages that hold data unreported (32 × 2 MiB in the kernel; more
+    /// where free memory is in blocks too small to report). Returns what it reported.
+    pub fn report(&mut self, now: f64, delay: f64, gib_s: f64, keep: Kib) -> Kib {
         self.free_dirty.age(now, delay);
         if !self.kernel.fpr || now + 1e-9 < self.next_report {
             return Kib::ZERO;
         }
         let period = 2.0;
         self.next_report = now + period;
-        let keep = self.cfg.wmark_low.saturating_add(Kib(64 * MIB));
-        let cap = rate(gib_s, period).min(self.free().saturating_sub(keep));
+        let cap = rate(gib_s, period)
+            .min(self.free().saturating_sub(self.cfg.wmark_low))
+            .min(self.free_dirty.total().saturating_sub(keep));
         let cap = Kib(cap.0 / UNIT_2M * UNIT_2M);
         let k = self.free_dirty.take_old(cap);
         self.free_clean = self.free_clean.saturating_add(k);

@@ -13,6 +13,7 @@
 //! - [`run`]: a run, its summary and series; [`report`]: the experiments' report.
 
 pub mod calib;
+pub mod conformance;
 pub mod error;
 pub mod guest;
 pub mod migration;

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 )]
 struct Cli {
     /// A built-in scenario's name, or a scenario file.
-    #[arg(long, required_unless_present_any = ["list", "reproduce"])]
+    #[arg(long, required_unless_present_any = ["list", "reproduce", "bench"])]
     scenario: Option<String>,
     /// static, swapfree, continuous-stock, dsb95, one-shot, iballoon, pressure, shares, free-page-reporting, free-page-hinting.
     #[arg(long, default_value = "swapfree")]
@@ -38,6 +38,10 @@ struct Cli {
     /// Runs every experiment and writes the report (the seeds' numbers beside ours) here.
     #[arg(long, value_name = "REPORT.md")]
     reproduce: Option<String>,
+    /// make bench's results (bench/results.json): --reproduce adds the conformance table;
+    /// alone, prints it.
+    #[arg(long, value_name = "results.json")]
+    bench: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -63,8 +67,24 @@ fn real_main(cli: &Cli) -> Result<(), SimError> {
         );
         return Ok(());
     }
+    let bench = match &cli.bench {
+        Some(p) => Some(std::fs::read_to_string(p).map_err(|source| SimError::Read {
+            path: p.clone(),
+            source,
+        })?),
+        None => None,
+    };
+    if let (Some(text), None) = (&bench, &cli.reproduce) {
+        print!(
+            "{}",
+            autoballoon_sim::conformance::markdown(&autoballoon_sim::conformance::conformance(
+                text
+            )?)
+        );
+        return Ok(());
+    }
     if let Some(path) = &cli.reproduce {
-        let md = report::reproduce(!cli.quiet)?;
+        let md = report::reproduce(!cli.quiet, bench.as_deref())?;
         if let Some(dir) = std::path::Path::new(path)
             .parent()
             .filter(|d| !d.as_os_str().is_empty())

@@ -93,17 +93,24 @@ impl Migration {
                 // Free page hinting: the guest's free pages at the start are skipped in the first pass.
                 let hinted = if hinting { g.free_dirty() } else { Kib::ZERO };
                 let to_send = g.written().saturating_sub(hinted).0 as f64;
-                let zero = g.cfg.max.0 as f64 - to_send;
-                // Zero pages cost time, not bytes: counted in bandwidth-equivalent KiB.
-                let scan = if c.zero_scan_gib_s > 0.0 {
-                    zero * c.bandwidth_gib_s / c.zero_scan_gib_s
+                // Zero pages cost scanning time, not bytes; the scan goes on while the
+                // sender waits for its bandwidth. Hinted pages cost the guest's report, in
+                // scan-equivalent KiB.
+                let zero = g.cfg.max.0 as f64 - to_send - hinted.0 as f64;
+                let hint = if c.zero_scan_gib_s > 0.0 {
+                    hinted.0 as f64 * c.zero_scan_gib_s / c.hint_gib_s
                 } else {
                     0.0
                 };
-                let hint_cost = hinted.0 as f64 * c.bandwidth_gib_s / c.hint_gib_s;
+                let burst = (c.burst_mib * 1024.0).min(to_send);
+                self.sent += burst;
                 Phase::Precopy {
-                    to_send,
-                    zero_left: scan + hint_cost,
+                    to_send: to_send - burst,
+                    zero_left: if c.zero_scan_gib_s > 0.0 {
+                        zero + hint
+                    } else {
+                        0.0
+                    },
                 }
             }
         }
@@ -172,11 +179,10 @@ impl Migration {
             } => {
                 let bw_gib_s = c.bandwidth_gib_s * self.bw_factor;
                 let mut budget = rate(bw_gib_s, dt).0 as f64;
-                let z = zero_left.min(budget * zero_left / (zero_left + to_send).max(1.0));
-                let s = to_send.min(budget - z);
-                zero_left -= z;
+                zero_left = (zero_left - rate(c.zero_scan_gib_s, dt).0 as f64).max(0.0);
+                let s = to_send.min(budget);
                 to_send -= s;
-                budget -= z + s;
+                budget -= s;
                 self.sent += s;
                 // A round ended with time left in the tick: start the next one (or stop).
                 if to_send < 1.0 && zero_left < 1.0 {

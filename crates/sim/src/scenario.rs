@@ -27,6 +27,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../scenarios/host-pressure.toml"),
     ),
     ("tiny", include_str!("../scenarios/tiny.toml")),
+    ("bench-cells", include_str!("../scenarios/bench-cells.toml")),
 ];
 
 /// A whole scenario as written.
@@ -155,7 +156,8 @@ pub enum Step {
 pub struct MigrationPlan {
     /// The VM migrated (the first if none).
     pub vm: Option<String>,
-    /// The first migration starts here.
+    /// The first migration starts here (unless `after_program`).
+    #[serde(default)]
     pub first_s: f64,
     /// Each next one starts this long after the previous one ended; none: only `first_s`
     /// and `at_s`.
@@ -165,6 +167,11 @@ pub struct MigrationPlan {
     pub at_s: Vec<f64>,
     /// At most this many.
     pub count: Option<u32>,
+    /// Instead of `first_s`: the first migration starts `after_s` after this program of
+    /// the VM ran its last step (a benchmark's "N s after the spike returned").
+    pub after_program: Option<String>,
+    #[serde(default)]
+    pub after_s: f64,
 }
 
 /// An operator's action at a moment.
@@ -344,9 +351,20 @@ impl Scenario {
             for t in &m.at_s {
                 num("migrations.at_s", *t)?;
             }
-            if let Some(vm) = &m.vm {
-                if !self.vm.iter().any(|v| &v.name == vm) {
-                    return bad(format!("migrations.vm: no VM named {vm:?}"));
+            num("migrations.after_s", m.after_s)?;
+            let vm = match &m.vm {
+                Some(name) => match self.vm.iter().find(|v| &v.name == name) {
+                    Some(v) => v,
+                    None => return bad(format!("migrations.vm: no VM named {name:?}")),
+                },
+                None => &self.vm[0],
+            };
+            if let Some(p) = &m.after_program {
+                if !vm.program.iter().any(|q| &q.name == p) {
+                    return bad(format!(
+                        "migrations.after_program: VM {} has no program {p:?}",
+                        vm.name
+                    ));
                 }
             }
         }

@@ -70,6 +70,9 @@ pub struct Program {
     pub work_s: f64,
     /// Whole passes through the steps.
     pub passes: u64,
+    /// When it ran its last step (a program that does not repeat).
+    pub finished_at: Option<f64>,
+    now: f64,
 }
 
 impl Program {
@@ -88,6 +91,8 @@ impl Program {
             busy_s: 0.0,
             work_s: 0.0,
             passes: 0,
+            finished_at: None,
+            now: 0.0,
         }
     }
 
@@ -104,6 +109,7 @@ impl Program {
         touch_default: f64,
     ) -> Instant {
         let mut out = Instant::default();
+        self.now = now;
         if !self.running() || now + 1e-9 < self.start_s {
             return out;
         }
@@ -115,6 +121,7 @@ impl Program {
             }
             let Some(step) = self.steps.get(self.idx).cloned() else {
                 self.done = true;
+                self.finished_at = Some(now);
                 break;
             };
             match step {
@@ -183,6 +190,7 @@ impl Program {
                 self.idx = 0;
             } else {
                 self.done = true;
+                self.finished_at = Some(self.now);
             }
         }
     }
@@ -247,6 +255,8 @@ impl Program {
         } else {
             got.0 as f64 / wanted.0 as f64
         };
+        // A step that ends in this tick ends at its end.
+        self.now = now + dt;
         match &mut self.state {
             State::Alloc {
                 left, nominal_s, ..

@@ -70,6 +70,8 @@ struct PlanState {
     extra: Vec<f64>,
     left: Option<u32>,
     gap: Option<f64>,
+    /// Waiting for this program (index in the VM) to finish, then `after_s`.
+    after: Option<(usize, f64)>,
 }
 
 /// The simulated host.
@@ -99,6 +101,7 @@ impl SimWorld {
                         max,
                         kernel: Kib((max.0 as f64 * calib.struct_page_fraction) as u64)
                             .saturating_add(gib(calib.kernel_base_gib)),
+                        kernel_zero: gib(calib.kernel_zero_gib),
                         daemons: gib(calib.daemons_gib),
                         hot_cache: gib(calib.hot_cache_gib),
                         base_uncommitted: gib(calib.base_uncommitted_gib),
@@ -141,12 +144,22 @@ impl SimWorld {
                     m.vm.as_ref()
                         .and_then(|n| s.vm.iter().position(|v| &v.name == n))
                         .unwrap_or(0);
+                let after = m
+                    .after_program
+                    .as_ref()
+                    .and_then(|n| s.vm[vm].program.iter().position(|p| &p.name == n))
+                    .map(|i| (i, m.after_s));
                 PlanState {
                     vm,
-                    next: Some(m.first_s),
+                    next: if after.is_some() {
+                        None
+                    } else {
+                        Some(m.first_s)
+                    },
                     extra,
                     left: m.count,
                     gap: m.gap_s,
+                    after,
                 }
             })
             .collect();
@@ -280,6 +293,16 @@ impl SimWorld {
     fn start_migrations(&mut self, now: f64) {
         for k in 0..self.plans.len() {
             let p = &mut self.plans[k];
+            if let Some((prog, after)) = p.after {
+                if let Some(t) = self.vms[p.vm]
+                    .programs
+                    .get(prog)
+                    .and_then(|q| q.finished_at)
+                {
+                    p.next = Some(t + after);
+                    p.after = None;
+                }
+            }
             let due_planned = p.next.is_some_and(|t| t <= now + 1e-9);
             let due_extra = p.extra.first().is_some_and(|&t| t <= now + 1e-9);
             if !(due_planned || due_extra)
@@ -382,7 +405,14 @@ fn step_vm(
         cache_wanted = cache_wanted.saturating_add(i.cache);
     }
     // 2. The balloon worker gives back first: its pages are there for this tick's writes.
-    let deflated = g.deflate(dt, c.deflate_gib_s);
+    let deflated = g.deflate(
+        dt,
+        if g.kernel.patched {
+            c.patched_deflate_gib_s
+        } else {
+            c.deflate_gib_s
+        },
+    );
     // 3. Writes.
     let mut b = Budgets {
         hook: if g.kernel.patched {
@@ -393,6 +423,7 @@ fn step_vm(
         swap: rate(c.swap_gib_s, dt),
         doo_rounds: (dt * 1000.0 / c.doo_round_ms) as u64,
         refault_factor: if xen { 1.0 } else { c.refault_factor },
+        hook_factor: if xen { 1.0 } else { c.hook_refault_factor },
     };
     let mut wants = Vec::with_capacity(v.programs.len());
     let (mut total, mut capacity) = (Kib::ZERO, Kib::ZERO);
@@ -459,9 +490,22 @@ fn step_vm(
         .iter()
         .fold(Kib::ZERO, |a, p| a.saturating_add(p.untouched));
     // 5. The balloon worker takes toward its target; swap-in; free page reporting.
-    let (_, dirty_taken) = g.inflate(dt, c.inflate_gib_s, &mut b.swap);
+    let (_, dirty_taken) = g.inflate(
+        dt,
+        if g.kernel.patched {
+            c.patched_inflate_gib_s
+        } else {
+            c.inflate_gib_s
+        },
+        &mut b.swap,
+    );
     g.swap_in(&mut b.swap);
-    g.report(now + dt, c.fpr_delay_s, c.fpr_gib_s);
+    let reported = g.report(
+        now + dt,
+        c.fpr_delay_s,
+        c.fpr_gib_s,
+        crate::guest::rate(c.fpr_keep_mib / 1024.0, 1.0),
+    );
     // 6. CPU: the hook's per-page cost and the agent's sample.
     let agent = if side.agent {
         c.agent_cpu_ms / 1000.0 * dt
@@ -483,8 +527,9 @@ fn step_vm(
             + dirty_rate * dt * speed
             + if xen { deflated.0 as f64 } else { 0.0 };
         m.dirty(written, g);
-        if !xen && dirty_taken.0 > 0 {
-            m.discarded(dirty_taken, g);
+        // QEMU does not send what the balloon or reporting discarded meanwhile.
+        if !xen && dirty_taken.saturating_add(reported).0 > 0 {
+            m.discarded(dirty_taken.saturating_add(reported), g);
         }
         m.step(now, dt, g, c, side.hinting, &v.name)
     } else {
@@ -513,6 +558,7 @@ impl World for SimWorld {
             .map(|(i, v)| {
                 let g = &v.guest;
                 let m = v.migration.as_ref();
+                let migrating = m.is_some_and(|m| m.active() && !m.preparing());
                 let s = Sample {
                     at,
                     guest_size: g.size(),
@@ -522,9 +568,12 @@ impl World for SimWorld {
                         .target_in_force
                         .then(|| g.cfg.max.saturating_sub(g.balloon_target)),
                     mem: Some(g.mem_view()),
-                    migrating: m.is_some_and(|m| m.active() && !m.preparing()),
+                    migrating,
                     preparing_migration: m.is_some_and(|m| m.preparing()),
-                    shrink_while_migrating: self.calib.shrink_while_migrating,
+                    // The host knows its hypervisor; the agent on its kernel backend learns
+                    // it only from a migration notice (so it keeps no spike headroom).
+                    shrink_while_migrating: self.calib.shrink_while_migrating
+                        && (!self.side.target_in_force || migrating),
                     pressure: Some(psi(v.psi)),
                     oom_kills: Some(v.oom_kills),
                     running_short: false,

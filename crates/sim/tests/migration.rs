@@ -15,6 +15,7 @@ fn guest() -> Guest {
     let cfg = GuestConfig {
         max: gib(4.0),
         kernel: gib(0.1),
+        kernel_zero: Kib::ZERO,
         daemons: gib(0.02),
         hot_cache: Kib::ZERO,
         base_uncommitted: Kib::ZERO,
