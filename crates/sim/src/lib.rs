@@ -17,6 +17,7 @@ pub mod conformance;
 pub mod error;
 pub mod guest;
 pub mod migration;
+pub mod plot;
 pub mod policies;
 pub mod report;
 pub mod rng;

@@ -26,6 +26,9 @@ struct Cli {
     /// Writes the time series (one row per VM every `series_every_s`) as CSV.
     #[arg(long, value_name = "F.csv")]
     series: Option<String>,
+    /// Writes the series as an SVG chart (size, target, anon, host footprint; migrations shaded).
+    #[arg(long, value_name = "F.svg")]
+    plot: Option<String>,
     /// Leaves out the static run the overhead and speedup figures compare against.
     #[arg(long)]
     no_baseline: bool,
@@ -110,13 +113,22 @@ fn real_main(cli: &Cli) -> Result<(), SimError> {
         policy,
         Options {
             seed: Some(cli.seed),
-            series: cli.series.is_some(),
+            series: cli.series.is_some() || cli.plot.is_some(),
             progress: !cli.quiet,
             no_baseline: cli.no_baseline,
         },
     )?;
     if let Some(path) = &cli.series {
         std::fs::write(path, autoballoon_sim::run::csv(&r.series)).map_err(|source| {
+            SimError::Write {
+                path: path.clone(),
+                source,
+            }
+        })?;
+    }
+    if let Some(path) = &cli.plot {
+        let title = format!("{} under {} (seed {})", s.name, policy.as_str(), cli.seed);
+        std::fs::write(path, autoballoon_sim::plot::svg(&r.series, &title)).map_err(|source| {
             SimError::Write {
                 path: path.clone(),
                 source,

@@ -119,3 +119,25 @@ fn the_guest_floor_of_min_target() {
         .min_guest_bytes);
     assert!((19.0..20.0).contains(&agent), "{agent}");
 }
+
+#[test]
+fn the_plot_is_an_svg_with_one_line_per_quantity() {
+    let r = run(
+        &tiny(),
+        PolicyName::Swapfree,
+        Options {
+            series: true,
+            no_baseline: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let svg = autoballoon_sim::plot::svg(&r.series, "tiny <test>");
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    assert_eq!(svg.matches("<polyline").count(), 4);
+    assert!(svg.contains("tiny &lt;test&gt;"));
+    assert!(
+        svg.contains(r##"fill="#eee""##),
+        "the migrations are shaded"
+    );
+}
