@@ -201,6 +201,17 @@ impl Guest {
         }
     }
 
+    /// The guest booted with the balloon already holding all but `size` (QEMU's
+    /// `-device virtio-balloon` set before the guest runs, Xen's `memory` below `maxmem`):
+    /// taken from memory never written.
+    pub fn with_initial_size(mut self, size: Kib) -> Guest {
+        let b = self.cfg.max.saturating_sub(size).min(self.free_clean);
+        self.balloon = b;
+        self.balloon_target = b;
+        self.free_clean = self.free_clean.saturating_sub(b);
+        self
+    }
+
     /// The guest's logical size: configured memory less the balloon.
     pub fn size(&self) -> Kib {
         self.cfg.max.saturating_sub(self.balloon)

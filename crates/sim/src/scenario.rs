@@ -92,6 +92,8 @@ pub struct VmSpec {
     pub memory_gib: f64,
     #[serde(default = "one_u32")]
     pub vcpus: u32,
+    /// The size it boots at, the balloon holding the rest (none: `memory_gib`).
+    pub initial_gib: Option<f64>,
     #[serde(default)]
     pub swap_gib: f64,
     /// Page cache at boot beyond the hot part (files read once).
@@ -265,6 +267,15 @@ impl Scenario {
             }
             num(&format!("vm {}: memory_gib", vm.name), vm.memory_gib)?;
             num(&format!("vm {}: swap_gib", vm.name), vm.swap_gib)?;
+            if let Some(i) = vm.initial_gib {
+                num(&format!("vm {}: initial_gib", vm.name), i)?;
+                if i > vm.memory_gib {
+                    return bad(format!(
+                        "vm {}: initial_gib {i} is above memory_gib {}",
+                        vm.name, vm.memory_gib
+                    ));
+                }
+            }
             num(
                 &format!("vm {}: cold_cache_gib", vm.name),
                 vm.cold_cache_gib,

@@ -117,7 +117,10 @@ impl SimWorld {
                         transparent: side.transparent,
                         fpr: side.fpr,
                     };
-                    let guest = Guest::boot(cfg, kernel, gib(v.cold_cache_gib));
+                    let mut guest = Guest::boot(cfg, kernel, gib(v.cold_cache_gib));
+                    if let Some(initial) = v.initial_gib {
+                        guest = guest.with_initial_size(gib(initial));
+                    }
                     VmState {
                         name: v.name.clone(),
                         vcpus: v.vcpus,
