@@ -32,7 +32,7 @@ struct Cli {
     /// Leaves out the static run the overhead and speedup figures compare against.
     #[arg(long)]
     no_baseline: bool,
-    /// No progress line.
+    /// No progress line (there is none either when stderr is not a terminal).
     #[arg(long, short)]
     quiet: bool,
     /// Lists the built-in scenarios and the policies.
@@ -87,7 +87,10 @@ fn real_main(cli: &Cli) -> Result<(), SimError> {
         return Ok(());
     }
     if let Some(path) = &cli.reproduce {
-        let md = report::reproduce(!cli.quiet, bench.as_deref())?;
+        let md = report::reproduce(
+            !cli.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            bench.as_deref(),
+        )?;
         if let Some(dir) = std::path::Path::new(path)
             .parent()
             .filter(|d| !d.as_os_str().is_empty())
@@ -114,7 +117,7 @@ fn real_main(cli: &Cli) -> Result<(), SimError> {
         Options {
             seed: Some(cli.seed),
             series: cli.series.is_some() || cli.plot.is_some(),
-            progress: !cli.quiet,
+            progress: !cli.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()),
             no_baseline: cli.no_baseline,
         },
     )?;
