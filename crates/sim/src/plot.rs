@@ -35,9 +35,9 @@ pub fn svg(rows: &[SeriesRow], title: &str) -> String {
     vms.dedup();
     vms.sort_unstable();
     vms.dedup();
-    // Migrations, shaded.
+    // Migrations (of the first VM), shaded.
     let mut start: Option<f64> = None;
-    for r in rows.iter().filter(|r| r.vm == vms[0]) {
+    for r in rows.iter().filter(|r| vms.first() == Some(&r.vm.as_str())) {
         match (r.migrating, start) {
             (true, None) => start = Some(r.t_s),
             (false, Some(s)) => {
