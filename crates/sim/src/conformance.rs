@@ -52,19 +52,22 @@ pub fn conformance(results_json: &str) -> Result<Vec<Row>, SimError> {
             continue;
         };
         let mut s = base.clone();
+        let (Some(vm), Some(plan)) = (s.vm.first_mut(), s.migration.first_mut()) else {
+            return Err(SimError::bad("bench-cells", "needs a VM and a migration"));
+        };
         let moment = match (
             &c.moment,
             c.moment.get("after-spike").and_then(|v| v.as_f64()),
         ) {
             (serde_json::Value::String(m), _) if m == "idle" => {
                 // Idle: 10 s after the fill returned, no spike.
-                s.vm[0].program.retain(|p| p.name == "fill");
-                s.migration[0].after_program = Some("fill".into());
-                s.migration[0].after_s = 10.0;
+                vm.program.retain(|p| p.name == "fill");
+                plan.after_program = Some("fill".into());
+                plan.after_s = 10.0;
                 "idle".to_string()
             }
             (_, Some(ms)) => {
-                s.migration[0].after_s = ms / 1000.0;
+                plan.after_s = ms / 1000.0;
                 format!("{:.1} s after the spike", ms / 1000.0)
             }
             _ => continue,
