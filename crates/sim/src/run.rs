@@ -56,6 +56,8 @@ pub struct Summary {
     pub host_swap_out_bytes: u64,
     pub host_swap_in_bytes: u64,
     pub migrations: Vec<MigrationRecord>,
+    /// Each VM on its own.
+    pub vms: Vec<VmSummary>,
     pub avg_migration_s: Option<f64>,
     pub fastest_migration_s: Option<f64>,
     pub static_avg_migration_s: Option<f64>,
@@ -63,6 +65,21 @@ pub struct Summary {
     /// 1 − avg / static avg, percent.
     pub migration_speedup_pct: Option<f64>,
     pub fastest_speedup_pct: Option<f64>,
+}
+
+/// One VM's part of a run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VmSummary {
+    pub name: String,
+    pub oom_kills: u64,
+    pub failed_allocations: u64,
+    pub swap_out_bytes: u64,
+    pub avg_guest_bytes: u64,
+    pub min_guest_bytes: u64,
+    pub app_runtime_s: f64,
+    pub app_work_s: f64,
+    pub hook_bytes: u64,
+    pub avg_migration_s: Option<f64>,
 }
 
 /// One row of the time series: one VM at one time.
@@ -239,6 +256,31 @@ fn summarize(s: &Scenario, policy: PolicyName, seed: u64, w: &SimWorld) -> Summa
             .then(|| times.iter().sum::<f64>() / times.len() as f64),
         fastest_migration_s: times.iter().copied().reduce(f64::min),
         migrations: w.records.clone(),
+        vms: w
+            .vms
+            .iter()
+            .map(|v| {
+                let t: Vec<f64> = w
+                    .records
+                    .iter()
+                    .filter(|r| r.vm == v.name)
+                    .map(|r| r.duration_s)
+                    .collect();
+                VmSummary {
+                    name: v.name.clone(),
+                    oom_kills: v.oom_kills,
+                    failed_allocations: v.failed_allocations,
+                    swap_out_bytes: bytes(v.guest.stats.swap_out),
+                    avg_guest_bytes: (v.size_kib_s / dur * 1024.0) as u64,
+                    min_guest_bytes: bytes(v.min_size),
+                    app_runtime_s: v.programs.iter().fold(0.0, |a, p| a + p.busy_s),
+                    app_work_s: v.programs.iter().fold(0.0, |a, p| a + p.work_s),
+                    hook_bytes: bytes(v.guest.stats.hook),
+                    avg_migration_s: (!t.is_empty())
+                        .then(|| t.iter().sum::<f64>() / t.len() as f64),
+                }
+            })
+            .collect(),
         static_avg_migration_s: None,
         static_fastest_migration_s: None,
         migration_speedup_pct: None,

@@ -39,6 +39,8 @@ pub struct VmState {
     pub cpu_s: f64,
     cpu_last_tick: f64,
     pub min_size: Kib,
+    /// ∫ size dt, KiB·s.
+    pub size_kib_s: f64,
     /// Seconds in which a write waited for memory.
     pub stalled_s: f64,
 }
@@ -133,6 +135,7 @@ impl SimWorld {
                         failed_allocations: 0,
                         cpu_s: 0.0,
                         cpu_last_tick: 0.0,
+                        size_kib_s: 0.0,
                         stalled_s: 0.0,
                     }
                 })
@@ -242,6 +245,7 @@ impl SimWorld {
             }
             let v = &mut self.vms[i];
             v.min_size = v.min_size.min(v.guest.size());
+            v.size_kib_s += v.guest.size().0 as f64 * dt;
             footprint = footprint.saturating_add(v.guest.footprint(xen));
             self.totals.size_kib_s += v.guest.size().0 as f64 * dt;
         }
