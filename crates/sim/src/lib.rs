@@ -15,6 +15,7 @@
 pub mod calib;
 pub mod conformance;
 pub mod error;
+pub mod fleet;
 pub mod guest;
 pub mod migration;
 pub mod plot;

@@ -35,6 +35,10 @@ struct Cli {
     /// No progress line (there is none either when stderr is not a terminal).
     #[arg(long, short)]
     quiet: bool,
+    /// Fleet mode: this many hosts, each the scenario on its own seed (--seed, --seed + 1, …);
+    /// prints the fleet's figures (failures, migration time percentiles).
+    #[arg(long, value_name = "N")]
+    hosts: Option<u32>,
     /// Lists the built-in scenarios and the policies.
     #[arg(long)]
     list: bool,
@@ -111,6 +115,18 @@ fn real_main(cli: &Cli) -> Result<(), SimError> {
     let s = Scenario::load(name)?;
     let policy = PolicyName::parse(&cli.policy)?;
     let started = std::time::Instant::now();
+    if let Some(n) = cli.hosts {
+        let f = autoballoon_sim::fleet::fleet(&s, policy, cli.seed, n.max(1), !cli.no_baseline)?;
+        println!("{}", serde_json::to_string_pretty(&f).unwrap_or_default());
+        if !cli.quiet {
+            eprintln!(
+                "simulated {} hosts in {:.2} s of wall time",
+                f.hosts,
+                started.elapsed().as_secs_f64()
+            );
+        }
+        return Ok(());
+    }
     let r = run(
         &s,
         policy,

@@ -141,3 +141,16 @@ fn the_plot_is_an_svg_with_one_line_per_quantity() {
         "the migrations are shaded"
     );
 }
+
+#[test]
+fn a_fleet_is_its_hosts_together() {
+    let f = autoballoon_sim::fleet::fleet(&tiny(), PolicyName::Swapfree, 3, 4, false).unwrap();
+    assert_eq!((f.hosts, f.first_seed, f.migrations), (4, 3, 8));
+    assert_eq!(f.hosts_with_failures, 0);
+    let (p50, p95, max) = (
+        f.p50_migration_s.unwrap(),
+        f.p95_migration_s.unwrap(),
+        f.max_migration_s.unwrap(),
+    );
+    assert!(p50 <= p95 && p95 <= max);
+}
