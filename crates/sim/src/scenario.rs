@@ -116,6 +116,10 @@ pub struct ProgramSpec {
     pub start_s: f64,
     #[serde(default)]
     pub repeat: bool,
+    /// Each sleep's length and each allocation's speed vary by up to this fraction (drawn
+    /// from the run's seed): real programs do not keep a cycle to the second.
+    #[serde(default)]
+    pub jitter: f64,
     pub steps: Vec<Step>,
 }
 
@@ -292,6 +296,9 @@ impl Scenario {
             for p in &vm.program {
                 let at = format!("vm {} program {}", vm.name, p.name);
                 num(&format!("{at}: start_s"), p.start_s)?;
+                if !(0.0..1.0).contains(&p.jitter) {
+                    return bad(format!("{at}: jitter must be in [0, 1), not {}", p.jitter));
+                }
                 if p.steps.is_empty() {
                     return bad(format!("{at}: no steps"));
                 }

@@ -2,6 +2,7 @@
 //! hold, free, compute, a memory trace), once or over and over. A program knows what it
 //! holds and how far it got; the guest model decides how much of what it asks for it gets.
 
+use crate::rng::Rng;
 use crate::scenario::{gib, ProgramSpec, Step};
 use autoballoon_core::units::Kib;
 
@@ -73,11 +74,17 @@ pub struct Program {
     /// When it ran its last step (a program that does not repeat).
     pub finished_at: Option<f64>,
     now: f64,
+    /// Each sleep's length and each allocation's speed times a factor in [1 − jitter, 1 + jitter].
+    jitter: f64,
+    rng: Rng,
 }
 
 impl Program {
-    pub fn new(spec: &ProgramSpec) -> Program {
+    /// The program of `spec`; `seed` draws its jitter.
+    pub fn new(spec: &ProgramSpec, seed: u64) -> Program {
         Program {
+            jitter: spec.jitter,
+            rng: Rng::new(seed),
             name: spec.name.clone(),
             steps: spec.steps.clone(),
             repeat: spec.repeat,
@@ -136,8 +143,10 @@ impl Program {
                         let total = Kib(each.0.saturating_mul(u64::from(threads)));
                         self.untouched = self.untouched.saturating_add(total);
                         out.committed = out.committed.saturating_add(total);
-                        let rate =
-                            touch_gib_s.unwrap_or(touch_default) * GIB_KIB * f64::from(threads);
+                        let rate = touch_gib_s.unwrap_or(touch_default)
+                            * GIB_KIB
+                            * f64::from(threads)
+                            * self.rng.jitter(1.0, self.jitter);
                         self.state = State::Alloc {
                             left: total.0 as f64,
                             rate,
@@ -158,7 +167,11 @@ impl Program {
                     out.freed_untouched = out.freed_untouched.saturating_add(u);
                     self.next();
                 }
-                Step::Sleep { s } => self.state = State::Sleep { until: now + s },
+                Step::Sleep { s } => {
+                    self.state = State::Sleep {
+                        until: now + s * self.rng.jitter(1.0, self.jitter),
+                    }
+                }
                 Step::Compute { s, dirty_gib_s } => {
                     self.state = State::Compute {
                         left_s: s,

@@ -97,7 +97,8 @@ impl SimWorld {
     pub fn new(s: &Scenario, calib: Calibration, side: GuestSide, seed: u64) -> SimWorld {
         let vms =
             s.vm.iter()
-                .map(|v| {
+                .enumerate()
+                .map(|(i, v)| {
                     let max = gib(v.memory_gib);
                     let cfg = GuestConfig {
                         max,
@@ -128,7 +129,14 @@ impl SimWorld {
                         vcpus: v.vcpus,
                         min_size: guest.size(),
                         guest,
-                        programs: v.program.iter().map(Program::new).collect(),
+                        programs: v
+                            .program
+                            .iter()
+                            .enumerate()
+                            .map(|(k, p)| {
+                                Program::new(p, seed ^ ((i as u64 + 1) << 32) ^ (k as u64 + 1))
+                            })
+                            .collect(),
                         migration: None,
                         psi: 0.0,
                         oom_kills: 0,

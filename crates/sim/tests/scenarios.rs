@@ -52,6 +52,7 @@ fn bad_scenarios_are_errors_that_name_the_problem() {
     ))
     .contains("teleport"));
     assert!(err("this is not toml").contains("scenario t"));
+    assert!(err(&format!("{OK}\n[[vm.program]]\nname = \"p\"\njitter = 1.5\nsteps = [{{ kind = \"sleep\", s = 1 }}]\n")).contains("jitter"));
 }
 
 #[test]
