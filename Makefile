@@ -9,7 +9,7 @@ AGENT := target/$(TRIPLE)/release/autoballoon-guest
 DEMOBIN := target/release/autoballoon-demo
 IMAGE_PATH := run/image.path
 
-.PHONY: all qemu10 test-qemu10 deps build agent host testbed image demo migbench spikebench densitybench test unit-test integration-test test-host-pressure bench bench-host clean help guest-deb packaging-test fuzz
+.PHONY: all qemu10 test-qemu10 deps build agent host testbed image demo migbench spikebench densitybench test unit-test integration-test test-host-pressure bench bench-host clean help guest-deb packaging-test fuzz sim reproduce
 
 all: build
 
@@ -22,6 +22,8 @@ help:
 	@echo "make densitybench - four guests over a job sequence: host memory against FPR alone (DENSITYBENCH_ARGS='--guests 2')"
 	@echo "make bench-host - the host controller's CPU and RSS per VM (1/4/16 VMs), iBalloon's mixed workloads (static vs balancer), E1 balloon overhead (ballooned vs configured) and A1 auto-ballooning on an overcommitted host (vanilla vs pressure) into bench/host/RESULTS.md; HOSTBENCH_ONLY=cost,mixed,e1,a1 runs some, keeping the others' previous results"
 	@echo "make migbench - migrations idle and after a spike against free page reporting (MIGBENCH_ARGS='--runs 2')"
+	@echo "make sim    - the simulator's tests, then S1 (paper-spike: 24 h of 675 GB spikes on a 732 GB VM) under swapfree against static (docs/simulator.md)"
+	@echo "make reproduce - writes experiments/REPORT.md: every simulated experiment, the seed's number beside ours"
 	@echo "make image  - build the guest image (cached under $(CACHE))"
 	@echo "make kernel / kernel-test / kernel-deb - the patched guest kernel (see kernel/README.md)"
 	@echo "make guest-deb - the guest agent's Debian package (under $(CACHE)/deb)"
@@ -101,6 +103,18 @@ integration-test: image
 # and with its table; `make test` runs it too (docs/balancers.md).
 test-host-pressure: image
 	AUTOBALLOON_IMAGE="$$(cat $(IMAGE_PATH))" cargo test --locked -p autoballoon-testbed --test host_pressure -- --nocapture
+
+# The simulator (crates/sim, docs/simulator.md): no QEMU, seconds on one core.
+SIM := target/release/autoballoon-sim
+sim:
+	cargo test --locked -p autoballoon-sim
+	cargo build --release --locked -p autoballoon-sim
+	$(SIM) --scenario paper-spike --policy swapfree
+	$(SIM) --scenario paper-spike --policy continuous-stock --no-baseline
+
+reproduce:
+	cargo build --release --locked -p autoballoon-sim
+	$(SIM) --reproduce experiments/REPORT.md --bench bench/results.json
 
 # Everything: the cargo suite (unit, property, doc and QEMU tests; the kernel scenarios
 # are ignored there), then the kernel scenarios, which build both kernels if not cached.

@@ -6,7 +6,7 @@ use crate::control::ControlLoop;
 use crate::guard::GuardRails;
 use crate::interval::{AdaptiveInterval, Interval};
 use crate::outlier::{Filtered, OutlierFilter};
-use crate::policy::{CacheKeep, CacheKeepRule, Headroom, HeadroomRule, SwapFree};
+use crate::policy::{CacheKeep, CacheKeepRule, Headroom, HeadroomRule, Policy, SwapFree};
 use crate::units::Kib;
 use serde::Deserialize;
 use std::time::Duration;
@@ -134,8 +134,14 @@ impl PolicyConfig {
 
     /// One VM's control loop, sampled every `tau` (or adaptively from `tau`).
     pub fn control_loop(&self, tau: Duration) -> ControlLoop<SwapFree> {
+        self.control_loop_of(self.policy(), tau)
+    }
+
+    /// The same loop (rails, interval, outlier filter) around another policy: the
+    /// simulator's baselines run under the very rails of the configured policy.
+    pub fn control_loop_of<P: Policy>(&self, policy: P, tau: Duration) -> ControlLoop<P> {
         let interval = if self.adaptive_interval { Interval::Adaptive(AdaptiveInterval::new(tau)) } else { Interval::Fixed(tau) };
-        let lp = ControlLoop::new(self.policy(), self.rails(), interval);
+        let lp = ControlLoop::new(policy, self.rails(), interval);
         if self.outlier_delay_ms == 0 {
             return lp;
         }

@@ -1,0 +1,118 @@
+//! Conformance with real QEMU: make bench's migration cells (bench/results.json, this
+//! machine's QEMU 7.2 under TCG) replayed in the simulator, MiB sent and time side by side.
+
+use crate::error::SimError;
+use crate::policies::PolicyName;
+use crate::run::{run, Options};
+use crate::scenario::Scenario;
+use serde::Deserialize;
+use std::fmt::Write as _;
+
+#[derive(Debug, Deserialize)]
+struct Results {
+    cells: Vec<Cell>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Cell {
+    config: String,
+    moment: serde_json::Value,
+    qemu: String,
+    sent_mib: f64,
+    total_s: f64,
+}
+
+/// One cell: measured and simulated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub config: String,
+    /// `idle`, or seconds after the spike returned.
+    pub moment: String,
+    pub measured_mib: f64,
+    pub measured_s: f64,
+    pub simulated_mib: f64,
+    pub simulated_s: f64,
+}
+
+/// The configurations the simulator has, by make bench's name.
+const CONFIGS: [(&str, PolicyName); 3] = [
+    ("no-balloon", PolicyName::Static),
+    ("fpr", PolicyName::FreePageReporting),
+    ("ab-patched", PolicyName::Swapfree),
+];
+
+/// Replays the system QEMU's idle and after-spike cells of `results_json`.
+pub fn conformance(results_json: &str) -> Result<Vec<Row>, SimError> {
+    let r: Results = serde_json::from_str(results_json)
+        .map_err(|e| SimError::BadCalibration(format!("bench results: {e}")))?;
+    let base = Scenario::load("bench-cells")?;
+    let mut rows = Vec::new();
+    for c in r.cells.iter().filter(|c| c.qemu == "system") {
+        let Some((_, policy)) = CONFIGS.iter().find(|(n, _)| *n == c.config) else {
+            continue;
+        };
+        let mut s = base.clone();
+        let (Some(vm), Some(plan)) = (s.vm.first_mut(), s.migration.first_mut()) else {
+            return Err(SimError::bad("bench-cells", "needs a VM and a migration"));
+        };
+        let moment = match (
+            &c.moment,
+            c.moment.get("after-spike").and_then(|v| v.as_f64()),
+        ) {
+            (serde_json::Value::String(m), _) if m == "idle" => {
+                // Idle: 10 s after the fill returned, no spike.
+                vm.program.retain(|p| p.name == "fill");
+                plan.after_program = Some("fill".into());
+                plan.after_s = 10.0;
+                "idle".to_string()
+            }
+            (_, Some(ms)) => {
+                plan.after_s = ms / 1000.0;
+                format!("{:.1} s after the spike", ms / 1000.0)
+            }
+            _ => continue,
+        };
+        let sim = run(
+            &s,
+            *policy,
+            Options {
+                seed: Some(0),
+                no_baseline: true,
+                ..Default::default()
+            },
+        )?
+        .summary;
+        let Some(m) = sim.migrations.first() else {
+            continue;
+        };
+        rows.push(Row {
+            config: c.config.clone(),
+            moment,
+            measured_mib: c.sent_mib,
+            measured_s: c.total_s,
+            simulated_mib: m.bytes_sent as f64 / (1024.0 * 1024.0),
+            simulated_s: m.duration_s,
+        });
+    }
+    Ok(rows)
+}
+
+/// The rows as a Markdown table.
+pub fn markdown(rows: &[Row]) -> String {
+    let mut o = String::from("| configuration | moment | MiB sent: QEMU | simulated | × | time: QEMU | simulated | × |\n|---|---|---|---|---|---|---|---|\n");
+    for r in rows {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {:.0} | {:.0} | {:.2} | {:.2} s | {:.2} s | {:.2} |",
+            r.config,
+            r.moment,
+            r.measured_mib,
+            r.simulated_mib,
+            r.simulated_mib / r.measured_mib.max(1e-9),
+            r.measured_s,
+            r.simulated_s,
+            r.simulated_s / r.measured_s.max(1e-9)
+        );
+    }
+    o
+}

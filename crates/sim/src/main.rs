@@ -1,0 +1,172 @@
+//! `autoballoon-sim --scenario NAME|FILE --policy NAME [--seed N] [--json] [--series F.csv]`
+//! and `autoballoon-sim --reproduce experiments/REPORT.md`.
+
+use autoballoon_sim::{report, run, Options, PolicyName, Scenario, SimError};
+use clap::Parser;
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "autoballoon-sim",
+    about = "Continuous ballooning on a virtual clock: core's host loop and policies driving a model of guests, balloon and live migration"
+)]
+struct Cli {
+    /// A built-in scenario's name, or a scenario file.
+    #[arg(long, required_unless_present_any = ["list", "reproduce", "bench"])]
+    scenario: Option<String>,
+    /// static, swapfree, continuous-stock, dsb95, one-shot, iballoon, pressure, shares, free-page-reporting, free-page-hinting.
+    #[arg(long, default_value = "swapfree")]
+    policy: String,
+    /// The random seed (jitter of speeds and bandwidth); the same seed gives the same run.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// The summary as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Writes the time series (one row per VM every `series_every_s`) as CSV.
+    #[arg(long, value_name = "F.csv")]
+    series: Option<String>,
+    /// Writes the series as an SVG chart (size, target, anon, host footprint; migrations shaded).
+    #[arg(long, value_name = "F.svg")]
+    plot: Option<String>,
+    /// Leaves out the static run the overhead and speedup figures compare against.
+    #[arg(long)]
+    no_baseline: bool,
+    /// No progress line (there is none either when stderr is not a terminal).
+    #[arg(long, short)]
+    quiet: bool,
+    /// Fleet mode: this many hosts, each the scenario on its own seed (--seed, --seed + 1, …);
+    /// prints the fleet's figures (failures, migration time percentiles).
+    #[arg(long, value_name = "N")]
+    hosts: Option<u32>,
+    /// Lists the built-in scenarios and the policies.
+    #[arg(long)]
+    list: bool,
+    /// Runs every experiment and writes the report (the seeds' numbers beside ours) here.
+    #[arg(long, value_name = "REPORT.md")]
+    reproduce: Option<String>,
+    /// make bench's results (bench/results.json): --reproduce adds the conformance table;
+    /// alone, prints it.
+    #[arg(long, value_name = "results.json")]
+    bench: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match real_main(&cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("autoballoon-sim: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn real_main(cli: &Cli) -> Result<(), SimError> {
+    if cli.list {
+        for (name, text) in autoballoon_sim::scenario::BUILTIN {
+            let s = Scenario::parse(name, text)?;
+            println!("{name:14} {:3} {}", s.experiment, s.description);
+        }
+        println!(
+            "policies: {}",
+            PolicyName::ALL.map(|p| p.as_str()).join(", ")
+        );
+        return Ok(());
+    }
+    let bench = match &cli.bench {
+        Some(p) => Some(std::fs::read_to_string(p).map_err(|source| SimError::Read {
+            path: p.clone(),
+            source,
+        })?),
+        None => None,
+    };
+    if let (Some(text), None) = (&bench, &cli.reproduce) {
+        print!(
+            "{}",
+            autoballoon_sim::conformance::markdown(&autoballoon_sim::conformance::conformance(
+                text
+            )?)
+        );
+        return Ok(());
+    }
+    if let Some(path) = &cli.reproduce {
+        let md = report::reproduce(
+            !cli.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            bench.as_deref(),
+        )?;
+        if let Some(dir) = std::path::Path::new(path)
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(dir).map_err(|source| SimError::Write {
+                path: path.clone(),
+                source,
+            })?;
+        }
+        std::fs::write(path, md).map_err(|source| SimError::Write {
+            path: path.clone(),
+            source,
+        })?;
+        eprintln!("wrote {path}");
+        return Ok(());
+    }
+    let name = cli.scenario.as_deref().unwrap_or_default();
+    let s = Scenario::load(name)?;
+    let policy = PolicyName::parse(&cli.policy)?;
+    let started = std::time::Instant::now();
+    if let Some(n) = cli.hosts {
+        let f = autoballoon_sim::fleet::fleet(&s, policy, cli.seed, n.max(1), !cli.no_baseline)?;
+        println!("{}", serde_json::to_string_pretty(&f).unwrap_or_default());
+        if !cli.quiet {
+            eprintln!(
+                "simulated {} hosts in {:.2} s of wall time",
+                f.hosts,
+                started.elapsed().as_secs_f64()
+            );
+        }
+        return Ok(());
+    }
+    let r = run(
+        &s,
+        policy,
+        Options {
+            seed: Some(cli.seed),
+            series: cli.series.is_some() || cli.plot.is_some(),
+            progress: !cli.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            no_baseline: cli.no_baseline,
+        },
+    )?;
+    if let Some(path) = &cli.series {
+        std::fs::write(path, autoballoon_sim::run::csv(&r.series)).map_err(|source| {
+            SimError::Write {
+                path: path.clone(),
+                source,
+            }
+        })?;
+    }
+    if let Some(path) = &cli.plot {
+        let title = format!("{} under {} (seed {})", s.name, policy.as_str(), cli.seed);
+        std::fs::write(path, autoballoon_sim::plot::svg(&r.series, &title)).map_err(|source| {
+            SimError::Write {
+                path: path.clone(),
+                source,
+            }
+        })?;
+    }
+    if cli.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&r.summary).unwrap_or_default()
+        );
+    } else {
+        print!("{}", autoballoon_sim::run::text(&r.summary));
+    }
+    if !cli.quiet {
+        eprintln!(
+            "simulated in {:.2} s of wall time",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}
