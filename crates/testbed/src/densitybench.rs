@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 pub const JOBS: [(&str, &str); 7] = [
     ("arrays: 2 × 300 MiB, held 5 s", "spike 2 300 5 0 1"),
     ("idle", "sleep 10"),
-    ("sort of 2.5 M lines", "seq 1 2500000 | sort -r | tail -1"),
+    ("sort of 1 M lines", "seq 1 1000000 | sort -r | tail -1"),
     ("read a 256 MiB file set 3 times", "for i in 1 2 3; do dd if=/dev/vda of=/dev/null bs=1M count=256 2>/dev/null; done"),
     ("idle", "sleep 10"),
     ("dirty 800 MiB and free it", "fill 800"),
