@@ -111,6 +111,8 @@ struct Agent<'a> {
     trigger: Option<PressureTrigger>,
     /// The guest runs short until then (the trigger fired [`SHORT_FOR`] before).
     short_until: Option<Instant>,
+    /// A migration that must not see the balloon shrink started: stop a shrink under way.
+    stop_shrinking: bool,
     /// Passes through the loop so far.
     seq: u64,
     bad_sample: RateLimited,
@@ -121,7 +123,7 @@ struct Agent<'a> {
 impl<'a> Agent<'a> {
     fn new(args: &'a RunArgs, source: ProcSource, channel: Option<Channel>) -> Agent<'a> {
         let limited = || RateLimited::new(ERROR_EVERY);
-        Agent { args, source, channel, trigger: None, short_until: None, seq: 0, bad_sample: limited(), bad_actuator: limited(), bad_port: limited() }
+        Agent { args, source, channel, trigger: None, short_until: None, stop_shrinking: false, seq: 0, bad_sample: limited(), bad_actuator: limited(), bad_port: limited() }
     }
 
     /// `--backend host`: sample, report, wait; until `--samples` if given. While the host
@@ -177,6 +179,13 @@ impl<'a> Agent<'a> {
                 return;
             }
             self.wait(next_in);
+            if std::mem::take(&mut self.stop_shrinking) {
+                match backend::stop_shrinking(&*actuator.0) {
+                    Ok(Some((target, size))) => info(format_args!("the balloon was still shrinking towards {target}: stopped at {size} for the migration")),
+                    Ok(None) => {}
+                    Err(e) => self.bad_actuator.log(Instant::now(), format_args!("{e}")),
+                }
+            }
         }
     }
 
@@ -237,6 +246,7 @@ impl<'a> Agent<'a> {
             match m {
                 HostMessage::MigrationStarted { shrink_allowed: false } => {
                     self.source.set_migration(Migration::HoldShrinking);
+                    self.stop_shrinking = true;
                     info(format_args!("migration started: no shrinking until it ends"));
                 }
                 HostMessage::MigrationStarted { shrink_allowed: true } => {

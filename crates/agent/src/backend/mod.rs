@@ -56,6 +56,33 @@ pub fn open(a: &RunArgs) -> Result<Rc<dyn Backend>, FileError> {
     })
 }
 
+/// Less than this between the target and the size is no shrink under way (the balloon
+/// rounds to its own units).
+const STOP_SLACK: Kib = Kib(2 * 1024);
+
+/// Why a shrink under way could not be stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum StopError {
+    #[error("cannot read the balloon: {0}")]
+    Read(#[from] FileError),
+    #[error("cannot stop the balloon: {0}")]
+    Write(#[from] WriteError),
+}
+
+/// Stops a shrink still under way where the guest is now: a migration that must not see
+/// the balloon shrink has started, and the balloon would otherwise go on inflating towards
+/// the last target during it (memory the hypervisor may lose track of). Returns the target
+/// it was heading to and the size it stopped at, if one was under way.
+pub fn stop_shrinking(b: &dyn Backend) -> Result<Option<(Kib, Kib)>, StopError> {
+    if !b.agent_decides() {
+        return Ok(None);
+    }
+    let (size, _) = b.size()?;
+    let Some(target) = b.target_in_force()?.filter(|t| t.saturating_add(STOP_SLACK) < size) else { return Ok(None) };
+    b.set_guest_size(size)?;
+    Ok(Some((target, size)))
+}
+
 /// A backend as the control loop's [`Actuator`].
 pub struct Target(pub Rc<dyn Backend>);
 
@@ -63,5 +90,31 @@ impl Actuator for Target {
     type Error = WriteError;
     fn set_guest_size(&mut self, guest_size: Kib) -> Result<(), WriteError> {
         self.0.set_guest_size(guest_size)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kernel::KernelBalloon;
+    use super::*;
+    use crate::testutil::ProcTree;
+
+    #[test]
+    fn a_shrink_under_way_is_stopped_where_the_guest_is() {
+        let t = ProcTree::new("backend-stop", "linux-6.1-guest-idle");
+        let b = KernelBalloon::new(&t.kernel);
+        let mib = Kib::from_mib_saturating;
+        let pages = |m: u64| mib(m).to_pages_floor().0;
+        t.set_kernel(pages(1500), pages(2048));
+        assert_eq!(stop_shrinking(&b).unwrap(), None, "no target written yet: nothing under way");
+        b.set_guest_size(mib(300)).unwrap();
+        assert_eq!(stop_shrinking(&b).unwrap(), Some((mib(300), mib(1500))), "inflating from 1500 towards 300");
+        assert_eq!(b.target_in_force().unwrap(), Some(mib(1500)), "stopped at 1500");
+        assert_eq!(stop_shrinking(&b).unwrap(), None, "and nothing under way any more");
+        b.set_guest_size(mib(1800)).unwrap();
+        assert_eq!(stop_shrinking(&b).unwrap(), None, "a growth is left alone");
+        assert_eq!(stop_shrinking(&host::HostOwned).unwrap(), None, "the host's balloon is the host's to stop");
+        std::fs::remove_file(t.kernel.join("current_pages")).unwrap();
+        assert!(matches!(stop_shrinking(&b), Err(StopError::Read(_))));
     }
 }
