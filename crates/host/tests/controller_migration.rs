@@ -317,25 +317,3 @@ fn spike_headroom_stays_until_a_migration_sheds_it() {
     g.q().finish_migration(MigrationOutcome::Failed);
     wait_for(T, "the headroom back after the migration", || g.fakes.last_request().is_some_and(|r| r.abs_diff(expected_target(1500)) <= mib(8)));
 }
-
-/// With free page hinting on the balloon device, QEMU skips the guest's free pages when a
-/// migration starts: the spike's headroom stays through the migration (shrinking at its
-/// start would cost it), and a need seen during the migration is not remembered.
-#[test]
-fn spike_headroom_stays_through_a_migration_that_skips_free_pages() {
-    let fake = autoballoon_fakes::FakeQemuConfig { version: Some((10, 0, 2)), free_page_hint: true, ..autoballoon_fakes::FakeQemuConfig::new(configured()) };
-    let g = Guest::start(Fakes::start_with(fake), 1500);
-    let policy = autoballoon::config::PolicyConfig { spike_hold_s: 30, spike_fade_s: 60, ..quick_policy() };
-    let controller = autoballoon::config::ControllerConfig { interval_ms: 200, ..Default::default() };
-    let d = Daemon::start_with(controller, vec![g.fakes.vm("a", Some(policy))]);
-    wait_for(T, "the spike's size", || g.fakes.last_request().is_some_and(|r| r.abs_diff(expected_target(1500)) <= mib(8)));
-    assert!(d.log.text().contains("free-page-hint on"), "{}", d.log.text());
-    g.set_used(200);
-    g.q().start_migration();
-    wait_for(T, "state migrating", || d.status("a").state == VmState::Migrating);
-    let n = g.fakes.requests().len();
-    let ticks = d.status("a").metrics.ticks;
-    wait_for(T, "the loop deciding during the migration", || d.status("a").metrics.ticks >= ticks + 10);
-    assert!(g.fakes.requests()[n..].iter().all(|&r| r.saturating_add(mib(8)) >= expected_target(1500)), "kept through the migration: {:?}", g.fakes.requests());
-    g.q().finish_migration(MigrationOutcome::Completed);
-}

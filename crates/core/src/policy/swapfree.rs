@@ -64,9 +64,7 @@ pub struct SwapFree {
     pub migration_buffer: Kib,
     /// How long a recent need is kept as headroom ([`super::Headroom`]). It applies only
     /// where a migration can shed it (`Sample::shrink_while_migrating`: the hypervisor lets
-    /// the balloon shrink during one); it is shed while a migration is prepared, and while
-    /// one runs unless the hypervisor skips free pages (`Sample::free_page_hint`). A need
-    /// seen during a migration is not remembered.
+    /// the balloon shrink during one), never while a migration runs or is prepared.
     pub headroom_rule: HeadroomRule,
     pub headroom: Headroom,
     /// How much room page cache the guest reads again may claim ([`super::CacheKeep`]);
@@ -101,13 +99,8 @@ impl Policy for SwapFree {
         let buffer = if s.preparing_migration { self.migration_buffer } else { self.buffer.saturating_add(mem.cached.min(self.cache_buffer)) };
         let mut e = estimate(mem, s.guest_size, s.max, buffer);
         let need = estimate(mem, s.guest_size, s.max, Kib::ZERO).target;
-        // A need seen while a migration runs is not remembered: it would keep memory the
-        // migration then sends.
-        let covered = if s.migrating { self.headroom.remembered(&self.headroom_rule, s.at).max(need) } else { self.headroom.observe(&self.headroom_rule, need, s.at) };
-        // Shed where a migration can shed it, when one is prepared or runs; but a migration
-        // that skips free pages (hinting) sends none of it, and shedding it costs that one.
-        let sheds = s.preparing_migration || (s.migrating && !s.free_page_hint);
-        if s.shrink_while_migrating && !sheds && covered > need {
+        let covered = self.headroom.observe(&self.headroom_rule, need, s.at);
+        if s.shrink_while_migrating && !s.migrating && !s.preparing_migration && covered > need {
             e.headroom = covered.saturating_sub(need);
             e.target = e.target.saturating_add(e.headroom).min(s.max);
         }
@@ -164,33 +157,6 @@ mod tests {
         assert_eq!(p.decide(&s).unwrap().target, Kib::from_mib_saturating(1000 - 500 + 10 + 30));
         s.preparing_migration = true;
         assert_eq!(p.decide(&s).unwrap().target, Kib::from_mib_saturating(1000 - 500 + 2), "the migration buffer, no cache buffer");
-    }
-
-    #[test]
-    fn headroom_is_shed_by_a_migration_unless_it_skips_free_pages() {
-        use std::time::Duration;
-        let mib = Kib::from_mib_saturating;
-        let rule = HeadroomRule { hold: Duration::from_secs(30), fade: Duration::from_secs(60) };
-        let mut p = SwapFree { headroom_rule: rule, ..SwapFree::new(mib(64)) };
-        // A 2 GiB guest at 1.5 GiB: `used` MiB of it in use.
-        let at = |secs: u64, used: u64| Sample {
-            at: Duration::from_secs(secs),
-            guest_size: mib(1536),
-            max: mib(2048),
-            mem: Some(view((1536 - used) * 1024, 0, 0, 0)),
-            shrink_while_migrating: true,
-            ..Sample::default()
-        };
-        assert_eq!(p.decide(&at(0, 1400)).unwrap().target, mib(1464), "the spike");
-        let kept = mib(1464);
-        assert_eq!(p.decide(&at(2, 200)).unwrap().target, kept, "freed: kept as headroom");
-        let migrating = |secs, used, hint| Sample { migrating: true, free_page_hint: hint, ..at(secs, used) };
-        assert_eq!(p.decide(&migrating(3, 200, false)).unwrap().target, mib(264), "a migration that sends free memory sheds it");
-        assert_eq!(p.decide(&migrating(4, 200, true)).unwrap().target, kept, "one that skips free pages does not");
-        assert_eq!(p.decide(&migrating(5, 1500, true)).unwrap().target, mib(1564), "a spike during the migration grows the guest");
-        assert_eq!(p.decide(&migrating(6, 200, true)).unwrap().target, kept, "but is not remembered: back to the headroom from before");
-        assert_eq!(p.decide(&Sample { preparing_migration: true, ..migrating(7, 200, true) }).unwrap().target, mib(200), "a prepared migration sheds it (no buffer either)");
-        assert_eq!(p.decide(&at(8, 200)).unwrap().target, kept, "and it is back once the migration is over");
     }
 
     #[test]

@@ -43,11 +43,6 @@ pub struct Sample {
     /// shrink, without the step limit and the hold-off (every tick waited is memory the
     /// migration may send). False (the default): no shrinking while `migrating`.
     pub shrink_while_migrating: bool,
-    /// The hypervisor skips the guest's free pages when a migration starts (virtio-balloon
-    /// free page hinting): memory the guest keeps free costs a migration nothing, and
-    /// shrinking the guest at its start costs it (what the balloon's inflation writes in the
-    /// guest is sent, and its pages are scanned).
-    pub free_page_hint: bool,
     /// The guest's memory pressure (its /proc/pressure/memory), if reported.
     pub pressure: Option<Pressure>,
     /// OOM kills in the guest since boot, if reported.

@@ -191,8 +191,7 @@ fn qom_get(st: &VmState, args: &Map<String, Value>) -> Outcome {
             }, "last-update": g.last_update_secs}))
         }
         "guest-stats-polling-interval" => Ok(json!(st.polling_interval)),
-        "free-page-hint" => Ok(json!(st.free_page_hint)),
-        "deflate-on-oom" | "free-page-reporting" => Ok(json!(false)),
+        "deflate-on-oom" | "free-page-reporting" | "free-page-hint" => Ok(json!(false)),
         other => no_property(other),
     }
 }

@@ -104,9 +104,6 @@ pub struct FakeQemuConfig {
     /// What `query-kvm` answers for `enabled` (`present` is always true); `None`: the
     /// command is not found (as if the QEMU were built without it).
     pub kvm: Option<bool>,
-    /// The balloon device's `free-page-hint` property (`qom-get`); the other feature
-    /// properties read false.
-    pub free_page_hint: bool,
 }
 
 impl FakeQemuConfig {
@@ -133,7 +130,6 @@ impl Default for FakeQemuConfig {
             write_timeout: Duration::from_secs(5),
             version: None,
             kvm: Some(false),
-            free_page_hint: false,
         }
     }
 }

@@ -108,7 +108,6 @@ pub(crate) struct VmState {
     pub write_timeout: Duration,
     pub version: Option<(u32, u32, u32)>,
     pub kvm: Option<bool>,
-    pub free_page_hint: bool,
 }
 
 impl VmState {
@@ -139,7 +138,6 @@ impl VmState {
             write_timeout: cfg.write_timeout,
             version: cfg.version,
             kvm: cfg.kvm,
-            free_page_hint: cfg.free_page_hint,
         }
     }
 

@@ -109,15 +109,12 @@ pub(crate) struct Actor {
     /// Whether this session's hypervisor (or the setting) lets the balloon shrink during a
     /// migration.
     migration_shrink: MigrationShrink,
-    /// This session's balloon device has free page hinting on (QEMU skips the guest's free
-    /// pages when a migration starts).
-    free_page_hint: bool,
 }
 
 impl Actor {
     #[allow(clippy::too_many_arguments)]
     pub fn new(cfg: VmConfig, agent_stale_s: u64, interval: Duration, started: Instant, log: Logger, (wake, inbox): (SyncSender<Msg>, Receiver<Msg>), shutdown: Arc<AtomicBool>, bell: Arc<Bell>, shared: Arc<VmShared>) -> Actor {
-        Actor { cfg, agent_stale: Duration::from_secs(agent_stale_s), interval, started, log, inbox, wake, shutdown, bell, shared, paused: false, epoch: 0, limits: HashMap::new(), prep: None, resample: false, agent_path: None, shrink_setting: ShrinkSetting::Auto, migration_shrink: MigrationShrink::HeldUnknown, free_page_hint: false }
+        Actor { cfg, agent_stale: Duration::from_secs(agent_stale_s), interval, started, log, inbox, wake, shutdown, bell, shared, paused: false, epoch: 0, limits: HashMap::new(), prep: None, resample: false, agent_path: None, shrink_setting: ShrinkSetting::Auto, migration_shrink: MigrationShrink::HeldUnknown }
     }
 
     pub fn with_migration_shrink(mut self, setting: ShrinkSetting) -> Actor {
@@ -346,7 +343,6 @@ impl Actor {
         let features = qmp.balloon_features(&self.cfg.balloon_device);
         let missing = features.missing();
         let advice = if missing.is_empty() { String::new() } else { format!(" ({} off: turning on QEMU's own switches makes spikes and migrations cheaper, docs/migration.md)", missing.join(" and ")) };
-        self.free_page_hint = features.free_page_hint == Some(true);
         lock(&self.shared.status).balloon_features = Some(features);
         let msg = format!("managing {} ({}), configured {configured}; {}; balloon: {features}{advice}", self.cfg.endpoint(), qmp.describe(), self.migration_shrink);
         // Rate-limited too: a QEMU that drops every session right after the handshake
@@ -421,7 +417,6 @@ impl Actor {
             let mut sample = merged.sample(now - self.started, configured, migrating);
             sample.preparing_migration = self.prep.is_some();
             sample.shrink_while_migrating = self.migration_shrink.allowed();
-            sample.free_page_hint = self.free_page_hint;
             // 3. Publish for the decider (not while paused), and show it.
             if !self.paused {
                 *lock(&self.shared.mailbox) = Some(Observation { sample: sample.clone(), source: merged.source, epoch: self.epoch, taken: now });
