@@ -589,8 +589,6 @@ impl World for SimWorld {
                     // it only from a migration notice (so it keeps no spike headroom).
                     shrink_while_migrating: self.calib.shrink_while_migrating
                         && (!self.side.target_in_force || migrating),
-                    // The model runs hinting as a policy of its own, not beside the balloon.
-                    free_page_hint: false,
                     pressure: Some(psi(v.psi)),
                     oom_kills: Some(v.oom_kills),
                     // The model keeps no refault history (docs/simulator.md, limits).

@@ -64,7 +64,8 @@ pub struct SwapFree {
     pub migration_buffer: Kib,
     /// How long a recent need is kept as headroom ([`super::Headroom`]). It applies only
     /// where a migration can shed it (`Sample::shrink_while_migrating`: the hypervisor lets
-    /// the balloon shrink during one), never while a migration runs or is prepared.
+    /// the balloon shrink during one), never while a migration runs or is prepared; a need
+    /// seen during a migration is not remembered.
     pub headroom_rule: HeadroomRule,
     pub headroom: Headroom,
     /// How much room page cache the guest reads again may claim ([`super::CacheKeep`]);
@@ -99,7 +100,9 @@ impl Policy for SwapFree {
         let buffer = if s.preparing_migration { self.migration_buffer } else { self.buffer.saturating_add(mem.cached.min(self.cache_buffer)) };
         let mut e = estimate(mem, s.guest_size, s.max, buffer);
         let need = estimate(mem, s.guest_size, s.max, Kib::ZERO).target;
-        let covered = self.headroom.observe(&self.headroom_rule, need, s.at);
+        // A need seen while a migration runs is not remembered: it would keep memory the
+        // next migration sends.
+        let covered = if s.migrating { self.headroom.remembered(&self.headroom_rule, s.at).max(need) } else { self.headroom.observe(&self.headroom_rule, need, s.at) };
         if s.shrink_while_migrating && !s.migrating && !s.preparing_migration && covered > need {
             e.headroom = covered.saturating_sub(need);
             e.target = e.target.saturating_add(e.headroom).min(s.max);
@@ -157,6 +160,30 @@ mod tests {
         assert_eq!(p.decide(&s).unwrap().target, Kib::from_mib_saturating(1000 - 500 + 10 + 30));
         s.preparing_migration = true;
         assert_eq!(p.decide(&s).unwrap().target, Kib::from_mib_saturating(1000 - 500 + 2), "the migration buffer, no cache buffer");
+    }
+
+    #[test]
+    fn headroom_is_shed_by_a_migration_and_a_need_during_one_is_not_remembered() {
+        use std::time::Duration;
+        let mib = Kib::from_mib_saturating;
+        let rule = HeadroomRule { hold: Duration::from_secs(30), fade: Duration::from_secs(60) };
+        let mut p = SwapFree { headroom_rule: rule, ..SwapFree::new(mib(64)) };
+        // A 2 GiB guest at 1.5 GiB: `used` MiB of it in use.
+        let at = |secs: u64, used: u64| Sample {
+            at: Duration::from_secs(secs),
+            guest_size: mib(1536),
+            max: mib(2048),
+            mem: Some(view((1536 - used) * 1024, 0, 0, 0)),
+            shrink_while_migrating: true,
+            ..Sample::default()
+        };
+        assert_eq!(p.decide(&at(0, 1000)).unwrap().target, mib(1064), "a spike");
+        assert_eq!(p.decide(&at(2, 200)).unwrap().target, mib(1064), "freed: kept as headroom");
+        let migrating = |secs, used| Sample { migrating: true, ..at(secs, used) };
+        assert_eq!(p.decide(&migrating(3, 200)).unwrap().target, mib(264), "a migration sheds it");
+        assert_eq!(p.decide(&migrating(4, 1400)).unwrap().target, mib(1464), "a spike during the migration grows the guest");
+        assert_eq!(p.decide(&migrating(5, 200)).unwrap().target, mib(264), "and is given back when freed");
+        assert_eq!(p.decide(&at(6, 200)).unwrap().target, mib(1064), "after the migration: the headroom from before it, not the spike during it");
     }
 
     #[test]
