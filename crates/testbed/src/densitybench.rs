@@ -99,8 +99,11 @@ fn mib(k: Kib) -> f64 {
     k.mib_f64()
 }
 
+/// (when, MiB) samples, shared with the sampling thread.
+type Series = Arc<Mutex<Vec<(Instant, f64)>>>;
+
 /// The guests' QEMU processes' RSS, summed, every 0.5 s until `stop`.
-fn sample_rss(pids: Vec<u32>, stop: Arc<AtomicBool>) -> (std::thread::JoinHandle<()>, Arc<Mutex<Vec<(Instant, f64)>>>) {
+fn sample_rss(pids: Vec<u32>, stop: Arc<AtomicBool>) -> (std::thread::JoinHandle<()>, Series) {
     let series = Arc::new(Mutex::new(Vec::new()));
     let s = series.clone();
     let h = std::thread::spawn(move || {
