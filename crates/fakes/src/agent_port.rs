@@ -211,6 +211,7 @@ pub fn sample(total: Kib, available: Kib, committed: Kib, balloon: Pages) -> Age
         swap_total: Kib(0),
         swap_free: Kib(0),
         cached,
+        anon_and_shmem: None,
     };
     AgentSample {
         seq: 0,

@@ -276,6 +276,7 @@ impl Guest {
             swap_total: self.cfg.swap_total,
             swap_free: self.cfg.swap_total.saturating_sub(self.swapped),
             cached: self.cache,
+            anon_and_shmem: Some(self.ram_anon()),
         }
     }
 

@@ -266,9 +266,9 @@ mod tests {
         assert_eq!(v.swapped(), Kib(393212 - 324348));
         let size = Kib::from_mib_saturating(384);
         let e = estimate(&v, size, Kib::from_mib_saturating(768), Kib::from_mib_saturating(64));
-        // Committed_AS 335288 − (Active 3696 + Inactive 261948 + swapped 68864).
-        assert_eq!(e.overcommitted, Kib(335288 - (3696 + 261948 + 68864)));
-        assert_eq!(e.target, Kib(size.0 - 5864 + 780 + (393212 - 324348) + 64 * 1024));
+        // Committed_AS 335288 − (AnonPages 262088 + Shmem 3548 + swapped 68864).
+        assert_eq!(e.overcommitted, Kib(335288 - (262088 + 3548 + 68864)));
+        assert_eq!(e.target, Kib(size.0 - 5864 + 788 + (393212 - 324348) + 64 * 1024));
         assert!(e.target > size.saturating_add(Kib::from_mib_saturating(64)), "grows by what is in swap: {}", e.target);
         for (source, text) in fixtures::all("meminfo") {
             let v = MemView::from_meminfo(&parse_meminfo(&text).unwrap()).unwrap();
