@@ -89,9 +89,7 @@ impl Channel {
         }
     }
 
-    /// Lines from the host dropped for being longer than [`MAX_LINE`], so far (the loop
-    /// does not report them yet).
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// Lines from the host dropped for being longer than [`MAX_LINE`], so far.
     pub fn overlong(&self) -> u64 {
         self.framer.overlong()
     }

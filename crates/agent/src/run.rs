@@ -16,7 +16,7 @@ use autoballoon_core::config::PolicyConfig;
 use autoballoon_core::control::{Source, Tick};
 use autoballoon_core::host::{one_vm_step, HostLoop, Independent, OneStep, ONE};
 use autoballoon_core::policy::SwapFree;
-use autoballoon_core::protocol::{encode, AgentMessage, AgentSample, HostMessage};
+use autoballoon_core::protocol::{encode, AgentMessage, AgentSample, HostMessage, MAX_LINE};
 use autoballoon_core::sample::Sample;
 use autoballoon_core::Kib;
 use std::time::{Duration, Instant};
@@ -118,12 +118,15 @@ struct Agent<'a> {
     bad_sample: RateLimited,
     bad_actuator: RateLimited,
     bad_port: RateLimited,
+    /// Lines from the host dropped for their length, as last logged.
+    overlong_logged: u64,
+    bad_host_line: RateLimited,
 }
 
 impl<'a> Agent<'a> {
     fn new(args: &'a RunArgs, source: ProcSource, channel: Option<Channel>) -> Agent<'a> {
         let limited = || RateLimited::new(ERROR_EVERY);
-        Agent { args, source, channel, trigger: None, short_until: None, stop_shrinking: false, seq: 0, bad_sample: limited(), bad_actuator: limited(), bad_port: limited() }
+        Agent { args, source, channel, trigger: None, short_until: None, stop_shrinking: false, seq: 0, bad_sample: limited(), bad_actuator: limited(), bad_port: limited(), overlong_logged: 0, bad_host_line: limited() }
     }
 
     /// `--backend host`: sample, report, wait; until `--samples` if given. While the host
@@ -216,6 +219,11 @@ impl<'a> Agent<'a> {
         }
         if let Some(n) = ch.drops_to_report(now, ERROR_EVERY) {
             info(format_args!("{n} samples dropped: the host is not reading"));
+        }
+        let overlong = ch.overlong();
+        if overlong > self.overlong_logged {
+            self.bad_host_line.log(now, format_args!("{overlong} lines from the host dropped so far: longer than {MAX_LINE} bytes"));
+            self.overlong_logged = overlong;
         }
     }
 
