@@ -20,7 +20,8 @@ pub struct Estimate {
 
 /// The continuous self-ballooning estimator of the swap-free ballooning design:
 ///
-/// `overcommitted = max(0, Committed_AS − (Active + Inactive + (SwapTotal − SwapFree)))`
+/// `overcommitted = max(0, Committed_AS − (AnonPages + Shmem + (SwapTotal − SwapFree)))`
+/// ([`MemView::overcommitted`]: the seed writes `Active + Inactive`, which counts page cache)
 /// `swapped = SwapTotal − SwapFree`
 /// `target = current − MemAvailable + overcommitted + swapped + buffer`, clamped to [4 KiB, max].
 ///
