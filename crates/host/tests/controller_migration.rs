@@ -211,7 +211,9 @@ fn a_migration_with_nothing_to_shrink_starts_at_once() {
     let asked = Instant::now();
     assert!(d.ctl().vm("a").unwrap().command(VmCommand::Migrate { uri: "tcp:127.0.0.1:9".into(), max_bandwidth: None }));
     wait_for(T, "the migration started", || g.q().migration_status() == "active");
-    assert!(asked.elapsed() < Duration::from_millis(1500), "started after {:?}", asked.elapsed());
+    // No wait for a shrink (the log line says why); the bound only catches a preparation
+    // timeout, with room for a loaded machine (1.5 s failed once beside a parallel suite).
+    assert!(asked.elapsed() < Duration::from_secs(5), "started after {:?}", asked.elapsed());
     assert!(d.log.text().contains("nothing to shrink"), "{}", d.log.text());
     assert_eq!(g.fakes.last_request(), Some(expected_target(1000)));
 }
