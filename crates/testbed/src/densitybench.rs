@@ -15,7 +15,7 @@
 use crate::bench::fleet::spec;
 use crate::bench::model::Config;
 use crate::bench::stats::median;
-use crate::{rss_of, sparse_disk, step, wait_settled, GuestImage, Qemu};
+use crate::{rss_of, sparse_disk, step, wait_settled, GuestImage, Qemu, RssSampler};
 use autoballoon::config::{Config as CtlConfig, ControllerConfig, LogFormat, PolicyConfig, VmConfig};
 use autoballoon::controller::Controller;
 use autoballoon::log::Logger;
@@ -24,8 +24,6 @@ use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The job sequence, run in each guest's shell: (name, command). Memory that comes and
@@ -99,23 +97,6 @@ fn mib(k: Kib) -> f64 {
     k.mib_f64()
 }
 
-/// (when, MiB) samples, shared with the sampling thread.
-type Series = Arc<Mutex<Vec<(Instant, f64)>>>;
-
-/// The guests' QEMU processes' RSS, summed, every 0.5 s until `stop`.
-fn sample_rss(pids: Vec<u32>, stop: Arc<AtomicBool>) -> (std::thread::JoinHandle<()>, Series) {
-    let series = Arc::new(Mutex::new(Vec::new()));
-    let s = series.clone();
-    let h = std::thread::spawn(move || {
-        while !stop.load(Ordering::SeqCst) {
-            let sum: f64 = pids.iter().filter_map(|&p| rss_of(p)).map(mib).sum();
-            s.lock().unwrap().push((Instant::now(), sum));
-            std::thread::sleep(Duration::from_millis(500));
-        }
-    });
-    (h, series)
-}
-
 /// One configuration: boot, settle, run the staggered jobs, measure.
 fn one(a: &DensityArgs, image: &GuestImage, qemu: &std::path::Path, c: Config) -> Result<DensityRecord, String> {
     let memory = Kib::from_mib_saturating(a.memory_mib);
@@ -152,9 +133,8 @@ fn one(a: &DensityArgs, image: &GuestImage, qemu: &std::path::Path, c: Config) -
     let settled = wait_settled(Duration::from_secs(120), total).unwrap_or_else(total);
     println!("[density]   {}: {} guests settled at {:.0} MiB of host memory; jobs start", c.key(), a.guests, mib(settled));
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let (sampler, series) = sample_rss(pids, stop.clone());
-    let t0 = Instant::now();
+    // Started as the jobs start and finished as the last one ends: its samples are the window.
+    let sampler = RssSampler::start(pids);
     let stagger = Duration::from_secs(a.stagger_s);
     let runtimes: Vec<Option<f64>> = std::thread::scope(|sc| {
         let hs: Vec<_> = guests
@@ -183,10 +163,7 @@ fn one(a: &DensityArgs, image: &GuestImage, qemu: &std::path::Path, c: Config) -
             .collect();
         hs.into_iter().map(|h| h.join().unwrap_or(None)).collect()
     });
-    let t1 = Instant::now();
-    stop.store(true, Ordering::SeqCst);
-    let _ = sampler.join();
-    let window: Vec<f64> = series.lock().unwrap().iter().filter(|(t, _)| *t >= t0 && *t <= t1).map(|p| p.1).collect();
+    let window: Vec<f64> = sampler.finish().into_iter().map(|p| p.1).collect();
     let mean_mib = if window.is_empty() { f64::NAN } else { window.iter().sum::<f64>() / window.len() as f64 };
     let peak_mib = window.iter().copied().fold(f64::NAN, f64::max);
     let oom_kills = guests.iter().map(crate::guest::oom_kills).sum();

@@ -342,6 +342,41 @@ pub fn rss_of(pid: u32) -> Option<Kib> {
     status_kib(&s, "VmRSS").map(Kib)
 }
 
+/// The summed resident memory of some processes (QEMUs), sampled every 0.5 s on a thread
+/// of its own until [`RssSampler::finish`].
+pub struct RssSampler {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<(f64, f64)>>,
+}
+
+impl RssSampler {
+    /// Starts sampling `pids`; a sample is taken when at least one of them has an RSS.
+    pub fn start(pids: Vec<u32>) -> RssSampler {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let t0 = std::time::Instant::now();
+            let mut samples = Vec::new();
+            while !flag.load(Ordering::Relaxed) {
+                let rss: Vec<Kib> = pids.iter().filter_map(|&p| rss_of(p)).collect();
+                if !rss.is_empty() {
+                    samples.push((t0.elapsed().as_secs_f64(), rss.iter().map(|k| k.mib_f64()).sum()));
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            samples
+        });
+        RssSampler { stop, thread }
+    }
+
+    /// Stops sampling: (seconds since the start, MiB) samples.
+    pub fn finish(self) -> Vec<(f64, f64)> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap_or_default()
+    }
+}
+
 /// A `Key:   N kB` line of `/proc/PID/status` (`VmRSS`, `VmHWM`), in KiB.
 pub fn status_kib(status: &str, key: &str) -> Option<u64> {
     status.lines().find_map(|l| {

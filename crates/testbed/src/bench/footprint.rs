@@ -5,11 +5,9 @@ use super::fleet::Fleet;
 use super::model::{AgentCost, Config, FootprintRecord};
 use super::stats::gib_min;
 use crate::guest::{balloon_to, health};
-use crate::{rss_of, step};
+use crate::{step, RssSampler};
 use autoballoon_core::Kib;
 use autoballoon_qmp::Qmp;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The workload: (phase, guest command). Idle phases let the balloon (or FPR) catch up.
@@ -32,21 +30,8 @@ pub fn measure(fleet: &mut Fleet, c: Config, fixed_mib: u64, run: u32) -> Result
         step("balloon", balloon_to(&ctl, Kib::from_mib_saturating(fixed_mib), Duration::from_secs(60)))?;
     }
     let agent_before = if c.ballooning() { agent_sample(&g.q) } else { None };
-    let pid = g.q.pid();
-    let stop = Arc::new(AtomicBool::new(false));
-    let samples = Arc::new(Mutex::new(Vec::new()));
+    let sampler = RssSampler::start(vec![g.q.pid()]);
     let t0 = Instant::now();
-    let sampler = {
-        let (stop, samples) = (stop.clone(), samples.clone());
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                if let Some(k) = rss_of(pid) {
-                    samples.lock().unwrap().push((t0.elapsed().as_secs_f64(), k.mib_f64()));
-                }
-                std::thread::sleep(Duration::from_millis(500));
-            }
-        })
-    };
     let mut phases = Vec::new();
     let mut completed = true;
     for (name, cmd) in PHASES {
@@ -55,11 +40,9 @@ pub fn measure(fleet: &mut Fleet, c: Config, fixed_mib: u64, run: u32) -> Result
         completed &= ok;
         phases.push((from, t0.elapsed().as_secs_f64(), name.to_string()));
     }
-    stop.store(true, Ordering::Relaxed);
-    let _ = sampler.join();
+    let samples = sampler.finish();
     let wall = t0.elapsed().as_secs_f64();
     let agent = agent_before.zip(agent_sample(&g.q)).map(|(a, b)| agent_cost(&a, &b, wall));
-    let samples = std::mem::take(&mut *samples.lock().unwrap());
     let (kernel_errors, tainted, kills) = g.seen.news(&health(&g.q, Duration::from_secs(30)));
     Ok(FootprintRecord {
         qemu: line,
