@@ -5,27 +5,21 @@ use autoballoon_core::control::Source;
 use autoballoon_core::policy::MemView;
 use autoballoon_core::procfs::{parse_meminfo, parse_pressure, parse_vmstat, Pressure};
 use autoballoon_core::sample::Sample;
-use crate::backend::{Backend, FileError};
+use crate::backend::{read_text, Backend, FileError};
 use autoballoon_core::Pages;
 use std::io::ErrorKind;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::Instant;
 
 /// A sample could not be taken; each message names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
-    #[error("cannot read {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
     #[error("{path}: {why}")]
     Parse { path: PathBuf, why: String },
-    /// The balloon's size or target.
+    /// A procfs file, or the balloon's size or target, could not be read as such.
     #[error(transparent)]
-    Balloon(#[from] FileError),
-}
-
-fn read_text(path: &Path) -> Result<String, SourceError> {
-    std::fs::read_to_string(path).map_err(|source| SourceError::Read { path: path.into(), source })
+    File(#[from] FileError),
 }
 
 /// Reads the guest's procfs under `proc_dir` and its size from a [`Backend`].
@@ -77,7 +71,7 @@ impl ProcSource {
         match std::fs::read_to_string(&path) {
             Ok(text) => Ok(Some(text)),
             Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::Unsupported) => Ok(None),
-            Err(source) => Err(SourceError::Read { path, source }),
+            Err(source) => Err(FileError::Read { path, source }.into()),
         }
     }
 }
@@ -146,7 +140,7 @@ mod tests {
         let t = ProcTree::new("source-junk", "linux-6.1-guest-idle");
         let mut s = ProcSource::new(t.proc.clone(), Rc::new(KernelBalloon::new(&t.kernel)));
         t.set_kernel(1 << 62, 524288);
-        assert!(matches!(s.sample(), Err(SourceError::Balloon(FileError::TooLarge { .. }))), "the balloon's own checks");
+        assert!(matches!(s.sample(), Err(SourceError::File(FileError::TooLarge { .. }))), "the balloon's own checks");
         t.set_kernel(65536, 524288);
         assert!(s.sample().is_ok());
         for (file, junk) in [("meminfo", "MemTotal: lots kB\n"), ("meminfo", "MemTotal: 5 kB\n"), ("vmstat", "oom_kill x\n"), ("pressure/memory", "some avg10=x\n")] {
@@ -157,6 +151,6 @@ mod tests {
             std::fs::write(t.proc.join(file), good).unwrap();
         }
         std::fs::remove_file(t.proc.join("meminfo")).unwrap();
-        assert!(matches!(s.sample(), Err(SourceError::Read { .. })));
+        assert!(matches!(s.sample(), Err(SourceError::File(FileError::Read { .. }))));
     }
 }

@@ -15,7 +15,7 @@ pub mod host;
 pub mod kernel;
 pub mod xen;
 
-pub use files::{FileError, WriteError};
+pub use files::{read_text, FileError, WriteError};
 
 use crate::{BackendKind, RunArgs};
 use autoballoon_core::control::Actuator;
