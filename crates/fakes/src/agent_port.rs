@@ -35,6 +35,10 @@ struct Shared {
     reading: AtomicBool,
     write_timeout_ms: AtomicU64,
     conn: Mutex<Option<UnixStream>>,
+    /// Held for a whole send: a real agent writes from one thread, so one send's bytes
+    /// are never interleaved with another's (a test thread's garbage with a sample
+    /// thread's line would otherwise tear both).
+    writing: Mutex<()>,
     inbox: Mutex<Inbox>,
 }
 
@@ -74,6 +78,7 @@ impl FakeAgentPort {
             reading: AtomicBool::new(true),
             write_timeout_ms: AtomicU64::new(5000),
             conn: Mutex::new(None),
+            writing: Mutex::new(()),
             inbox: Mutex::new(Inbox::default()),
         });
         let (tx, done) = mpsc::channel::<()>();
@@ -133,6 +138,7 @@ impl FakeAgentPort {
         };
         let ms = self.shared.write_timeout_ms.load(Ordering::Relaxed).max(1);
         stream.set_write_timeout(Some(Duration::from_millis(ms)))?;
+        let _one_writer = lock(&self.shared.writing);
         stream.write_all(bytes)
     }
 

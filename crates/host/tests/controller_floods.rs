@@ -31,8 +31,11 @@ fn agent_floods_and_garbage_are_counted_and_control_goes_on() {
     // 1 MB without a newline, then lines longer than MAX_LINE, then invalid UTF-8. A long
     // line is dropped whole up to its newline and counted once: its tail is no line.
     let (garbage0, overlong0) = (d.status("a").agent.garbage, d.status("a").agent.overlong);
-    g.p().send_raw(&vec![b'x'; 1 << 20]).unwrap();
-    g.p().send_raw(b"\n").unwrap();
+    // One send: the guest's sample thread could otherwise end the megabyte with its own
+    // line, and the lone newline would then be an empty (garbage) line.
+    let mut megabyte = vec![b'x'; 1 << 20];
+    megabyte.push(b'\n');
+    g.p().send_raw(&megabyte).unwrap();
     wait_for(T, "the megabyte counted as one overlong line", || d.status("a").agent.overlong == overlong0 + 1);
     let mut long = vec![b'{'; MAX_LINE * 3];
     long.push(b'\n');
