@@ -15,7 +15,7 @@
 use crate::bench::fleet::spec;
 use crate::bench::model::Config;
 use crate::bench::stats::median;
-use crate::{rss_of, sparse_disk, step, wait_settled, GuestImage, Qemu, RssSampler};
+use crate::{rss_of, sparse_disk, step, wait_settled, GuestImage, Qemu, RssSample, RssSampler};
 use autoballoon::config::{Config as CtlConfig, ControllerConfig, LogFormat, PolicyConfig, VmConfig};
 use autoballoon::controller::Controller;
 use autoballoon::log::Logger;
@@ -68,6 +68,10 @@ pub struct DensityArgs {
     /// Where DENSITY.md and density.json go; none: only the table on stdout.
     #[arg(long)]
     pub results: Option<PathBuf>,
+    /// Policy keys for the controlled configurations instead of the defaults, as TOML of
+    /// the `[defaults]` table (e.g. `'spike_hold_s = 600'`); for experiments.
+    #[arg(long)]
+    pub policy: Option<String>,
 }
 
 /// One configuration's run.
@@ -84,6 +88,9 @@ pub struct DensityRecord {
     /// Each guest's wall time for the whole sequence, s (`None`: it did not complete).
     pub runtimes_s: Vec<Option<f64>>,
     pub oom_kills: usize,
+    /// The policy keys set instead of the defaults (`--policy`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
 }
 
 impl DensityRecord {
@@ -120,7 +127,11 @@ fn one(a: &DensityArgs, image: &GuestImage, qemu: &std::path::Path, c: Config) -
     let version = step("QMP", autoballoon_qmp::Qmp::connect_with_retry(&guests[0].qmp_ctl, Instant::now() + Duration::from_secs(10)))?.version().to_string();
     let ctl = if c.controlled() {
         let vms = guests.iter().enumerate().map(|(i, q)| VmConfig { agent: Some(q.agent.clone()), ..VmConfig::new(&format!("{}-{i}", c.key()), q.qmp.clone()) }).collect();
-        let config = CtlConfig { controller: ControllerConfig::default(), defaults: PolicyConfig::default(), vms };
+        let defaults = match &a.policy {
+            Some(t) => toml::from_str::<PolicyConfig>(t).map_err(|e| format!("--policy: {e}"))?,
+            None => PolicyConfig::default(),
+        };
+        let config = CtlConfig { controller: ControllerConfig::default(), defaults, vms };
         config.validate().map_err(|e| e.to_string())?;
         let logger = Logger::new(LogFormat::Text, false).to_file(&out.join("controller.log")).map_err(|e| e.to_string())?;
         Some(Controller::start(&config, logger))
@@ -163,7 +174,9 @@ fn one(a: &DensityArgs, image: &GuestImage, qemu: &std::path::Path, c: Config) -
             .collect();
         hs.into_iter().map(|h| h.join().unwrap_or(None)).collect()
     });
-    let window: Vec<f64> = sampler.finish().into_iter().map(|p| p.1).collect();
+    let samples = sampler.finish_each();
+    write_rss_csv(&out.join("rss.csv"), &samples)?;
+    let window: Vec<f64> = samples.iter().map(RssSample::total_mib).collect();
     let mean_mib = if window.is_empty() { f64::NAN } else { window.iter().sum::<f64>() / window.len() as f64 };
     let peak_mib = window.iter().copied().fold(f64::NAN, f64::max);
     let oom_kills = guests.iter().map(crate::guest::oom_kills).sum();
@@ -171,7 +184,26 @@ fn one(a: &DensityArgs, image: &GuestImage, qemu: &std::path::Path, c: Config) -
         ctl.stop();
     }
     drop(guests);
-    Ok(DensityRecord { qemu_version: version, config: c, guests: a.guests, mean_mib, peak_mib, settled_mib: mib(settled), runtimes_s: runtimes, oom_kills })
+    let policy = if c.controlled() { a.policy.clone() } else { None };
+    Ok(DensityRecord { qemu_version: version, config: c, guests: a.guests, mean_mib, peak_mib, settled_mib: mib(settled), runtimes_s: runtimes, oom_kills, policy })
+}
+
+/// Each guest's QEMU RSS over the window, a row per 0.5 s sample: `t_s,guest0,…,total`.
+fn write_rss_csv(path: &std::path::Path, samples: &[RssSample]) -> Result<(), String> {
+    let n = samples.first().map_or(0, |s| s.each_mib.len());
+    let mut csv = String::from("t_s");
+    for i in 0..n {
+        let _ = write!(csv, ",guest{i}");
+    }
+    csv.push_str(",total\n");
+    for s in samples {
+        let _ = write!(csv, "{:.1}", s.t_s);
+        for v in &s.each_mib {
+            let _ = write!(csv, ",{}", v.map_or(String::new(), |m| format!("{m:.0}")));
+        }
+        let _ = writeln!(csv, ",{:.0}", s.total_mib());
+    }
+    std::fs::write(path, csv).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 pub fn run(a: DensityArgs) -> Result<(), String> {
@@ -238,7 +270,7 @@ pub fn report(a: &DensityArgs, records: &[DensityRecord]) -> String {
         let _ = writeln!(
             s,
             "| {} | {:.0} | {:.0} | {} | {:.0} | {} | {} | {} | {done}/{} | {} |",
-            r.config.label(),
+            r.policy.as_ref().map_or_else(|| r.config.label().to_string(), |p| format!("{} (`{p}`)", r.config.label())),
             r.settled_mib,
             r.mean_mib,
             ratio(r.mean_mib, fpr.map(|f| f.mean_mib)),
@@ -258,12 +290,12 @@ mod tests {
     use super::*;
 
     fn rec(c: Config, mean: f64, peak: f64, rt: Option<f64>) -> DensityRecord {
-        DensityRecord { qemu_version: "10.0.2".into(), config: c, guests: 2, mean_mib: mean, peak_mib: peak, settled_mib: 500.0, runtimes_s: vec![rt, Some(100.0)], oom_kills: 0 }
+        DensityRecord { qemu_version: "10.0.2".into(), config: c, guests: 2, mean_mib: mean, peak_mib: peak, settled_mib: 500.0, runtimes_s: vec![rt, Some(100.0)], oom_kills: 0, policy: None }
     }
 
     #[test]
     fn the_table_has_ratios_to_fpr_and_to_no_balloon() {
-        let a = DensityArgs { image: None, qemu: None, configs: vec![], guests: 2, memory_mib: 2048, stagger_s: 20, out: "x".into(), results: None };
+        let a = DensityArgs { image: None, qemu: None, configs: vec![], guests: 2, memory_mib: 2048, stagger_s: 20, out: "x".into(), results: None, policy: None };
         let rs = [rec(Config::NoBalloon, 4000.0, 4100.0, Some(100.0)), rec(Config::Fpr, 2000.0, 3000.0, Some(110.0)), rec(Config::AbStock, 1400.0, 2400.0, None)];
         let md = report(&a, &rs);
         assert!(md.contains("| 4000 | 2.00× | 4100 | 1.37× | 100.0 | 1.00× | 2/2 | 0 |"), "{md}");

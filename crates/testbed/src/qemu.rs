@@ -346,7 +346,21 @@ pub fn rss_of(pid: u32) -> Option<Kib> {
 /// of its own until [`RssSampler::finish`].
 pub struct RssSampler {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: std::thread::JoinHandle<Vec<(f64, f64)>>,
+    thread: std::thread::JoinHandle<Vec<RssSample>>,
+}
+
+/// One sample: seconds since the start, and each process's RSS in MiB (`None`: gone).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RssSample {
+    pub t_s: f64,
+    pub each_mib: Vec<Option<f64>>,
+}
+
+impl RssSample {
+    /// The sum over the processes that had an RSS.
+    pub fn total_mib(&self) -> f64 {
+        self.each_mib.iter().flatten().sum()
+    }
 }
 
 impl RssSampler {
@@ -359,9 +373,9 @@ impl RssSampler {
             let t0 = std::time::Instant::now();
             let mut samples = Vec::new();
             while !flag.load(Ordering::Relaxed) {
-                let rss: Vec<Kib> = pids.iter().filter_map(|&p| rss_of(p)).collect();
-                if !rss.is_empty() {
-                    samples.push((t0.elapsed().as_secs_f64(), rss.iter().map(|k| k.mib_f64()).sum()));
+                let each: Vec<Option<f64>> = pids.iter().map(|&p| rss_of(p).map(|k| k.mib_f64())).collect();
+                if each.iter().any(Option::is_some) {
+                    samples.push(RssSample { t_s: t0.elapsed().as_secs_f64(), each_mib: each });
                 }
                 std::thread::sleep(Duration::from_millis(500));
             }
@@ -370,8 +384,13 @@ impl RssSampler {
         RssSampler { stop, thread }
     }
 
-    /// Stops sampling: (seconds since the start, MiB) samples.
+    /// Stops sampling: (seconds since the start, MiB summed over the processes) samples.
     pub fn finish(self) -> Vec<(f64, f64)> {
+        self.finish_each().iter().map(|s| (s.t_s, s.total_mib())).collect()
+    }
+
+    /// Stops sampling: every sample with each process's RSS.
+    pub fn finish_each(self) -> Vec<RssSample> {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         self.thread.join().unwrap_or_default()
     }
