@@ -4,18 +4,18 @@
 //! `balloon`. Watches migration, tells the agent, and never blocks on the guest.
 
 use super::agent_link::AgentLink;
-use super::monitor::{self, Checked, LibvirtMonitor, MigrationState, Monitor, MonitorError};
+use crate::hypervisor::{self, Checked, Hypervisor, HypervisorError};
 use super::status::{MigrationReport, Point, StartedBy, VmState, VmStatus};
 use super::sync::{lock, panic_message};
 use super::{Bell, Msg, Observation, VmCommand, VmShared, PREPARE_WAIT};
-use crate::config::{Endpoint, VmConfig};
+use crate::config::VmConfig;
 use crate::log::{EventKind, Logger, RateLimit};
-use autoballoon_core::migration::{MigrationShrink, ShrinkSetting};
+use autoballoon_core::migration::{phase_change, MigrationPhase, MigrationShrink, PhaseChange, ShrinkSetting};
 use autoballoon_core::policy::MemView;
 use autoballoon_core::protocol::{HostMessage, MigrationOutcome, Rejected};
 use autoballoon_core::sample::{merge, SizeViews};
-use autoballoon_core::{Bytes, Kib};
-use autoballoon_qmp::{Backoff, MigrationStatus, Qmp};
+use autoballoon_core::Kib;
+use autoballoon_qmp::Backoff;
 use std::path::PathBuf;
 use serde_json::json;
 use std::collections::HashMap;
@@ -80,7 +80,7 @@ fn prep_ready(p: &Prep, actual: Kib, paused: bool, now: Instant) -> Option<&'sta
 enum End {
     Shutdown,
     Retarget,
-    Error(MonitorError),
+    Error(HypervisorError),
 }
 
 pub(crate) struct Actor {
@@ -152,25 +152,11 @@ impl Actor {
         lock(&self.shared.status).state = s;
     }
 
-    /// A session with the VM's QEMU: its QMP socket, or its libvirt domain (whose agent
-    /// socket, if none is configured, is the one its XML declares).
-    fn connect(&mut self) -> Result<Arc<dyn Monitor>, MonitorError> {
-        match self.cfg.endpoint() {
-            Endpoint::Qmp(path) => {
-                let q = Qmp::connect(path, QMP_TIMEOUT)?;
-                q.set_command_timeout(QMP_TIMEOUT);
-                self.agent_path = self.cfg.agent.clone();
-                Ok(Arc::new(q))
-            }
-            Endpoint::Libvirt { uri, domain } => {
-                let (d, _) = crate::libvirt::Domain::open(uri, domain, QMP_TIMEOUT)?;
-                self.agent_path = match &self.cfg.agent {
-                    Some(p) => Some(p.clone()),
-                    None => d.agent_socket(autoballoon_core::protocol::PORT_NAME)?.map(PathBuf::from),
-                };
-                Ok(Arc::new(LibvirtMonitor::new(d)))
-            }
-        }
+    /// A session with the VM's hypervisor (and the agent's socket it names).
+    fn connect(&mut self) -> Result<Arc<dyn Hypervisor>, HypervisorError> {
+        let c = hypervisor::connect(&self.cfg, QMP_TIMEOUT)?;
+        self.agent_path = c.agent;
+        Ok(c.hypervisor)
     }
 
     fn serve(&mut self) {
@@ -227,7 +213,7 @@ impl Actor {
 
     /// Waits `d` while handling messages; `Some` if the session must end. `qmp` applies
     /// the decider's targets; without one they are dropped (nothing to apply them to).
-    fn wait(&mut self, d: Duration, qmp: Option<&dyn Monitor>) -> Option<End> {
+    fn wait(&mut self, d: Duration, qmp: Option<&dyn Hypervisor>) -> Option<End> {
         let deadline = Instant::now() + d;
         loop {
             if self.shutdown.load(Ordering::SeqCst) {
@@ -298,13 +284,13 @@ impl Actor {
     }
 
     /// Applies a target: QMP `balloon` takes the guest's logical size in bytes.
-    fn apply(&mut self, qmp: &dyn Monitor, size: Kib) -> Result<(), MonitorError> {
-        match qmp.set_guest_size(size.to_bytes_saturating().0) {
+    fn apply(&mut self, qmp: &dyn Hypervisor, size: Kib) -> Result<(), HypervisorError> {
+        match qmp.set_guest_size(size) {
             Ok(()) => {
                 lock(&self.shared.status).target = Some(size);
                 Ok(())
             }
-            Err(e) if e.is_device_not_active() => {
+            Err(e) if e.is_no_balloon() => {
                 self.no_balloon(&e);
                 Ok(())
             }
@@ -312,27 +298,27 @@ impl Actor {
         }
     }
 
-    fn no_balloon(&mut self, e: &MonitorError) {
+    fn no_balloon(&mut self, e: &HypervisorError) {
         self.set_state(VmState::NoBalloon);
         *lock(&self.shared.mailbox) = None;
         let msg = format!("cannot balloon this VM ({e}): QEMU has no balloon device for it; checking again every {} s", NO_BALLOON_RETRY.as_secs());
         self.note(EventKind::NoBalloon, &msg, &[]);
     }
 
-    fn session(&mut self, qmp: &dyn Monitor) -> End {
-        let configured = match qmp.configured_bytes() {
-            Ok(b) => Bytes(b).to_kib_floor(),
+    fn session(&mut self, qmp: &dyn Hypervisor) -> End {
+        let configured = match qmp.configured() {
+            Ok(c) => c,
             Err(e) => return End::Error(e),
         };
         // Events are off by default; while a migration already runs QEMU refuses, and
         // polling query-migrate covers it.
         let _ = qmp.enable_migration_events();
-        let _ = qmp.set_stats_period(&self.cfg.balloon_device, 1);
-        let mut migrating = match qmp.query_migrate() {
-            Ok(m) => m.status.is_active(),
+        let _ = qmp.set_stats_period(1);
+        let mut migrating = match qmp.migration() {
+            Ok(m) => m.phase.is_running(),
             Err(e) => return End::Error(e),
         };
-        self.migration_shrink = MigrationShrink::decide(self.shrink_setting, &qmp.hypervisor());
+        self.migration_shrink = MigrationShrink::decide(self.shrink_setting, &qmp.facts());
         self.epoch += 1;
         {
             let mut st = lock(&self.shared.status);
@@ -340,7 +326,7 @@ impl Actor {
             st.state = if migrating { VmState::Migrating } else { VmState::Running };
             st.migration_shrink = Some(self.migration_shrink.to_string());
         }
-        let features = qmp.balloon_features(&self.cfg.balloon_device);
+        let features = qmp.balloon_features();
         let missing = features.missing();
         let advice = if missing.is_empty() { String::new() } else { format!(" ({} off: turning on QEMU's own switches makes spikes and migrations cheaper, docs/migration.md)", missing.join(" and ")) };
         lock(&self.shared.status).balloon_features = Some(features);
@@ -354,15 +340,15 @@ impl Actor {
         let mut reported_drops = 0;
         loop {
             // 1. Migration: events, and a poll while one runs (in case events are off).
-            let mut statuses: Vec<MigrationStatus> = qmp.migration_events();
+            let mut phases: Vec<MigrationPhase> = qmp.migration_events();
             if migrating || self.prep.as_ref().is_some_and(|p| p.started) {
-                match qmp.query_migrate() {
-                    Ok(m) => statuses.push(m.status),
+                match qmp.migration() {
+                    Ok(m) => phases.push(m.phase),
                     Err(e) => return End::Error(e),
                 }
             }
-            for status in statuses {
-                if self.migration_changed(qmp, &mut migrating, &status, agent.as_mut()) {
+            for phase in phases {
+                if self.migration_changed(qmp, &mut migrating, &phase, agent.as_mut()) {
                     return self.wait_gone(qmp);
                 }
             }
@@ -380,9 +366,9 @@ impl Actor {
             // 2. Sample: the balloon's `actual` (through the border: an impossible one counts
             //    as the configured size, the balloon empty), the agent's report,
             //    guest-stats if no fresh report.
-            let actual = match monitor::actual(qmp, configured) {
+            let actual = match hypervisor::actual(qmp, configured) {
                 Ok(a) => self.checked_actual(a).unwrap_or(configured),
-                Err(e) if e.is_device_not_active() => {
+                Err(e) if e.is_no_balloon() => {
                     self.no_balloon(&e);
                     if let Some(end) = self.wait(NO_BALLOON_RETRY, Some(qmp)) {
                         return end;
@@ -403,7 +389,7 @@ impl Actor {
                 guest_stats: None,
             };
             if views.wants_guest_stats() {
-                views.guest_stats = match monitor::balloon_view(qmp, &self.cfg.balloon_device, configured) {
+                views.guest_stats = match hypervisor::balloon_view(qmp, configured) {
                     Ok(Ok(v)) => v,
                     Ok(Err(e)) => {
                         self.rejected(EventKind::GuestStatsRejected, "guest-stats", &e, |st| st.guest_stats_rejected += 1);
@@ -504,7 +490,7 @@ impl Actor {
     /// Waits up to `left` for a prepared migration's balloon, reading `actual` every
     /// [`PREPARE_POLL`] and handling messages; starts the migration once it is ready.
     /// `Ok(None)`: go on with the next sample.
-    fn prepare(&mut self, qmp: &dyn Monitor, mut actual: Kib, left: Duration) -> Result<Option<End>, MonitorError> {
+    fn prepare(&mut self, qmp: &dyn Hypervisor, mut actual: Kib, left: Duration) -> Result<Option<End>, HypervisorError> {
         let until = Instant::now() + left;
         loop {
             let now = Instant::now();
@@ -535,9 +521,9 @@ impl Actor {
             }
             // An impossible `actual` leaves the last good one: not a reason to migrate.
             let configured = lock(&self.shared.status).configured;
-            actual = match monitor::actual(qmp, configured) {
+            actual = match hypervisor::actual(qmp, configured) {
                 Ok(a) => self.checked_actual(a).unwrap_or(actual),
-                Err(e) if e.is_device_not_active() => actual,
+                Err(e) if e.is_no_balloon() => actual,
                 Err(e) => return Err(e),
             };
         }
@@ -545,7 +531,7 @@ impl Actor {
 
     /// Sends `migrate` for the prepared request. A command QEMU refuses ends the request
     /// (normal control resumes); a lost session is the caller's error.
-    fn start_migration(&mut self, qmp: &dyn Monitor, actual: Kib, why: &str) -> Result<(), MonitorError> {
+    fn start_migration(&mut self, qmp: &dyn Hypervisor, actual: Kib, why: &str) -> Result<(), HypervisorError> {
         let p = self.prep.as_mut().expect("preparing");
         p.started = true;
         let (uri, bw, asked, target) = (p.uri.clone(), p.max_bandwidth, p.asked, p.target);
@@ -612,49 +598,45 @@ impl Actor {
         }
     }
 
-    /// Applies a migration status change; true if the VM has left for the destination.
-    fn migration_changed(&mut self, qmp: &dyn Monitor, migrating: &mut bool, status: &MigrationStatus, agent: Option<&mut AgentLink>) -> bool {
-        let now_active = status.is_active();
+    /// Applies a migration phase seen; true if the VM has left for the destination.
+    fn migration_changed(&mut self, qmp: &dyn Hypervisor, migrating: &mut bool, phase: &MigrationPhase, agent: Option<&mut AgentLink>) -> bool {
         let ours = self.prep.as_ref().is_some_and(|p| p.started);
-        let notice = if now_active && !*migrating {
-            *migrating = true;
-            if self.migration_shrink.allowed() {
-                // A shrink still under way goes on: it is memory the migration need not send.
-                self.note(EventKind::MigrationStarted, &format!("migration started ({})", self.migration_shrink), &[]);
-            } else {
-                self.note(EventKind::MigrationStarted, "migration started: no shrinking until it ends", &[]);
-                self.freeze_shrink(qmp);
+        let notice = match phase_change(*migrating, ours, phase) {
+            PhaseChange::Started => {
+                *migrating = true;
+                if self.migration_shrink.allowed() {
+                    // A shrink still under way goes on: it is memory the migration need not send.
+                    self.note(EventKind::MigrationStarted, &format!("migration started ({})", self.migration_shrink), &[]);
+                } else {
+                    self.note(EventKind::MigrationStarted, "migration started: no shrinking until it ends", &[]);
+                    self.freeze_shrink(qmp);
+                }
+                if ours {
+                    self.migration_report(|r| r.status = phase.to_string());
+                } else {
+                    let size = lock(&self.shared.status).known_size();
+                    lock(&self.shared.status).last_migration = Some(MigrationReport {
+                        started_by: StartedBy::Other, uri: None, status: phase.to_string(), prepare_s: None,
+                        size_asked: None, size_at_start: size, seconds: None, sent_bytes: None, downtime_ms: None,
+                    });
+                }
+                HostMessage::MigrationStarted { shrink_allowed: self.migration_shrink.allowed() }
             }
-            if ours {
-                self.migration_report(|r| r.status = status.to_string());
-            } else {
-                let size = lock(&self.shared.status).known_size();
-                lock(&self.shared.status).last_migration = Some(MigrationReport {
-                    started_by: StartedBy::Other, uri: None, status: status.to_string(), prepare_s: None,
-                    size_asked: None, size_at_start: size, seconds: None, sent_bytes: None, downtime_ms: None,
-                });
+            PhaseChange::Ended(outcome) => {
+                *migrating = false;
+                self.migration_ended(qmp, phase);
+                let then = if self.migration_shrink.allowed() { "normal control resumes" } else { "shrinking resumes" };
+                self.note(EventKind::MigrationEnded, &format!("migration ended ({phase}): {then}"), &[("outcome", json!(outcome.to_string()))]);
+                HostMessage::MigrationEnded { outcome }
             }
-            HostMessage::MigrationStarted { shrink_allowed: self.migration_shrink.allowed() }
-        } else if !now_active && (*migrating || (ours && *status != MigrationStatus::None)) {
-            *migrating = false;
-            self.migration_ended(qmp, status);
-            let outcome = match status {
-                MigrationStatus::Completed => MigrationOutcome::Completed,
-                MigrationStatus::Cancelled => MigrationOutcome::Cancelled,
-                _ => MigrationOutcome::Failed,
-            };
-            let then = if self.migration_shrink.allowed() { "normal control resumes" } else { "shrinking resumes" };
-            self.note(EventKind::MigrationEnded, &format!("migration ended ({status}): {then}"), &[("outcome", json!(outcome.to_string()))]);
-            HostMessage::MigrationEnded { outcome }
-        } else {
-            return false;
+            PhaseChange::Unchanged => return false,
         };
         if let Some(a) = agent {
             if !matches!(a.send(&notice), Ok(true)) {
                 self.note(EventKind::NoticeDropped, "the agent is not reading: migration notice dropped", &[]);
             }
         }
-        if *status == MigrationStatus::Completed {
+        if *phase == MigrationPhase::Ended(MigrationOutcome::Completed) {
             self.set_state(VmState::MigratedAway);
             self.log.event(&self.shared.name, EventKind::MigratedAway, "the VM now runs on the destination; leaving this QEMU alone", &[]);
             return true;
@@ -664,7 +646,7 @@ impl Actor {
 
     /// A shrink asked before the migration started would go on in the guest during it
     /// (the driver inflates towards the last target): the balloon is stopped where it is.
-    fn freeze_shrink(&mut self, qmp: &dyn Monitor) {
+    fn freeze_shrink(&mut self, qmp: &dyn Hypervisor) {
         // Paused: the balloon is not ours to touch (and our last target is stale).
         if self.paused {
             return;
@@ -674,9 +656,9 @@ impl Actor {
             (st.target, st.configured)
         };
         // An impossible `actual` is no size to stop the balloon at: left alone.
-        let Ok(Some(actual)) = monitor::actual(qmp, configured).map(|a| self.checked_actual(a)) else { return };
+        let Ok(Some(actual)) = hypervisor::actual(qmp, configured).map(|a| self.checked_actual(a)) else { return };
         let Some(t) = target.filter(|t| t.saturating_add(PREPARE_SLACK) < actual) else { return };
-        if qmp.set_guest_size(actual.to_bytes_saturating().0).is_ok() {
+        if qmp.set_guest_size(actual).is_ok() {
             lock(&self.shared.status).target = Some(actual);
             // The loop's last target is no longer QEMU's: it measures from the guest again.
             self.epoch += 1;
@@ -686,11 +668,11 @@ impl Actor {
 
     /// Records a migration's end in the status (QEMU's seconds, bytes and downtime) with
     /// one log line, and ends a `Migrate` request: normal control resumes.
-    fn migration_ended(&mut self, qmp: &dyn Monitor, status: &MigrationStatus) {
-        let info: Option<MigrationState> = qmp.query_migrate().ok();
-        let seconds = info.as_ref().and_then(|i| i.total_time_ms).map(|ms| ms as f64 / 1000.0);
-        let sent = info.as_ref().and_then(|i| i.sent_bytes);
-        let downtime = info.as_ref().and_then(|i| i.downtime_ms);
+    fn migration_ended(&mut self, qmp: &dyn Hypervisor, status: &MigrationPhase) {
+        let info = qmp.migration().ok();
+        let seconds = info.as_ref().and_then(|i| i.total_time).map(|d| d.as_millis() as f64 / 1000.0);
+        let sent = info.as_ref().and_then(|i| i.sent).map(|b| b.0);
+        let downtime = info.as_ref().and_then(|i| i.downtime).map(|d| d.as_millis() as u64);
         self.migration_report(|r| {
             r.status = status.to_string();
             r.seconds = seconds;
@@ -713,7 +695,7 @@ impl Actor {
 
     /// This QEMU is a stopped husk after an outgoing migration: wait until it goes away
     /// (then reconnect, in case a new QEMU takes the socket) or we are retargeted.
-    fn wait_gone(&mut self, qmp: &dyn Monitor) -> End {
+    fn wait_gone(&mut self, qmp: &dyn Hypervisor) -> End {
         *lock(&self.shared.mailbox) = None;
         loop {
             if let Some(end) = self.idle(self.interval) {

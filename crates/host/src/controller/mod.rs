@@ -16,7 +16,6 @@
 mod actor;
 mod agent_link;
 mod decider;
-mod monitor;
 mod status;
 mod sync;
 
@@ -92,7 +91,7 @@ pub(crate) struct VmShared {
     pub mailbox: Mutex<Option<Observation>>,
     /// The actor's QMP session while it has one, so `stop` can cut a command QEMU never
     /// answers instead of waiting out its timeout.
-    pub session: Mutex<Option<Arc<dyn monitor::Monitor>>>,
+    pub session: Mutex<Option<Arc<dyn crate::hypervisor::Hypervisor>>>,
 }
 
 /// Wakes the decider when an actor has published a sample.
