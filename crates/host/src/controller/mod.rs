@@ -53,8 +53,8 @@ pub enum VmCommand {
     Migrate { uri: String, max_bandwidth: Option<u64> },
 }
 
-/// The longest a `Migrate` waits for the balloon before it migrates anyway.
-pub const PREPARE_WAIT: Duration = Duration::from_secs(10);
+/// The longest a `Migrate` waits for the balloon before it migrates anyway (core's).
+pub use autoballoon_core::migration::PREPARE_WAIT;
 
 /// What reaches a VM's actor: a decision, or a command from outside.
 #[derive(Debug, Clone)]
