@@ -122,6 +122,18 @@ impl Preparation {
     }
 }
 
+/// Why a migration request (`autoballoon migrate`) cannot be taken now; `None`: take it.
+/// `session`: `None` without a session with the hypervisor, else whether it can start a
+/// migration (`Err` says why not); `busy`: an earlier request is being prepared or runs.
+pub fn request_refused(session: Option<Result<(), &'static str>>, busy: bool) -> Option<&'static str> {
+    match session {
+        None => Some("no QMP session to this VM"),
+        Some(Err(why)) => Some(why),
+        Some(Ok(())) if busy => Some("a migration requested earlier is still being prepared or runs"),
+        Some(Ok(())) => None,
+    }
+}
+
 /// Where to stop a shrink still under way when a migration starts that must not see the
 /// balloon shrink: the last target set, `target`, is below the balloon's `actual` (by more
 /// than [`PREPARE_SLACK`]), so the guest's driver would go on inflating towards it. `Some`:
@@ -204,6 +216,14 @@ mod tests {
         assert!(!p.progress_due(ms(1999)));
         assert!(p.progress_due(ms(2000)));
         assert_eq!(p.waited(ms(2000)), ms(2000));
+    }
+
+    #[test]
+    fn a_request_needs_a_session_that_can_migrate_and_no_other_request() {
+        assert_eq!(request_refused(Some(Ok(())), false), None);
+        assert!(request_refused(None, false).is_some());
+        assert_eq!(request_refused(Some(Err("not here")), false), Some("not here"));
+        assert!(request_refused(Some(Ok(())), true).is_some());
     }
 
     #[test]

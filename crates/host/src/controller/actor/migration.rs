@@ -10,7 +10,7 @@ use crate::controller::status::{MigrationReport, StartedBy, VmState};
 use crate::controller::sync::lock;
 use crate::hypervisor::{self, Hypervisor, HypervisorError};
 use crate::log::EventKind;
-use autoballoon_core::migration::{phase_change, stop_shrink_at, MigrationPhase, PhaseChange, Preparation, StartReason, PREPARE_WAIT};
+use autoballoon_core::migration::{phase_change, request_refused, stop_shrink_at, MigrationPhase, PhaseChange, Preparation, StartReason, PREPARE_WAIT};
 use autoballoon_core::protocol::{HostMessage, MigrationOutcome};
 use autoballoon_core::Kib;
 use serde_json::json;
@@ -43,8 +43,7 @@ impl Actor {
                 return Ok(true);
             }
         }
-        if s.migrating && self.prep.as_ref().is_some_and(|p| !p.started) {
-            let p = self.prep.take().expect("checked");
+        if let Some(p) = self.prep.take_if(|p| s.migrating && !p.started) {
             self.migration_report(|r| r.status = "refused: another migration runs".into());
             self.log.event(&self.shared.name, EventKind::MigrationRequest, &format!("migration to {} refused: another migration of this VM runs", p.uri), &[]);
         }
@@ -60,17 +59,8 @@ impl Actor {
     /// Takes a `Migrate` request; false if it cannot be taken now.
     /// `session`: `None` without a session, else whether its hypervisor can migrate.
     pub(super) fn request_migration(&mut self, uri: String, max_bandwidth: Option<u64>, session: Option<Result<(), &'static str>>) -> bool {
-        let refuse = if session.is_none() {
-            Some("no QMP session to this VM")
-        } else if let Some(Err(why)) = session {
-            Some(why)
-        } else if self.prep.is_some() {
-            Some("a migration requested earlier is still being prepared or runs")
-        } else {
-            None
-        };
         let name = self.shared.name.clone();
-        if let Some(why) = refuse {
+        if let Some(why) = request_refused(session, self.prep.is_some()) {
             self.log.event(&name, EventKind::MigrationRequest, &format!("migration to {uri} refused: {why}"), &[]);
             return false;
         }
