@@ -3,7 +3,8 @@
 //! driver's statistics as [`BalloonStats`], a migration as [`MigrationPhase`] and
 //! [`MigrationProgress`]), and one file per hypervisor: [`qmp`] (QEMU's QMP socket) and
 //! [`libvirt`] (a libvirt domain through `virsh`). Another hypervisor is one more file
-//! here and one more [`Endpoint`] variant, matched in [`connect`].
+//! here implementing [`Hypervisor`] and one more [`Endpoint`] variant, matched in
+//! [`connect`] (with its client's error as one more [`HypervisorError`] variant).
 //!
 //! The numbers the guest makes (the balloon's size, the balloon driver's statistics) come
 //! out of a hypervisor raw and reach the actor only through core's border ([`actual`],
