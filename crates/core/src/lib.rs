@@ -8,7 +8,8 @@
 //! - [`control`]: one VM's control loop, sample → policy → guard rails → actuator.
 //! - [`host`]: every VM of a host at once: per-VM loops and one balancer, and the `World`
 //!   trait a QEMU host, a guest or the simulator implements.
-//! - [`migration`]: whether a VM may shrink while a live migration of it runs (from the
+//! - [`migration`]: following and preparing a live migration (its phase, when a prepared
+//!   one starts, where a shrink under way stops), and whether a VM may shrink during one (from the
 //!   hypervisor's facts).
 //! - [`config`]: the policy configuration shared by the agent and the host.
 //! - [`lines`]: the one bounded line framer every reader of newline-delimited input uses.

@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod controller;
+pub(crate) mod hypervisor;
 pub mod libvirt;
 pub mod log;
 pub mod metrics;

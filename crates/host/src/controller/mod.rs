@@ -16,7 +16,6 @@
 mod actor;
 mod agent_link;
 mod decider;
-mod monitor;
 mod status;
 mod sync;
 
@@ -54,8 +53,8 @@ pub enum VmCommand {
     Migrate { uri: String, max_bandwidth: Option<u64> },
 }
 
-/// The longest a `Migrate` waits for the balloon before it migrates anyway.
-pub const PREPARE_WAIT: Duration = Duration::from_secs(10);
+/// The longest a `Migrate` waits for the balloon before it migrates anyway (core's).
+pub use autoballoon_core::migration::PREPARE_WAIT;
 
 /// What reaches a VM's actor: a decision, or a command from outside.
 #[derive(Debug, Clone)]
@@ -92,7 +91,7 @@ pub(crate) struct VmShared {
     pub mailbox: Mutex<Option<Observation>>,
     /// The actor's QMP session while it has one, so `stop` can cut a command QEMU never
     /// answers instead of waiting out its timeout.
-    pub session: Mutex<Option<Arc<dyn monitor::Monitor>>>,
+    pub session: Mutex<Option<Arc<dyn crate::hypervisor::Hypervisor>>>,
 }
 
 /// Wakes the decider when an actor has published a sample.

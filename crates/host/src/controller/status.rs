@@ -136,7 +136,7 @@ pub struct VmStatus {
     /// QEMU's version and accelerator, read when the session starts; docs/migration.md).
     pub migration_shrink: Option<String>,
     /// QEMU's own switches on the balloon device, as read at the session's start.
-    pub balloon_features: Option<super::monitor::BalloonFeatures>,
+    pub balloon_features: Option<crate::hypervisor::BalloonFeatures>,
 }
 
 /// Who started a migration.

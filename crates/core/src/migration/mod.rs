@@ -1,3 +1,7 @@
+//! Migrations, decided without I/O: [`phase`](MigrationPhase) follows one whatever the
+//! hypervisor, [`Preparation`] says when a prepared one starts and [`stop_shrink_at`] where
+//! a shrink under way stops; below, whether the balloon may shrink during one.
+//!
 //! Whether a VM's balloon may shrink while a live migration of it runs. Pure: the driver
 //! reads the facts from the hypervisor (QEMU's version from the QMP greeting, the
 //! accelerator from `query-kvm`) and puts the answer in the sample
@@ -16,6 +20,12 @@
 //! during the migration (a kernel thread rewriting `struct page` lists) made the
 //! destinations crash much more often (docs/migration.md, "Why destinations crashed").
 //! KVM tracks dirty pages in the kernel and is not affected.
+
+mod phase;
+mod prepare;
+
+pub use phase::{phase_change, MigrationPhase, MigrationProgress, PhaseChange};
+pub use prepare::{request_refused, stop_shrink_at, Preparation, StartReason, StopShrink, PREPARE_NOTHING, PREPARE_PROGRESS_EVERY, PREPARE_SLACK, PREPARE_STALL, PREPARE_WAIT};
 
 use serde::Deserialize;
 use std::fmt;

@@ -1,0 +1,146 @@
+//! The actor's connections: its session with the VM's hypervisor (connect, reconnect with
+//! back-off, the session's set-up, waiting out a husk after an outgoing migration) and the
+//! agent link (reconnected at most every [`AGENT_RETRY`]).
+
+use super::{Actor, End, Session};
+use crate::controller::agent_link::AgentLink;
+use crate::controller::status::VmState;
+use crate::controller::sync::lock;
+use crate::controller::Msg;
+use crate::hypervisor::{self, Hypervisor, HypervisorError};
+use crate::log::EventKind;
+use autoballoon_core::migration::MigrationShrink;
+use autoballoon_core::Kib;
+use autoballoon_qmp::Backoff;
+use serde_json::json;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long one hypervisor command may take before the session is given up.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+/// A session that lasted this long was healthy: the reconnect back-off starts over.
+const HEALTHY_SESSION: Duration = Duration::from_secs(30);
+/// How often a missing agent socket is tried again.
+const AGENT_RETRY: Duration = Duration::from_secs(5);
+
+impl Actor {
+    /// A session with the VM's hypervisor (and the agent's socket it names).
+    fn connect(&mut self) -> Result<Arc<dyn Hypervisor>, HypervisorError> {
+        let c = hypervisor::connect(&self.cfg, COMMAND_TIMEOUT)?;
+        self.agent_path = c.agent;
+        Ok(c.hypervisor)
+    }
+
+    /// Sessions, one after the other, until shutdown: every reconnect backs off.
+    pub(super) fn serve(&mut self) {
+        let mut backoff = Backoff::default();
+        while !self.shutdown.load(Ordering::SeqCst) {
+            let hv = match self.connect() {
+                Ok(h) => h,
+                Err(e) => {
+                    let msg = format!("cannot reach {}: {e}; retrying", self.cfg.endpoint());
+                    self.note(EventKind::Unreachable, &msg, &[]);
+                    self.set_state(VmState::Unreachable);
+                    if let Some(End::Shutdown) = self.idle(backoff.next_delay()) {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            *lock(&self.shared.session) = Some(hv.clone());
+            // `stop` may have looked for the session just before it was published.
+            if self.shutdown.load(Ordering::SeqCst) {
+                hv.close();
+            }
+            let began = Instant::now();
+            let end = self.session(&*hv);
+            self.drop_unstarted_request();
+            *lock(&self.shared.session) = None;
+            *lock(&self.shared.mailbox) = None;
+            match end {
+                // Cut by `stop`: not a lost session.
+                End::Shutdown | End::Error(_) if self.shutdown.load(Ordering::SeqCst) => return,
+                End::Shutdown => return,
+                End::Retarget => backoff.reset(),
+                End::Error(e) => {
+                    self.note(EventKind::Disconnected, &format!("lost QMP: {e}; retrying"), &[]);
+                    lock(&self.shared.status).errors += 1;
+                    self.set_state(VmState::Unreachable);
+                    // Every reconnect backs off, after a failed session too; a session
+                    // that ran well for a while starts the back-off over.
+                    if began.elapsed() >= HEALTHY_SESSION {
+                        backoff.reset();
+                    }
+                    if let Some(End::Shutdown) = self.idle(backoff.next_delay()) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A new session's set-up: the VM's configured size, migration events, the balloon
+    /// driver's statistics period, whether a migration runs, whether the balloon may
+    /// shrink during one; one log line.
+    pub(super) fn begin_session(&mut self, hv: &dyn Hypervisor) -> Result<(Kib, bool), HypervisorError> {
+        let configured = hv.configured()?;
+        // Events are off by default; while a migration already runs QEMU refuses, and
+        // polling query-migrate covers it.
+        let _ = hv.enable_migration_events();
+        let _ = hv.set_stats_period(1);
+        let migrating = hv.migration()?.phase.is_running();
+        self.migration_shrink = MigrationShrink::decide(self.shrink_setting, &hv.facts());
+        self.epoch += 1;
+        {
+            let mut st = lock(&self.shared.status);
+            st.configured = configured;
+            st.state = if migrating { VmState::Migrating } else { VmState::Running };
+            st.migration_shrink = Some(self.migration_shrink.to_string());
+        }
+        let features = hv.balloon_features();
+        let missing = features.missing();
+        let advice = if missing.is_empty() { String::new() } else { format!(" ({} off: turning on QEMU's own switches makes spikes and migrations cheaper, docs/migration.md)", missing.join(" and ")) };
+        lock(&self.shared.status).balloon_features = Some(features);
+        let msg = format!("managing {} ({}), configured {configured}; {}; balloon: {features}{advice}", self.cfg.endpoint(), hv.describe(), self.migration_shrink);
+        // Rate-limited too: a QEMU that drops every session right after the handshake
+        // would otherwise log one line per reconnect.
+        self.note(EventKind::Connected, &msg, &[("configured_kib", json!(configured.0))]);
+        Ok((configured, migrating))
+    }
+
+    /// Keeps the agent link up: drops a closed one, connects (at most every AGENT_RETRY).
+    pub(super) fn tend_agent(&mut self, s: &mut Session) {
+        if s.agent.as_ref().is_some_and(|a| a.closed()) {
+            self.note(EventKind::AgentLost, "agent channel closed; using guest-stats until it is back", &[]);
+            s.agent = None;
+        }
+        let Some(path) = &self.agent_path else { return };
+        if s.agent.is_some() || s.agent_tried.is_some_and(|t| t.elapsed() < AGENT_RETRY) {
+            return;
+        }
+        s.agent_tried = Some(Instant::now());
+        let wake = self.wake.clone();
+        let on_short = move || {
+            // Never blocks: a full queue already holds a reason to wake.
+            let _ = wake.try_send(Msg::Short);
+        };
+        if let Ok(link) = AgentLink::connect_waking(path, s.configured, on_short) {
+            s.agent = Some(link);
+        }
+    }
+
+    /// This QEMU is a stopped husk after an outgoing migration: wait until it goes away
+    /// (then reconnect, in case a new QEMU takes the socket) or we are retargeted.
+    pub(super) fn wait_gone(&mut self, hv: &dyn Hypervisor) -> End {
+        *lock(&self.shared.mailbox) = None;
+        loop {
+            if let Some(end) = self.idle(self.interval) {
+                return end;
+            }
+            if let Err(e) = hv.run_state() {
+                return End::Error(e);
+            }
+        }
+    }
+}

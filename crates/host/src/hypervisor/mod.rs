@@ -1,0 +1,152 @@
+//! What a VM's actor asks of the hypervisor that runs the VM, whichever it is: one trait,
+//! [`Hypervisor`], in core's neutral types (sizes in [`Kib`] and [`Bytes`], the balloon
+//! driver's statistics as [`BalloonStats`], a migration as [`MigrationPhase`] and
+//! [`MigrationProgress`]), and one file per hypervisor: [`qmp`] (QEMU's QMP socket) and
+//! [`libvirt`] (a libvirt domain through `virsh`). Another hypervisor is one more file
+//! here implementing [`Hypervisor`] and one more [`Endpoint`] variant, matched in
+//! [`connect`] (with its client's error as one more [`HypervisorError`] variant).
+//!
+//! The numbers the guest makes (the balloon's size, the balloon driver's statistics) come
+//! out of a hypervisor raw and reach the actor only through core's border ([`actual`],
+//! [`balloon_view`]).
+
+pub(crate) mod libvirt;
+pub(crate) mod qmp;
+
+use crate::config::{Endpoint, VmConfig};
+use crate::libvirt::VirshError;
+use autoballoon_core::migration::{self, MigrationPhase, MigrationProgress};
+use autoballoon_core::policy::MemView;
+use autoballoon_core::protocol::{check_actual, check_balloon_stats, BalloonStats, Rejected};
+use autoballoon_core::{Bytes, Kib};
+use autoballoon_qmp::QmpError;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A failed hypervisor operation.
+#[derive(Debug, thiserror::Error)]
+pub enum HypervisorError {
+    #[error(transparent)]
+    Qmp(#[from] QmpError),
+    #[error("libvirt: {0}")]
+    Libvirt(#[from] VirshError),
+}
+
+impl HypervisorError {
+    /// The VM has no (active) balloon device.
+    pub fn is_no_balloon(&self) -> bool {
+        match self {
+            HypervisorError::Qmp(e) => e.is_device_not_active(),
+            HypervisorError::Libvirt(e) => e.is_no_balloon(),
+        }
+    }
+}
+
+pub(crate) type Result<T> = std::result::Result<T, HypervisorError>;
+
+/// A number the guest made, through core's border: `Err` says why it is impossible.
+pub(crate) type Checked<T> = std::result::Result<T, Rejected>;
+
+/// The guest's present size (the balloon's `actual`) of a VM of `configured` size, checked.
+pub(crate) fn actual(h: &dyn Hypervisor, configured: Kib) -> Result<Checked<Kib>> {
+    Ok(check_actual(h.balloon()?, configured))
+}
+
+/// The guest's memory view from the balloon driver's statistics, checked: `Ok(None)` while
+/// the guest has reported none.
+pub(crate) fn balloon_view(h: &dyn Hypervisor, configured: Kib) -> Result<Checked<Option<MemView>>> {
+    Ok(check_balloon_stats(&h.balloon_stats()?, configured))
+}
+
+/// A session with a VM's hypervisor, and the agent's socket for it: the configured one,
+/// or the one the hypervisor declares (a libvirt domain's XML).
+pub(crate) struct Connected {
+    pub hypervisor: Arc<dyn Hypervisor>,
+    pub agent: Option<PathBuf>,
+}
+
+/// Opens a session with `vm`'s hypervisor; every command of it has `timeout`.
+pub(crate) fn connect(vm: &VmConfig, timeout: Duration) -> Result<Connected> {
+    match vm.endpoint() {
+        Endpoint::Qmp(path) => qmp::connect(path, &vm.balloon_device, vm.agent.as_deref(), timeout),
+        Endpoint::Libvirt { uri, domain } => libvirt::connect(uri, domain, vm.agent.as_deref(), timeout),
+    }
+}
+
+/// QEMU's own switches on the VM's balloon device; `None`: not known (libvirt, an old
+/// QEMU, a device without the property).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BalloonFeatures {
+    pub free_page_reporting: Option<bool>,
+    pub free_page_hint: Option<bool>,
+    pub deflate_on_oom: Option<bool>,
+}
+
+impl BalloonFeatures {
+    /// The switches known to be off that help autoballoon: free page reporting gives free
+    /// memory back between the agent's samples, hinting skips free pages when a
+    /// migration starts (docs/migration.md, "QEMU's own switches").
+    pub fn missing(&self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        if self.free_page_reporting == Some(false) {
+            v.push("free-page-reporting");
+        }
+        if self.free_page_hint == Some(false) {
+            v.push("free-page-hint");
+        }
+        v
+    }
+}
+
+impl std::fmt::Display for BalloonFeatures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = |v: Option<bool>| match v {
+            Some(true) => "on",
+            Some(false) => "off",
+            None => "unknown",
+        };
+        write!(f, "free-page-reporting {}, free-page-hint {}, deflate-on-oom {}", s(self.free_page_reporting), s(self.free_page_hint), s(self.deflate_on_oom))
+    }
+}
+
+/// One VM's hypervisor. Every call has a deadline (the QMP command timeout, or virsh's).
+pub(crate) trait Hypervisor: Send + Sync {
+    /// For log lines: `QEMU 7.2.0`, `through libvirt`.
+    fn describe(&self) -> String;
+    /// What is known of the hypervisor (QEMU's version, the accelerator), for
+    /// [`autoballoon_core::migration::MigrationShrink`]. Never fails: what cannot be read
+    /// is unknown.
+    fn facts(&self) -> migration::Hypervisor;
+    /// The VM's configured memory: the balloon's ceiling.
+    fn configured(&self) -> Result<Kib>;
+    /// The guest's present size (the balloon's `actual`), raw: use [`actual`].
+    fn balloon(&self) -> Result<Bytes>;
+    /// Sets the guest's size (QMP `balloon`, `virsh setmem`).
+    fn set_guest_size(&self, size: Kib) -> Result<()>;
+    /// The hypervisor's own switches on the balloon device. Never fails: what cannot be
+    /// read is unknown.
+    fn balloon_features(&self) -> BalloonFeatures;
+    /// Has the guest's balloon driver refresh its statistics every `secs`.
+    fn set_stats_period(&self, secs: u32) -> Result<()>;
+    /// The balloon driver's statistics, raw: use [`balloon_view`].
+    fn balloon_stats(&self) -> Result<BalloonStats>;
+    /// Asks for migration events, where there are any.
+    fn enable_migration_events(&self) -> Result<()>;
+    /// Migration phases seen since the last call, without waiting (QMP: events; libvirt:
+    /// the domain's job, polled).
+    fn migration_events(&self) -> Vec<MigrationPhase>;
+    /// Events dropped because too many came (QMP's bounded queue).
+    fn dropped_events(&self) -> u64;
+    /// The migration's phase now, and what the hypervisor reports of it.
+    fn migration(&self) -> Result<MigrationProgress>;
+    /// Whether `autoballoon migrate` can start a migration of this VM.
+    fn can_migrate(&self) -> std::result::Result<(), &'static str>;
+    fn set_max_bandwidth(&self, bytes_per_sec: u64) -> Result<()>;
+    fn migrate(&self, uri: &str) -> Result<()>;
+    /// The VM's run state (`running`, `postmigrate`, `paused`, ...).
+    fn run_state(&self) -> Result<String>;
+    fn is_connected(&self) -> bool;
+    /// Cuts the session: a command waiting for an answer fails now (QMP) or at its deadline.
+    fn close(&self);
+}
