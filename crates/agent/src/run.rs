@@ -34,7 +34,12 @@ pub fn run(a: &RunArgs) -> Result<(), String> {
     }
     if !a.unprivileged {
         protect::protect_self().map_err(|e| format!("cannot protect the agent from the OOM killer: {e}"))?;
-        protect::allow_overcommit(&a.proc_dir).map_err(|e| format!("cannot enable memory overcommit: {e}"))?;
+        if a.no_overcommit {
+            info(format_args!("vm.overcommit_memory left as it is (--no-overcommit)"));
+        } else {
+            let old = protect::allow_overcommit(&a.proc_dir).map_err(|e| format!("cannot enable memory overcommit (--no-overcommit leaves it): {e}"))?;
+            info(format_args!("vm.overcommit_memory set to 1 (was {old}): programs may allocate beyond the guest's present size; --no-overcommit leaves it"));
+        }
     }
     let balloon = backend::open(a).map_err(|e| e.to_string())?;
     let channel = match &a.port {

@@ -118,6 +118,9 @@ fn load(a: &HostArgs) -> Result<Config, String> {
     let mut config = match &a.config {
         Some(p) => Config::load(p).map_err(|e| e.to_string())?,
         None => {
+            if a.vms.is_empty() {
+                return Err("nothing to manage: give --config FILE (a file with no [[vm]] runs with none) or --vm NAME=QMP_SOCKET".into());
+            }
             let vms = a.vms.iter().map(|s| parse_vm_flag(s)).collect::<Result<Vec<_>, _>>()?;
             let c = Config { controller: ControllerConfig::default(), defaults: PolicyConfig::default(), vms };
             c.validate().map_err(|e| format!("{e} (give --config FILE or --vm NAME=QMP_SOCKET)"))?;

@@ -17,7 +17,7 @@ pub fn summary(config: &Config) -> Vec<String> {
                 (None, Some(_)) => "from the domain XML".into(),
                 (None, None) => "none (guest-stats)".into(),
             };
-            let from = if vm.policy.is_some() { "[vm.policy]" } else { "[defaults]" };
+            let from = if vm.policy.is_some() { "[defaults] with its [vm.policy]" } else { "[defaults]" };
             format!(
                 "{}: {} agent={} policy={} buffer={} MiB min={} MiB ({from})",
                 vm.name,

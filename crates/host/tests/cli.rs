@@ -82,3 +82,27 @@ fn sigterm_stops_the_daemon_promptly_with_an_agent_that_never_reads() {
     assert!(t.elapsed() < Duration::from_secs(3), "exit took {:?}", t.elapsed());
     assert!(text.contains("\"event\":\"migration_started\""), "{text}");
 }
+
+/// A configuration with no VM (the packaged default): `--check-config` accepts it, and the
+/// daemon runs with none, serving an empty status, until SIGTERM (exit 0).
+#[test]
+fn a_config_with_no_vms_is_valid_and_the_daemon_runs_with_none() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("novms-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("status.sock");
+    let conf = dir.join("host.toml");
+    std::fs::write(&conf, format!("[controller]\nmetrics_listen = \"\"\nstatus_socket = \"{}\"\n", sock.display())).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_autoballoon")).args(["host", "--check-config", "--config", conf.to_str().unwrap()]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("configuration OK: 0 VM(s)"), "{stdout}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_autoballoon")).args(["host", "--config", conf.to_str().unwrap()]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    assert!(autoballoon_fakes::wait_until(Duration::from_secs(10), || autoballoon::status_socket::query(&sock).is_ok()), "the status socket answers");
+    let doc = autoballoon::status_socket::query(&sock).unwrap();
+    assert_eq!(doc["vms"].as_array().map(Vec::len), Some(0), "{doc}");
+    assert!(child.try_wait().unwrap().is_none(), "the daemon keeps running with no VM");
+    // SAFETY: sending a signal to our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) }, 0);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+}
