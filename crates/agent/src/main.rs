@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "autoballoon-guest", version, about = "Continuous, swap-free self-ballooning from inside the guest")]
+#[command(name = "autoballoon-guest", version, about = "Continuous, swap-free self-ballooning from inside the guest", after_help = EXIT_STATUS)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -30,8 +30,10 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Print the balloon target the estimator computes from a meminfo file.
+    #[command(after_help = EXIT_STATUS)]
     Estimate(estimate_cmd::EstimateArgs),
     /// Run the sampling loop until killed.
+    #[command(after_help = EXIT_STATUS)]
     Run(Box<RunArgs>),
 }
 
@@ -99,22 +101,45 @@ pub struct RunArgs {
     /// Stop after this many samples (0 = run forever).
     #[arg(long, default_value_t = 0)]
     pub samples: u64,
-    /// Log every tick, not only actions.
+    /// Write log lines of this level and below: error, warn, info (one line per action),
+    /// debug (also every tick and sample).
+    #[arg(long, value_enum, default_value = "info", value_name = "LEVEL")]
+    pub log_level: logging::Level,
+    /// Log every tick, not only actions: --log-level debug.
     #[arg(short, long)]
     pub verbose: bool,
+}
+
+/// The exit status of every command, in `--help`.
+const EXIT_STATUS: &str = "Exit status: 0 success (run: after --samples N samples); 1 a runtime \
+failure (the port, the balloon interface or procfs cannot be opened or used); 2 a usage \
+error (a bad flag or policy value: the message names the key and its flag; estimate: an \
+unreadable or malformed meminfo file).";
+
+/// Why a command failed; the exit status tells them apart.
+#[derive(Debug)]
+pub enum Failure {
+    /// A bad flag, a bad value, bad input: exit 2.
+    Usage(String),
+    /// The work could not be done: exit 1.
+    Runtime(String),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Estimate(a) => estimate_cmd::run(&a),
+        Command::Estimate(a) => estimate_cmd::run(&a).map_err(Failure::Usage),
         Command::Run(a) => run::run(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
+        Err(Failure::Usage(e)) => {
             eprintln!("autoballoon-guest: error: {e}");
             ExitCode::from(2)
+        }
+        Err(Failure::Runtime(e)) => {
+            eprintln!("autoballoon-guest: error: {e}");
+            ExitCode::from(1)
         }
     }
 }

@@ -7,6 +7,7 @@ pub use autoballoon_core::host::BalancerKind;
 pub use autoballoon_core::migration::ShrinkSetting;
 use autoballoon_core::host::{SharesConfig, VmId, VmShares};
 use autoballoon_core::Kib;
+pub use crate::log::Level;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -29,7 +30,9 @@ pub struct ControllerConfig {
     pub interval_ms: u64,
     /// `text` or `json` log lines.
     pub log_format: LogFormat,
-    /// Log every tick, not only actions.
+    /// The lowest level of log lines written: `error`, `warn`, `info`, `debug`.
+    pub log_level: Level,
+    /// Log every tick, not only actions: the same as `log_level = "debug"`.
     pub verbose: bool,
     /// The host-wide balancer: `independent`, `cap-growth`, `iballoon`, `pressure`, `shares`.
     pub balancer: BalancerKind,
@@ -59,11 +62,23 @@ pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9848";
 /// The status socket's default path.
 pub const DEFAULT_STATUS_SOCKET: &str = "/run/autoballoon/status.sock";
 
+impl ControllerConfig {
+    /// The log level the file asks for (`verbose = true` is `debug`).
+    pub fn level(&self) -> Level {
+        if self.verbose {
+            Level::Debug
+        } else {
+            self.log_level
+        }
+    }
+}
+
 impl Default for ControllerConfig {
     fn default() -> Self {
         ControllerConfig {
             interval_ms: 1000,
             log_format: LogFormat::Text,
+            log_level: Level::Info,
             verbose: false,
             balancer: BalancerKind::Independent,
             capacity_mib: 0,

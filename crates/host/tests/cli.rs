@@ -106,3 +106,19 @@ fn a_config_with_no_vms_is_valid_and_the_daemon_runs_with_none() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// Exit 1 for a runtime failure, 2 for a usage or configuration error, as `--help` says.
+#[test]
+fn exit_status_tells_runtime_failures_from_configuration_errors() {
+    let (code, err) = autoballoon(&["status", "--socket", "/nonexistent/status.sock"]);
+    assert_eq!(code, 1, "no daemon: a runtime failure: {err}");
+    assert!(err.contains("no daemon listening"), "{err}");
+    let (code, err) = autoballoon(&["status", "--config", "/nonexistent.toml"]);
+    assert_eq!(code, 2, "an unreadable configuration: {err}");
+    let (code, err) = autoballoon(&["host", "--vm", "a=/x.qmp", "--log-level", "loud"]);
+    assert_eq!(code, 2, "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_autoballoon")).args(["host", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("Exit status: 0 success; 1 a runtime failure") && help.contains("2 a usage or configuration error"), "{help}");
+    assert!(help.contains("--log-level <LEVEL>") && help.contains("error, warn, info"), "{help}");
+}
