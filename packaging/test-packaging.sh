@@ -36,6 +36,17 @@ if command -v systemd-analyze >/dev/null; then
     fi
     [ ! -s "$work/verify.log" ] || { cat "$work/verify.log" >&2; fail "systemd-analyze verify printed warnings"; }
     echo "test-packaging: systemd-analyze verify: both units OK ($(systemd-analyze --version | head -1))"
+    # The host daemon's confinement (docs/security.md): systemd's own exposure score, 0-10
+    # (2.4 when written), must stay at most 3.0; and the directives the docs promise.
+    u="$here/systemd/autoballoon.service"
+    if systemd-analyze security --help 2>/dev/null | grep -q -- '--offline'; then
+        systemd-analyze security --offline=yes --threshold=30 "$u" > "$work/security.log" 2>&1 || { tail -3 "$work/security.log" >&2; fail "autoballoon.service exposure above 3.0"; }
+        echo "test-packaging: autoballoon.service $(grep -o 'Overall exposure level.*' "$work/security.log")"
+    fi
+    for d in Type=notify WatchdogSec= NotifyAccess=main ProtectSystem=strict NoNewPrivileges=yes PrivateTmp=yes ProtectHome=yes \
+             'RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6' ReadWritePaths=/run/autoballoon RuntimeDirectoryMode=0700 UMask=0077 RestartPreventExitStatus=2; do
+        grep -q "^$d" "$u" || fail "autoballoon.service lacks $d"
+    done
 else
     echo "test-packaging: SKIP systemd-analyze verify: systemd-analyze not installed (Debian package systemd)"
 fi

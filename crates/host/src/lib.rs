@@ -6,6 +6,7 @@ pub mod controller;
 pub mod libvirt;
 pub mod log;
 pub mod metrics;
+pub mod notify;
 pub mod ops;
 pub mod server_thread;
 pub mod signals;

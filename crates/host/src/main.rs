@@ -190,15 +190,28 @@ fn host(a: HostArgs) -> Result<(), Failure> {
         return Ok(());
     }
     let format = if a.json { LogFormat::Json } else { running.controller.log_format };
-    autoballoon::signals::install();
+    // Whatever the daemon creates (its status socket, the socket's directory) is its
+    // owner's alone, from the moment it exists.
+    // SAFETY: umask has no memory-safety preconditions.
+    unsafe { libc::umask(0o077) };
+    autoballoon::signals::install().map_err(|e| Runtime(format!("cannot install the signal handlers: {e}")))?;
     let logger = Logger::with_level(format, a.level().unwrap_or(running.controller.level()));
+    let mut notify = autoballoon::notify::Notifier::from_env();
     let ctl = Controller::start(&running, logger.clone());
     let (metrics, status) = start_endpoints(&running, &ctl, &logger);
+    // systemd (Type=notify): up once the configuration is loaded and every VM's worker runs.
+    let _ = notify.ready(&format!("managing {} VM(s)", running.vms.len()));
+    if let Some(every) = notify.watchdog_every() {
+        logger.debug("-", &format!("systemd watchdog: a ping every {} ms", every.as_millis()));
+    }
     let mut since_status = Duration::ZERO;
     while !autoballoon::signals::stop_requested() {
+        notify.watchdog(std::time::Instant::now());
         std::thread::sleep(Duration::from_millis(200));
         if autoballoon::signals::take_reload() {
+            let _ = notify.send("RELOADING=1");
             reload(&a, &mut running, &ctl, &logger);
+            let _ = notify.ready(&format!("managing {} VM(s)", running.vms.len()));
         }
         since_status += Duration::from_millis(200);
         if a.status_every > 0 && since_status >= Duration::from_secs(a.status_every) {
@@ -207,6 +220,7 @@ fn host(a: HostArgs) -> Result<(), Failure> {
             eprint!("{}", autoballoon::status_table(&rows));
         }
     }
+    let _ = notify.send("STOPPING=1");
     drop((metrics, status));
     ctl.shutdown_flag().store(true, Ordering::SeqCst);
     ctl.stop();
@@ -222,6 +236,9 @@ fn start_endpoints(config: &Config, ctl: &Controller, log: &Logger) -> (Option<M
         .then(|| match MetricsServer::start(&c.metrics_listen, snapshots.clone(), log.clone()) {
             Ok(m) => {
                 log.event("-", EventKind::Endpoint, &format!("metrics on http://{}/metrics", m.local_addr()), &[("metrics_listen", m.local_addr().to_string().into())]);
+                if !m.local_addr().ip().is_loopback() {
+                    log.event_at(Level::Warn, "-", EventKind::Endpoint, &format!("the metrics endpoint listens on {}, not on loopback: it has no authentication, and whoever reaches it reads every VM's name, sizes and state (docs/security.md)", m.local_addr()), &[]);
+                }
                 Some(m)
             }
             Err(e) => {
@@ -233,7 +250,9 @@ fn start_endpoints(config: &Config, ctl: &Controller, log: &Logger) -> (Option<M
     let status = (!c.status_socket.as_os_str().is_empty())
         .then(|| {
             if let Some(dir) = c.status_socket.parent() {
-                let _ = std::fs::create_dir_all(dir);
+                // Owner-only, like the socket (an existing directory is left as it is).
+                use std::os::unix::fs::DirBuilderExt;
+                let _ = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir);
             }
             match StatusServer::start_with(&c.status_socket, snapshots, Some(autoballoon::status_socket::commands_of(ctl)), log.clone()) {
                 Ok(s) => {
