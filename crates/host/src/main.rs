@@ -54,6 +54,25 @@ enum Cmd {
     /// asked, 2 on a usage or configuration error.
     #[command(after_help = EXIT_STATUS)]
     Migrate(MigrateArgs),
+    /// Ask the running daemon to leave a VM's balloon alone: the VM keeps its size and is
+    /// not controlled (its worker still samples it, for the status) until `resume`.
+    #[command(after_help = EXIT_STATUS)]
+    Pause(VmArgs),
+    /// Ask the running daemon to control a paused VM again, from its next sample.
+    #[command(after_help = EXIT_STATUS)]
+    Resume(VmArgs),
+}
+
+#[derive(clap::Args)]
+struct VmArgs {
+    /// The VM's name in the daemon's configuration.
+    vm: String,
+    /// The daemon's status socket [default: as for `status`].
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    /// Read the socket's path from this host configuration file.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -344,6 +363,32 @@ fn status(a: StatusArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// `autoballoon pause` / `resume`: the request, then the VM's state once the daemon shows it.
+fn pause(a: VmArgs, pause: bool) -> Result<(), Failure> {
+    let path = socket_path(&a.socket, &a.config).map_err(Cfg)?;
+    let key = if pause { "pause" } else { "resume" };
+    autoballoon::status_socket::request(&path, &serde_json::json!({ key: { "vm": a.vm } })).map_err(Runtime)?;
+    // The worker takes the command within a tick; show what the status then says.
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    let mut vm = serde_json::Value::Null;
+    while std::time::Instant::now() < deadline {
+        let doc = autoballoon::status_socket::query(&path).map_err(Runtime)?;
+        vm = doc["vms"].as_array().and_then(|v| v.iter().find(|v| v["name"] == a.vm.as_str()).cloned()).unwrap_or_default();
+        if (vm["state"] == "paused") == pause {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let state = vm["state"].as_str().unwrap_or("?");
+    let size = vm["size"].as_u64().filter(|_| vm["samples"].as_u64().unwrap_or(0) > 0).map_or("-".to_string(), |k| format!("{} MiB", k / 1024));
+    if pause {
+        println!("{}: paused (state {state}, size {size}): its balloon is left alone until `autoballoon resume {}`", a.vm, a.vm);
+    } else {
+        println!("{}: resumed (state {state}, size {size}): controlled again from its next sample", a.vm);
+    }
+    Ok(())
+}
+
 /// The VM's `last_migration` in a status document.
 fn last_migration(doc: &serde_json::Value, vm: &str) -> Option<serde_json::Value> {
     doc["vms"].as_array()?.iter().find(|v| v["name"] == vm).map(|v| v["last_migration"].clone()).filter(|m| !m.is_null())
@@ -401,6 +446,8 @@ fn main() -> ExitCode {
     let r = match cli.command {
         Cmd::Host(a) => host(a),
         Cmd::Status(a) => status(a),
+        Cmd::Pause(a) => pause(a, true),
+        Cmd::Resume(a) => pause(a, false),
         Cmd::Migrate(a) => match migrate(a) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::from(EXIT_RUNTIME),
