@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Checks the packaging: both systemd units pass `systemd-analyze verify` (against a staged
-# root holding the binaries, so ExecStart paths resolve), and the guest agent's .deb builds
-# and holds the binary and the unit. Run by `make packaging-test` (part of `make test`).
+# root holding the binaries, so ExecStart paths resolve), the guest agent's .deb builds
+# and holds the binary, the unit and the udev rule, and the host daemon's .deb (`make deb`)
+# builds and holds the binary, the unit, the default configuration and the man page, with
+# dependencies on nothing but the libraries the binary links. Run by `make packaging-test`
+# (part of `make test`).
 #
 # Usage: packaging/test-packaging.sh --agent AGENT_BINARY --host HOST_BINARY
 set -euo pipefail
@@ -73,4 +76,46 @@ dpkg-deb --fsys-tarfile "$deb" | tar -xO ./lib/udev/rules.d/60-autoballoon-guest
 grep -Eq ' \./usr/share/doc/autoballoon-guest/README\.md$' <<< "$contents" || fail "no README (overcommit documented there)"
 grep -q 'vm.overcommit_memory=1' <<< "$info" || fail "the package description does not say it sets vm.overcommit_memory"
 echo "test-packaging: $(basename "$deb"): binary, unit (bound to the port's device), udev rule and README present"
-echo "test-packaging: 2 passed, 0 failed"
+
+# --- the host daemon's .deb --------------------------------------------------------------
+deb="$("$here/build-host-deb.sh" --host "$host" --out "$work/deb" | tail -1)"
+[ -f "$deb" ] || fail "no host .deb built"
+case "$(basename "$deb")" in autoballoon_*_amd64.deb) ;; *) fail "unexpected name $deb" ;; esac
+info="$(dpkg-deb --info "$deb")"
+contents="$(dpkg-deb --contents "$deb")"
+grep -q '^ Package: autoballoon$' <<< "$info" || fail "no Package field: $info"
+grep -q '^ Architecture: amd64$' <<< "$info" || fail "no Architecture field"
+deps="$(sed -n 's/^ Depends: //p' <<< "$info")"
+grep -q 'libc6 (>= [0-9.]*)' <<< "$deps" || fail "Depends lacks libc6: $deps"
+# Only what the daemon runs: the C library and libgcc's unwinder; no QEMU, no libvirt.
+extra="$(tr ',' '\n' <<< "$deps" | sed 's/^ *//; s/ .*//' | grep -v -x -e libc6 -e libgcc-s1 || true)"
+[ -z "$extra" ] || fail "Depends on more than the linked libraries: $deps"
+grep -q '^ Suggests: libvirt-clients$' <<< "$info" || fail "no Suggests: libvirt-clients"
+grep -q 'conffiles' <<< "$info" || fail "no conffiles: $info"
+[ "$(dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles)" = /etc/autoballoon/host.toml ] || fail "host.toml is not a conffile"
+for f in './usr/bin/autoballoon' './lib/systemd/system/autoballoon.service' './etc/autoballoon/host.toml' \
+         './usr/share/man/man8/autoballoon.8.gz' './usr/share/doc/autoballoon/copyright' './usr/share/doc/autoballoon/configuration.md'; do
+    grep -Eq " ${f//./\\.}\$" <<< "$contents" || fail "no $f in the host .deb: $contents"
+done
+grep -Eq '^-rwxr-xr-x root/root +[0-9]+ .* \./usr/bin/autoballoon$' <<< "$contents" || fail "/usr/bin/autoballoon not executable by all"
+x="$work/host-deb"
+mkdir -p "$x"
+dpkg-deb --extract "$deb" "$x"
+cmp -s "$x/usr/bin/autoballoon" "$host" || fail "the packaged binary differs from $host"
+cmp -s "$x/lib/systemd/system/autoballoon.service" "$here/systemd/autoballoon.service" || fail "the packaged unit differs"
+# The default configuration has no VM, and the packaged daemon accepts it.
+"$x/usr/bin/autoballoon" host --check-config --config "$x/etc/autoballoon/host.toml" | grep -q '^configuration OK: 0 VM(s)$' || fail "the default host.toml does not pass --check-config"
+# The man page is --help's: every subcommand has its section, and it renders.
+page="$(gzip -dc "$x/usr/share/man/man8/autoballoon.8.gz")"
+for s in HOST STATUS MIGRATE PAUSE RESUME; do
+    grep -q "^\.SH \"AUTOBALLOON $s\"" <<< "$page" || fail "man page lacks AUTOBALLOON $s"
+done
+grep -q 'log\\-level' <<< "$page" || fail "man page lacks --log-level (not generated from this --help?)"
+grep -q '^\.SH FILES' <<< "$page" || fail "man page lacks FILES"
+if command -v man >/dev/null; then
+    warn="$(MANWIDTH=80 man --warnings -l "$x/usr/share/man/man8/autoballoon.8.gz" 2>&1 >/dev/null || true)"
+    [ -z "$warn" ] || fail "man page warnings: $warn"
+    MANWIDTH=80 man -l "$x/usr/share/man/man8/autoballoon.8.gz" 2>/dev/null | grep -q 'Exit status: 0 success' || fail "man page does not render the exit status"
+fi
+echo "test-packaging: $(basename "$deb"): binary, unit, conffile, man page; Depends: $deps"
+echo "test-packaging: 3 passed, 0 failed"
