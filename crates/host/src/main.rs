@@ -54,8 +54,9 @@ enum Cmd {
     /// asked, 2 on a usage or configuration error.
     #[command(after_help = EXIT_STATUS)]
     Migrate(MigrateArgs),
-    /// Ask the running daemon to leave a VM's balloon alone: the VM keeps its size and is
-    /// not controlled (its worker still samples it, for the status) until `resume`.
+    /// Ask the running daemon to leave a VM's balloon alone: the VM keeps its size (a move
+    /// of the balloon QEMU was already asked for completes) and gets no target (its worker
+    /// still samples it, for the status) until `resume`.
     #[command(after_help = EXIT_STATUS)]
     Pause(VmArgs),
     /// Ask the running daemon to control a paused VM again, from its next sample.
