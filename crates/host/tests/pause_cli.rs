@@ -24,6 +24,7 @@ fn pause_keeps_the_size_until_resume_through_the_cli() {
     let g = Guest::start(Fakes::start(), 1000);
     let d = Daemon::start(vec![g.fakes.vm("a", Some(quick_policy()))], 200);
     wait_for(T, "target 1064 MiB", || g.fakes.last_request() == Some(expected_target(1000)));
+    wait_for(T, "size 1064 MiB sampled", || d.status("a").size == expected_target(1000));
     let dir = autoballoon_fakes::TempDir::new().unwrap();
     let sock = dir.path().join("status.sock");
     let server = StatusServer::start_with(&sock, snapshots_of(d.ctl()), Some(commands_of(d.ctl())), Logger::new(LogFormat::Json, false)).unwrap();
