@@ -54,8 +54,8 @@ enum Cmd {
     /// asked, 2 on a usage or configuration error.
     #[command(after_help = EXIT_STATUS)]
     Migrate(MigrateArgs),
-    /// Ask the running daemon to leave a VM's balloon alone: the VM keeps its size (a move
-    /// of the balloon QEMU was already asked for completes) and gets no target (its worker
+    /// Ask the running daemon to leave a VM's balloon alone: the VM keeps its size (a
+    /// shrink under way stops where the balloon is, a growth completes) and gets no target (its worker
     /// still samples it, for the status) until `resume`.
     #[command(after_help = EXIT_STATUS)]
     Pause(VmArgs),

@@ -8,7 +8,8 @@
 //! - `{"migrate": {"vm": NAME, "uri": URI, "max_bandwidth": BYTES_PER_S or null}}`
 //!   (`autoballoon migrate`), followed in the status document (`last_migration`);
 //! - `{"pause": {"vm": NAME}}` (`autoballoon pause`): the VM's balloon is left alone (the
-//!   VM keeps its size; a move QEMU was already asked for completes) until
+//!   VM keeps its size; a shrink under way stops where the balloon is, a growth
+//!   completes) until
 //! - `{"resume": {"vm": NAME}}` (`autoballoon resume`): control again from the next sample.
 //!
 //! The socket is created mode 0600 (root-only when the daemon runs as root), replaces a
