@@ -35,6 +35,9 @@ pub struct Summary {
     /// The programs' own memory (what they wrote and hold), averaged over time, and its peak.
     pub avg_app_bytes: u64,
     pub peak_app_bytes: u64,
+    /// The programs' memory averaged over the time they ran (from the first start to the
+    /// last end), as the seed's R1 averages its jobs.
+    pub avg_app_running_bytes: u64,
     /// The smallest size any guest reached.
     pub min_guest_bytes: u64,
     /// Seconds the programs spent in steps that are not sleeps.
@@ -172,6 +175,14 @@ pub fn simulate(
             next_sample += 1.0;
         }
         world.advance();
+        if s.stop_when_done
+            && world
+                .vms
+                .iter()
+                .all(|v| v.migration.is_none() && v.programs.iter().all(|p| p.done || p.killed))
+        {
+            break;
+        }
         if series && world.now + 1e-9 >= next_row {
             next_row += s.series_every_s.max(s.tick_s);
             rows.extend(world.vms.iter().map(|v| {
@@ -239,6 +250,8 @@ fn summarize(s: &Scenario, policy: PolicyName, seed: u64, w: &SimWorld) -> Summa
         avg_guest_bytes: (w.totals.size_kib_s / dur * 1024.0) as u64,
         avg_app_bytes: (w.totals.app_kib_s / dur * 1024.0) as u64,
         peak_app_bytes: bytes(w.totals.peak_app),
+        avg_app_running_bytes: (w.totals.app_running_kib_s / w.totals.app_running_s.max(1e-9)
+            * 1024.0) as u64,
         min_guest_bytes: w.vms.iter().map(|v| bytes(v.min_size)).min().unwrap_or(0),
         app_runtime_s: progs().fold(0.0, |a, p| a + p.busy_s),
         app_work_s: progs().fold(0.0, |a, p| a + p.work_s),
