@@ -19,6 +19,9 @@ pub enum PolicyName {
     Swapfree,
     /// Our targets on a stock balloon without the hook.
     ContinuousStock,
+    /// The same with free page reporting on: make bench's `ab-stock` (the host controller
+    /// on a stock kernel, QEMU's `free-page-reporting=on`).
+    ContinuousStockFpr,
     /// Dynamic self-ballooning (Hines and Gopalan): balloon 95 % of free memory, stock balloon.
     Dsb95,
     /// One balloon inflation right before each migration, back to full after it.
@@ -36,10 +39,11 @@ pub enum PolicyName {
 }
 
 impl PolicyName {
-    pub const ALL: [PolicyName; 10] = [
+    pub const ALL: [PolicyName; 11] = [
         PolicyName::Static,
         PolicyName::Swapfree,
         PolicyName::ContinuousStock,
+        PolicyName::ContinuousStockFpr,
         PolicyName::Dsb95,
         PolicyName::OneShot,
         PolicyName::Iballoon,
@@ -54,6 +58,7 @@ impl PolicyName {
             PolicyName::Static => "static",
             PolicyName::Swapfree => "swapfree",
             PolicyName::ContinuousStock => "continuous-stock",
+            PolicyName::ContinuousStockFpr => "continuous-stock-fpr",
             PolicyName::Dsb95 => "dsb95",
             PolicyName::OneShot => "one-shot",
             PolicyName::Iballoon => "iballoon",
@@ -105,6 +110,12 @@ impl PolicyName {
                 overcommit_always: true,
                 ..stock
             },
+            PolicyName::ContinuousStockFpr => GuestSide {
+                agent: true,
+                overcommit_always: true,
+                fpr: true,
+                ..stock
+            },
             PolicyName::OneShot => GuestSide {
                 agent: true,
                 prepare_migration: true,
@@ -144,6 +155,7 @@ impl PolicyName {
             let policy = match self {
                 PolicyName::Swapfree
                 | PolicyName::ContinuousStock
+                | PolicyName::ContinuousStockFpr
                 | PolicyName::Iballoon
                 | PolicyName::Pressure
                 | PolicyName::Shares => SimPolicy::SwapFree(cfg.policy()),
