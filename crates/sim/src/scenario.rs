@@ -26,6 +26,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "host-pressure",
         include_str!("../scenarios/host-pressure.toml"),
     ),
+    ("pts-memory", include_str!("../scenarios/pts-memory.toml")),
     ("tiny", include_str!("../scenarios/tiny.toml")),
     ("bench-cells", include_str!("../scenarios/bench-cells.toml")),
 ];
