@@ -115,7 +115,7 @@ sim:
 
 reproduce:
 	cargo build --release --locked -p autoballoon-sim
-	$(SIM) --reproduce experiments/REPORT.md --bench bench/results.json
+	$(SIM) --reproduce experiments/REPORT.md --bench bench/results.json --bench-host bench/host/results.json
 
 # The calibration's fitted values (docs/simulator.md, Calibration) written into the file the
 # binary embeds; then the binary is rebuilt with them and prints the fit beside them.

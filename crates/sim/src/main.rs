@@ -49,6 +49,10 @@ struct Cli {
     /// alone, prints it.
     #[arg(long, value_name = "results.json")]
     bench: Option<String>,
+    /// make bench-host's results (bench/host/results.json): --reproduce adds E1's measured
+    /// side.
+    #[arg(long, value_name = "results.json")]
+    bench_host: Option<String>,
     /// Prints the calibration's fitted values beside calibration.toml's (with --bench, the
     /// qemu-tcg ones too; docs/simulator.md, Calibration).
     #[arg(long)]
@@ -116,9 +120,17 @@ fn real_main(cli: &Cli) -> Result<(), SimError> {
         return Ok(());
     }
     if let Some(path) = &cli.reproduce {
+        let host = match &cli.bench_host {
+            Some(p) => Some(std::fs::read_to_string(p).map_err(|source| SimError::Read {
+                path: p.clone(),
+                source,
+            })?),
+            None => None,
+        };
         let md = report::reproduce(
             !cli.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()),
             bench.as_deref(),
+            host.as_deref(),
         )?;
         if let Some(dir) = std::path::Path::new(path)
             .parent()

@@ -96,6 +96,8 @@ pub struct SeriesRow {
     pub anon_gib: f64,
     pub cache_gib: f64,
     pub free_gib: f64,
+    /// MemAvailable as the guest's /proc/meminfo would show it.
+    pub available_gib: f64,
     pub swapped_gib: f64,
     pub migrating: bool,
 }
@@ -199,6 +201,7 @@ pub fn simulate(
                     anon_gib: gb(g.ram_anon()),
                     cache_gib: gb(g.cache),
                     free_gib: gb(g.free()),
+                    available_gib: gb(g.mem_view().available),
                     swapped_gib: gb(g.swapped),
                     migrating: v.migration.is_some(),
                 }
@@ -363,11 +366,11 @@ pub fn text(s: &Summary) -> String {
 
 /// The series as CSV.
 pub fn csv(rows: &[SeriesRow]) -> String {
-    let mut o = String::from("t_s,vm,size_gib,target_gib,footprint_gib,anon_gib,cache_gib,free_gib,swapped_gib,migrating\n");
+    let mut o = String::from("t_s,vm,size_gib,target_gib,footprint_gib,anon_gib,cache_gib,free_gib,swapped_gib,migrating,available_gib\n");
     for r in rows {
         let _ = writeln!(
             o,
-            "{:.1},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{}",
+            "{:.1},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{:.3}",
             r.t_s,
             r.vm,
             r.size_gib,
@@ -377,7 +380,8 @@ pub fn csv(rows: &[SeriesRow]) -> String {
             r.cache_gib,
             r.free_gib,
             r.swapped_gib,
-            u8::from(r.migrating)
+            u8::from(r.migrating),
+            r.available_gib
         );
     }
     o

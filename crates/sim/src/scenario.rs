@@ -27,6 +27,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../scenarios/host-pressure.toml"),
     ),
     ("pts-memory", include_str!("../scenarios/pts-memory.toml")),
+    ("e1-sizes", include_str!("../scenarios/e1-sizes.toml")),
     ("tiny", include_str!("../scenarios/tiny.toml")),
     ("bench-cells", include_str!("../scenarios/bench-cells.toml")),
 ];
