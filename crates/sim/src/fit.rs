@@ -4,7 +4,9 @@
 //! - **qemu-tcg** from make bench's records (bench/results.json, this machine's QEMU 7.2 under
 //!   TCG): the migration line (bandwidth, first burst) by least squares over the idle cells,
 //!   the downtime, the patched driver's rates, the hook's rate and cost, what free page
-//!   reporting leaves unreported.
+//!   reporting leaves unreported; and from SPEC.md's measured facts (their ranges' middles):
+//!   the stock balloon's rates, the touch speed, the host refault, deflate-on-oom's round,
+//!   free page reporting's drain.
 //! - **xen-seed** from the first seed's own numbers (SPEC.md's table, the seed's text): the
 //!   migration line from F1 and R1, the hook's and the worker's rates from S1; and two values
 //!   no seed measures directly, fitted by running the simulator on R1's EM_sim: the balloon's
@@ -343,9 +345,79 @@ pub fn xen_seed() -> Result<Vec<Fitted>, SimError> {
     ])
 }
 
-/// Every fitted value: xen-seed's, and qemu-tcg's when make bench's records are given.
+/// SPEC.md's facts measured on this machine (ranges read as their middle).
+pub mod facts {
+    /// Stock QEMU 7.2 under TCG: inflate 0.4–0.6 GB/s, deflate 0.85–1.5 GB/s.
+    pub const INFLATE_GB_S: (f64, f64) = (0.4, 0.6);
+    pub const DEFLATE_GB_S: (f64, f64) = (0.85, 1.5);
+    /// A 3 × 400 MiB spike into backed memory in 0.47 s (QEMU 10).
+    pub const SPIKE_WARM_S: f64 = 0.47;
+    /// The same into memory FPR gave back takes 4.2–4.8× as long.
+    pub const REFAULT: (f64, f64) = (4.2, 4.8);
+    /// Touching 1.2 GiB with deflate-on-oom: 8.2–9.0 s instead of 1.1–1.3 s, 1 MiB a round.
+    pub const DOO_S: (f64, f64) = (8.2, 9.0);
+    pub const DOO_PLAIN_S: (f64, f64) = (1.1, 1.3);
+    pub const DOO_GIB: f64 = 1.2;
+    /// Free page reporting drains 125–320 MiB/s.
+    pub const FPR_MIB_S: (f64, f64) = (125.0, 320.0);
+}
+
+/// qemu-tcg's values from SPEC.md's facts.
+pub fn qemu_tcg_facts() -> Vec<Fitted> {
+    use facts::*;
+    let mid = |(a, b): (f64, f64)| (a + b) / 2.0;
+    let fact = |key: &'static str, value: f64, decimals: usize, from: &str| Fitted {
+        profile: "qemu-tcg",
+        key,
+        value,
+        decimals,
+        from: format!("fact: {from}"),
+    };
+    vec![
+        fact(
+            "inflate_gib_s",
+            mid(INFLATE_GB_S) * GB,
+            3,
+            "stock QEMU 7.2 under TCG inflates 0.4–0.6 GB/s",
+        ),
+        fact(
+            "deflate_gib_s",
+            mid(DEFLATE_GB_S) * GB,
+            3,
+            "and deflates 0.85–1.5 GB/s",
+        ),
+        fact(
+            "touch_gib_s",
+            SPIKE_GIB / SPIKE_WARM_S,
+            2,
+            "3 × 400 MiB into backed memory in 0.47 s",
+        ),
+        fact(
+            "refault_factor",
+            mid(REFAULT),
+            2,
+            "the same into memory FPR gave back, 4.2–4.8× as long",
+        ),
+        fact(
+            "doo_round_ms",
+            (mid(DOO_S) - mid(DOO_PLAIN_S)) / (DOO_GIB * 1024.0) * 1000.0,
+            1,
+            "1.2 GiB with deflate-on-oom in 8.2–9.0 s against 1.1–1.3 s, 1 MiB a round",
+        ),
+        fact(
+            "fpr_gib_s",
+            mid(FPR_MIB_S) / 1024.0,
+            3,
+            "reporting drains 125–320 MiB/s",
+        ),
+    ]
+}
+
+/// Every fitted value: xen-seed's, qemu-tcg's from the facts, and its others when make
+/// bench's records are given.
 pub fn calibrate(bench_results: Option<&str>) -> Result<Vec<Fitted>, SimError> {
     let mut v = xen_seed()?;
+    v.extend(qemu_tcg_facts());
     if let Some(text) = bench_results {
         v.extend(qemu_tcg(text)?);
     }

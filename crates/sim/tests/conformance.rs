@@ -24,7 +24,7 @@ fn bench_cells_replayed() {
             );
         }
     }
-    // Today every cell is within 0.51–1.50× in MiB and 0.66–1.50× in time (docs/simulator.md).
+    // Today every cell is within 0.51–1.49× in MiB and 0.61–1.58× in time (docs/simulator.md).
     for r in &rows {
         let (mib, time) = (
             r.simulated_mib / r.measured_mib,
