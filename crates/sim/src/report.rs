@@ -69,7 +69,7 @@ pub fn reproduce(
         ));
         o.push('\n');
     }
-    let _ = writeln!(o, "## Not simulated yet\n\n- E1's throughput (no page-cache hit model; the E1 section compares the memory it follows).\n- Conformance covers the idle and after-spike cells of four configurations on both QEMUs; the fixed balloon with deflate-on-oom (`doo-fixed`), the patched kernel with FPR and the spike during a migration are not replayed yet.");
+    let _ = writeln!(o, "## Not simulated yet\n\n- E1's throughput (no page-cache hit model; the E1 section compares the memory it follows).\n- Conformance covers every moment of four configurations on both QEMUs; the fixed balloon with deflate-on-oom (`doo-fixed`) and the patched kernel with FPR are not replayed yet.");
     Ok(o)
 }
 
