@@ -38,11 +38,12 @@ pub struct Row {
 }
 
 /// The configurations the simulator has, by make bench's name.
-const CONFIGS: [(&str, PolicyName); 4] = [
+const CONFIGS: [(&str, PolicyName); 5] = [
     ("no-balloon", PolicyName::Static),
     ("fpr", PolicyName::FreePageReporting),
     ("ab-stock", PolicyName::ContinuousStockFpr),
     ("ab-patched", PolicyName::Swapfree),
+    ("ab-patched-fpr", PolicyName::SwapfreeFpr),
 ];
 
 /// Replays the idle, after-spike and during-spike cells of `results_json`, both QEMUs (one calibration:

@@ -14,7 +14,7 @@ struct Cli {
     /// A built-in scenario's name, or a scenario file.
     #[arg(long, required_unless_present_any = ["list", "reproduce", "bench", "calibrate", "calibrate_write"])]
     scenario: Option<String>,
-    /// static, swapfree, continuous-stock, continuous-stock-fpr, dsb95, one-shot, iballoon, pressure, shares, free-page-reporting, free-page-hinting.
+    /// static, swapfree, swapfree-fpr, continuous-stock, continuous-stock-fpr, dsb95, one-shot, iballoon, pressure, shares, free-page-reporting, free-page-hinting.
     #[arg(long, default_value = "swapfree")]
     policy: String,
     /// The random seed (jitter of speeds and bandwidth); the same seed gives the same run.

@@ -17,6 +17,8 @@ pub enum PolicyName {
     Static,
     /// Ours: the swap-free estimator on the patched kernel (hook, transparent, overcommit on).
     Swapfree,
+    /// The same with free page reporting on: make bench's `ab-patched-fpr`.
+    SwapfreeFpr,
     /// Our targets on a stock balloon without the hook.
     ContinuousStock,
     /// The same with free page reporting on: make bench's `ab-stock` (the host controller
@@ -39,9 +41,10 @@ pub enum PolicyName {
 }
 
 impl PolicyName {
-    pub const ALL: [PolicyName; 11] = [
+    pub const ALL: [PolicyName; 12] = [
         PolicyName::Static,
         PolicyName::Swapfree,
+        PolicyName::SwapfreeFpr,
         PolicyName::ContinuousStock,
         PolicyName::ContinuousStockFpr,
         PolicyName::Dsb95,
@@ -57,6 +60,7 @@ impl PolicyName {
         match self {
             PolicyName::Static => "static",
             PolicyName::Swapfree => "swapfree",
+            PolicyName::SwapfreeFpr => "swapfree-fpr",
             PolicyName::ContinuousStock => "continuous-stock",
             PolicyName::ContinuousStockFpr => "continuous-stock-fpr",
             PolicyName::Dsb95 => "dsb95",
@@ -110,6 +114,10 @@ impl PolicyName {
                 overcommit_always: true,
                 ..stock
             },
+            PolicyName::SwapfreeFpr => GuestSide {
+                fpr: true,
+                ..PolicyName::Swapfree.guest()
+            },
             PolicyName::ContinuousStockFpr => GuestSide {
                 agent: true,
                 overcommit_always: true,
@@ -154,6 +162,7 @@ impl PolicyName {
         for i in 0..vms {
             let policy = match self {
                 PolicyName::Swapfree
+                | PolicyName::SwapfreeFpr
                 | PolicyName::ContinuousStock
                 | PolicyName::ContinuousStockFpr
                 | PolicyName::Iballoon

@@ -13,13 +13,19 @@ fn bench_cells_replayed() {
     };
     let rows = conformance(&text).unwrap();
     println!("{}", markdown(&rows));
-    // 4 configurations (no balloon, FPR, the stock kernel's host controller, the patched
-    // kernel) × 7 moments (idle, five after the spike, the spike during a slow migration)
-    // × 2 QEMUs (7.2 and 10).
-    assert!(rows.len() >= 56, "{}", rows.len());
+    // 5 configurations (no balloon, FPR, the stock kernel's host controller, the patched
+    // kernel with and without FPR) × 7 moments (idle, five after the spike, the spike during
+    // a slow migration) × 2 QEMUs (7.2 and 10).
+    assert!(rows.len() >= 70, "{}", rows.len());
     assert!(rows.iter().any(|r| r.moment.contains("during")));
     for q in ["system", "qemu10"] {
-        for c in ["no-balloon", "fpr", "ab-stock", "ab-patched"] {
+        for c in [
+            "no-balloon",
+            "fpr",
+            "ab-stock",
+            "ab-patched",
+            "ab-patched-fpr",
+        ] {
             assert!(
                 rows.iter().any(|r| r.qemu == q && r.config == c),
                 "no {c} cell on {q}"
