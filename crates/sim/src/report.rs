@@ -284,7 +284,7 @@ fn s1(r: &Runner, o: &mut String) -> Result<(), SimError> {
         f3.second_spike_after_idle_s
     );
     let _ = writeln!(o, "| first migration: start, size, time | between the 2nd and 3rd spike, ~2 min flat | {:.0} s, {:.0} GiB, {:.0} s |", f3.migration_start_s, f3.migration_size_gib, f3.migration_s);
-    let _ = writeln!(o, "| the next spike's start against its end | right after it (the spike slowed by it) | {:+.0} s |\n", f3.migration_end_to_spike_s);
+    let _ = writeln!(o, "| the third spike's start against its end | it \"completes right before the third memory spike\", whose threads it slows | {:+.0} s |\n", f3.migration_end_to_spike_s);
     let _ = writeln!(o, "| policy | OOM kills | failed allocations | swap out | migrations | avg migration | vs static | avg memory | program slowdown vs static |\n|---|---|---|---|---|---|---|---|---|");
     for p in [
         PolicyName::Static,
