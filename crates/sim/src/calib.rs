@@ -49,8 +49,8 @@ pub struct Calibration {
     pub burst_mib: f64,
     pub hook_cost_us_per_page: f64,
     /// Time the guest's computing programs lose per 4 KiB page the balloon moves (the
-    /// worker's inflation and deflation, and the hook), µs: hypercalls and TLB flushes
-    /// across the vCPUs. Allocation rates are measured with it (S1), so it slows compute.
+    /// worker's inflation and deflation, and the hook), µs: the seed's slow-path overhead in
+    /// one fitted number. Allocation rates are measured with it (S1), so it slows compute.
     #[serde(default)]
     pub balloon_stall_us_per_page: f64,
     pub doo_round_ms: f64,
