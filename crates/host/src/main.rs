@@ -119,7 +119,7 @@ fn load(a: &HostArgs) -> Result<Config, String> {
         Some(p) => Config::load(p).map_err(|e| e.to_string())?,
         None => {
             let vms = a.vms.iter().map(|s| parse_vm_flag(s)).collect::<Result<Vec<_>, _>>()?;
-            let c = Config { controller: ControllerConfig::default(), defaults: PolicyConfig::default(), vms };
+            let c = Config { controller: ControllerConfig::default(), defaults: PolicyConfig::default(), vms, ..Default::default() };
             c.validate().map_err(|e| format!("{e} (give --config FILE or --vm NAME=QMP_SOCKET)"))?;
             c
         }

@@ -27,7 +27,7 @@ fn vm(name: &str, qmp: std::path::PathBuf) -> VmConfig {
 
 fn controller(dir: &std::path::Path, names: &[&str]) -> Controller {
     let vms = names.iter().map(|n| vm(n, dir.join(format!("{n}.qmp")))).collect();
-    let config = Config { controller: ControllerConfig { interval_ms: 100, log_format: LogFormat::Json, ..Default::default() }, defaults: PolicyConfig::default(), vms };
+    let config = Config { controller: ControllerConfig { interval_ms: 100, log_format: LogFormat::Json, ..Default::default() }, defaults: PolicyConfig::default(), vms, ..Default::default() };
     let logger = Logger::new(LogFormat::Json, false).to_file(&dir.join("log")).unwrap();
     Controller::start(&config, logger)
 }

@@ -286,6 +286,8 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
         controller: ControllerConfig::default(),
         defaults: PolicyConfig::default(),
         vms: vec![VmConfig { agent: Some(vm_a.agent.clone()), ..VmConfig::new("demo", vm_a.qmp.clone()) }],
+
+        ..Default::default()
     };
     let logger = Logger::new(LogFormat::Text, false).to_file(&out.join("controller.log")).map_err(|e| format!("cannot write the controller log: {e}"))?;
     // The controller's history is timed from its start; the phases from the demo's.

@@ -183,6 +183,8 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         controller: ControllerConfig::default(),
         defaults: policy.clone(),
         vms: guests.iter().map(|g| VmConfig { agent: Some(g.q.agent.clone()), ..VmConfig::new(g.name, g.q.qmp.clone()) }).collect(),
+
+        ..Default::default()
     };
     let logger = Logger::new(LogFormat::Text, false).to_file(&out.join("controller.log")).map_err(|e| e.to_string())?;
     let ctl = Controller::start(&config, logger);
