@@ -40,6 +40,10 @@ pub enum EventKind {
     Reload,
     /// The metrics endpoint or the status socket.
     Endpoint,
+    /// A VM came under control (discovered, or added by a reload).
+    VmAdded,
+    /// A VM left control (its socket or domain gone, its QEMU gone, removed by a reload).
+    VmRemoved,
     Debug,
 }
 
@@ -70,6 +74,8 @@ impl EventKind {
             EventKind::WorkerPanicked => "worker_panicked",
             EventKind::HostShort => "host_short",
             EventKind::Reload => "reload",
+            EventKind::VmAdded => "vm_added",
+            EventKind::VmRemoved => "vm_removed",
             EventKind::Endpoint => "endpoint",
             EventKind::Debug => "debug",
         }

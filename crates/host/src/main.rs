@@ -21,7 +21,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Manage the balloons of QEMU VMs over QMP until SIGINT/SIGTERM; SIGHUP re-reads --config.
+    /// Manage the balloons of QEMU VMs over QMP (or libvirt) until SIGINT/SIGTERM: the
+    /// configured VMs and those [discovery] finds; SIGHUP re-reads --config and applies
+    /// VMs added, removed or changed at once.
     Host(HostArgs),
     /// Show the running daemon's VMs (read from its status socket).
     Status(StatusArgs),
@@ -118,6 +120,9 @@ fn load(a: &HostArgs) -> Result<Config, String> {
     let mut config = match &a.config {
         Some(p) => Config::load(p).map_err(|e| e.to_string())?,
         None => {
+            if a.vms.is_empty() {
+                return Err("nothing to manage: give --config FILE (a file with no [[vm]] runs with none) or --vm NAME=QMP_SOCKET".into());
+            }
             let vms = a.vms.iter().map(|s| parse_vm_flag(s)).collect::<Result<Vec<_>, _>>()?;
             let c = Config { controller: ControllerConfig::default(), defaults: PolicyConfig::default(), vms, ..Default::default() };
             c.validate().map_err(|e| format!("{e} (give --config FILE or --vm NAME=QMP_SOCKET)"))?;
@@ -138,6 +143,9 @@ fn host(a: HostArgs) -> Result<(), String> {
     let mut running = load(&a)?;
     if a.check_config {
         println!("{}", autoballoon::ops::summary_controller(&running));
+        if let Some(d) = autoballoon::ops::summary_discovery(&running) {
+            println!("{d}");
+        }
         for line in autoballoon::ops::summary(&running) {
             println!("{line}");
         }
@@ -158,7 +166,7 @@ fn host(a: HostArgs) -> Result<(), String> {
         since_status += Duration::from_millis(200);
         if a.status_every > 0 && since_status >= Duration::from_secs(a.status_every) {
             since_status = Duration::ZERO;
-            let rows: Vec<_> = ctl.vms.iter().map(|v| v.snapshot()).collect();
+            let rows: Vec<_> = ctl.vms().iter().map(|v| v.snapshot()).collect();
             eprint!("{}", autoballoon::status_table(&rows));
         }
     }
@@ -205,8 +213,9 @@ fn start_endpoints(config: &Config, ctl: &Controller, log: &Logger) -> (Option<M
     (metrics, status)
 }
 
-/// SIGHUP: re-reads the configuration; applies the log settings and changed VM sockets,
-/// and names every other changed key as needing a restart. An invalid file changes nothing.
+/// SIGHUP: re-reads the configuration; applies the log settings and every VM change
+/// (VMs added, removed or changed, policies, matches, discovery), and names every other
+/// changed key as needing a restart. An invalid file changes nothing.
 fn reload(a: &HostArgs, running: &mut Config, ctl: &Controller, log: &Logger) {
     let Some(path) = &a.config else {
         log.event("-", EventKind::Reload, "SIGHUP: no --config file to re-read; nothing changed", &[]);
@@ -220,28 +229,19 @@ fn reload(a: &HostArgs, running: &mut Config, ctl: &Controller, log: &Logger) {
         }
     };
     let plan = autoballoon::ops::plan_reload(running, &new, a.json, a.verbose);
-    let failed = autoballoon::ops::apply_reload(&plan, ctl, log);
     let mut applied = Vec::new();
     if plan.log.is_some() {
         running.controller.log_format = new.controller.log_format;
         running.controller.verbose = new.controller.verbose;
         applied.push("log settings".to_string());
     }
-    for vm in &plan.retarget {
-        if failed.contains(&vm.name) {
-            continue;
-        }
-        if let Some(r) = running.vms.iter_mut().find(|r| r.name == vm.name) {
-            r.qmp = vm.qmp.clone();
-            r.agent = vm.agent.clone();
-        }
-        applied.push(format!("vm {:?} sockets", vm.name));
-    }
+    applied.extend(autoballoon::ops::apply_reload(&plan, &new, ctl, log));
+    running.defaults = new.defaults.clone();
+    running.vms = new.vms.clone();
+    running.matches = new.matches.clone();
+    running.discovery = new.discovery.clone();
     let mut msg = format!("reloaded {}: ", path.display());
     msg.push_str(&if applied.is_empty() { "nothing to apply".into() } else { format!("applied {}", applied.join(", ")) });
-    if !failed.is_empty() {
-        msg.push_str(&format!("; could not retarget {} (worker busy; send SIGHUP again)", failed.join(", ")));
-    }
     if !plan.restart_needed.is_empty() {
         msg.push_str(&format!("; RESTART NEEDED for: {} (still running with the old values)", plan.restart_needed.join(", ")));
     }

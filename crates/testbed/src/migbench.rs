@@ -196,7 +196,7 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
             for &m in &moments {
                 for &row in &rows {
                     let g = guests.iter_mut().find(|g| g.name == if row.fpr_guest() { "f" } else { "p" }).expect("booted");
-                    let vm = ctl.vm(g.name).expect("configured");
+                    let vm = &ctl.vm(g.name).expect("configured");
                     println!("==> run {run}, {m}, {}", row.key());
                     let r = point(&image, &out, &a, configured, g, vm, m, row)?;
                     println!("    {:.2} s (+{:.2} s prepare), {:.1} MiB sent, downtime {:?} ms, size {:.0} MiB, healthy {}",

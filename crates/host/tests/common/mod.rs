@@ -102,6 +102,14 @@ impl Daemon {
         Daemon { ctl: Some(Controller::start(&config, logger)), log }
     }
 
+    /// With this whole configuration (the log is always JSON, to a file).
+    pub fn start_config(mut config: Config) -> Daemon {
+        config.controller.log_format = LogFormat::Json;
+        config.validate().unwrap();
+        let (log, logger) = LogFile::new();
+        Daemon { ctl: Some(Controller::start(&config, logger)), log }
+    }
+
     pub fn ctl(&self) -> &Controller {
         self.ctl.as_ref().unwrap()
     }

@@ -180,7 +180,7 @@ impl Fleet {
     }
 
     /// The controller's handle of a controlled configuration's VM.
-    pub fn vm(&self, c: Config) -> Option<&VmHandle> {
+    pub fn vm(&self, c: Config) -> Option<VmHandle> {
         self.ctl.as_ref().and_then(|ctl| ctl.vm(c.key()))
     }
 
