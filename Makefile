@@ -9,7 +9,7 @@ AGENT := target/$(TRIPLE)/release/autoballoon-guest
 DEMOBIN := target/release/autoballoon-demo
 IMAGE_PATH := run/image.path
 
-.PHONY: all qemu10 test-qemu10 deps build agent host testbed image demo migbench spikebench densitybench test unit-test integration-test test-host-pressure bench bench-host clean help guest-deb packaging-test fuzz sim reproduce
+.PHONY: all qemu10 test-qemu10 deps build agent host testbed image demo migbench spikebench densitybench test unit-test integration-test test-host-pressure bench bench-host clean help guest-deb deb packaging-test fuzz sim reproduce calibrate
 
 all: build
 
@@ -24,9 +24,11 @@ help:
 	@echo "make migbench - migrations idle and after a spike against free page reporting (MIGBENCH_ARGS='--runs 2')"
 	@echo "make sim    - the simulator's tests, then S1 (paper-spike: 24 h of 675 GB spikes on a 732 GB VM) under swapfree against static (docs/simulator.md)"
 	@echo "make reproduce - writes experiments/REPORT.md: every simulated experiment, the seed's number beside ours"
+	@echo "make calibrate - fits the simulator's calibration (bench/results.json, the seeds' numbers) into crates/sim/calibration.toml"
 	@echo "make image  - build the guest image (cached under $(CACHE))"
 	@echo "make kernel / kernel-test / kernel-deb - the patched guest kernel (see kernel/README.md)"
 	@echo "make guest-deb - the guest agent's Debian package (under $(CACHE)/deb)"
+	@echo "make deb   - the host daemon's Debian package: binary, unit, default config, man page (under $(CACHE)/deb)"
 	@echo "make qemu10 - QEMU 10 from bookworm-backports beside the system QEMU (under $(CACHE)/qemu)"
 	@echo "make test-qemu10 - the QEMU integration tests with every VM under QEMU 10"
 
@@ -65,9 +67,18 @@ image: agent
 guest-deb: agent
 	packaging/build-guest-deb.sh --agent $(AGENT) --out $(CACHE)/deb
 
-# The systemd units (systemd-analyze verify) and the guest .deb (dpkg-deb --info/--contents).
-# The release agent is built by `make image` already; the host binary is the debug one
-# `cargo test` builds, so `make test` gains no release build.
+# The host daemon's Debian package: the release binary, its unit, a default configuration
+# with no VM (/etc/autoballoon/host.toml) and a man page generated from --help
+# (packaging/build-host-deb.sh, packaging/gen-man.sh). Only cargo, dpkg-deb and gzip are
+# needed, so it does not go through `deps` (QEMU and the rest).
+deb:
+	cargo build --release --locked -p autoballoon
+	packaging/build-host-deb.sh --host target/release/autoballoon --out $(CACHE)/deb
+
+# The systemd units (systemd-analyze verify and security), the guest .deb and the host .deb
+# (dpkg-deb --info/--contents, built from the binaries given). The release agent is built by
+# `make image` already; the host binary is the debug one `cargo test` builds, so `make test`
+# gains no release build.
 packaging-test: agent
 	cargo build --locked -p autoballoon
 	packaging/test-packaging.sh --agent $(AGENT) --host target/debug/autoballoon
@@ -114,7 +125,15 @@ sim:
 
 reproduce:
 	cargo build --release --locked -p autoballoon-sim
-	$(SIM) --reproduce experiments/REPORT.md --bench bench/results.json
+	$(SIM) --reproduce experiments/REPORT.md --bench bench/results.json --bench-host bench/host/results.json
+
+# The calibration's fitted values (docs/simulator.md, Calibration) written into the file the
+# binary embeds; then the binary is rebuilt with them and prints the fit beside them.
+calibrate:
+	cargo build --release --locked -p autoballoon-sim
+	$(SIM) --calibrate-write crates/sim/calibration.toml --bench bench/results.json
+	cargo build --release --locked -p autoballoon-sim
+	$(SIM) --calibrate --bench bench/results.json
 
 # Everything: the cargo suite (unit, property, doc and QEMU tests; the kernel scenarios
 # are ignored there), then the kernel scenarios, which build both kernels if not cached.

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Build the Debian package of the guest agent, autoballoon-guest_VERSION_amd64.deb: the
-# static agent binary (/usr/bin/autoballoon-guest, from `make agent`) and its systemd unit
-# (/lib/systemd/system/autoballoon-guest.service, enabled and started on install when
-# systemd runs). Uses dpkg-deb on a staged tree; no debhelper needed.
+# static agent binary (/usr/bin/autoballoon-guest, from `make agent`), its systemd unit
+# (/lib/systemd/system/autoballoon-guest.service) and the udev rule that starts it when the
+# virtio-serial port org.autoballoon.agent.0 appears, at boot or hot-plugged
+# (/lib/udev/rules.d/60-autoballoon-guest.rules), and docs/guest-agent.md. The agent sets
+# vm.overcommit_memory=1 when it starts (--no-overcommit keeps the guest's setting; see
+# docs/guest-agent.md). Uses dpkg-deb on a staged tree; no debhelper needed.
 #
 # Usage: packaging/build-guest-deb.sh [--agent BINARY] [--out DIR]
 #   --agent  the agent binary (default: target/x86_64-unknown-linux-gnu/release/autoballoon-guest)
@@ -18,7 +21,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --agent) agent="$2"; shift ;;
         --out) out="$2"; shift ;;
-        -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "build-guest-deb: unknown argument: $1" >&2; exit 2 ;;
     esac
     shift
@@ -34,10 +37,12 @@ name="autoballoon-guest_${version}_${arch}"
 stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 pkg="$stage/$name"
-install -d "$pkg/DEBIAN" "$pkg/usr/bin" "$pkg/lib/systemd/system" "$pkg/usr/share/doc/autoballoon-guest"
+install -d "$pkg/DEBIAN" "$pkg/usr/bin" "$pkg/lib/systemd/system" "$pkg/lib/udev/rules.d" "$pkg/usr/share/doc/autoballoon-guest"
 install -m 0755 "$agent" "$pkg/usr/bin/autoballoon-guest"
 install -m 0644 "$here/systemd/autoballoon-guest.service" "$pkg/lib/systemd/system/autoballoon-guest.service"
+install -m 0644 "$here/udev/60-autoballoon-guest.rules" "$pkg/lib/udev/rules.d/60-autoballoon-guest.rules"
 install -m 0644 "$root/LICENSE" "$pkg/usr/share/doc/autoballoon-guest/copyright"
+install -m 0644 "$root/docs/guest-agent.md" "$pkg/usr/share/doc/autoballoon-guest/README.md"
 size_kib="$(du -sk --exclude=DEBIAN "$pkg" | cut -f1)"
 
 cat > "$pkg/DEBIAN/control" <<CONTROL
@@ -53,17 +58,26 @@ Description: autoballoon guest agent (continuous memory ballooning)
  to the autoballoon host controller over the virtio-serial port
  org.autoballoon.agent.0, which sizes the VM's balloon to what the guest needs. With
  the patched guest kernel or on Xen it sets the balloon itself. One static binary;
- the systemd unit starts it when the port exists.
+ a udev rule starts its systemd unit when the port appears (at boot or hot-plugged).
+ .
+ At start the agent sets vm.overcommit_memory=1 (logging the old value) so programs
+ may allocate beyond the guest's present size; --no-overcommit keeps the guest's
+ setting (/usr/share/doc/autoballoon-guest/README.md).
 CONTROL
 
-# Enable and start the unit on install, stop it on removal (as dh_installsystemd would).
+# Enable the unit (on the port's device) on install and start it if the port is there
+# (udev replays the port's "add", which wants the unit); stop it on removal.
 cat > "$pkg/DEBIAN/postinst" <<'SCRIPT'
 #!/bin/sh
 set -e
 if [ "$1" = configure ] && [ -d /run/systemd/system ]; then
     systemctl daemon-reload || true
     systemctl enable autoballoon-guest.service || true
-    systemctl restart autoballoon-guest.service || true
+    udevadm control --reload-rules 2>/dev/null || true
+    if [ -e /dev/virtio-ports/org.autoballoon.agent.0 ]; then
+        udevadm trigger --subsystem-match=virtio-ports --action=add 2>/dev/null || true
+        systemctl restart autoballoon-guest.service || true
+    fi
 fi
 exit 0
 SCRIPT

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Checks the packaging: both systemd units pass `systemd-analyze verify` (against a staged
-# root holding the binaries, so ExecStart paths resolve), and the guest agent's .deb builds
-# and holds the binary and the unit. Run by `make packaging-test` (part of `make test`).
+# root holding the binaries, so ExecStart paths resolve), the guest agent's .deb builds
+# and holds the binary, the unit and the udev rule, and the host daemon's .deb (`make deb`)
+# builds and holds the binary, the unit, the default configuration and the man page, with
+# dependencies on nothing but the libraries the binary links. Run by `make packaging-test`
+# (part of `make test`).
 #
 # Usage: packaging/test-packaging.sh --agent AGENT_BINARY --host HOST_BINARY
 set -euo pipefail
@@ -36,6 +39,17 @@ if command -v systemd-analyze >/dev/null; then
     fi
     [ ! -s "$work/verify.log" ] || { cat "$work/verify.log" >&2; fail "systemd-analyze verify printed warnings"; }
     echo "test-packaging: systemd-analyze verify: both units OK ($(systemd-analyze --version | head -1))"
+    # The host daemon's confinement (docs/security.md): systemd's own exposure score, 0-10
+    # (2.4 when written), must stay at most 3.0; and the directives the docs promise.
+    u="$here/systemd/autoballoon.service"
+    if systemd-analyze security --help 2>/dev/null | grep -q -- '--offline'; then
+        systemd-analyze security --offline=yes --threshold=30 "$u" > "$work/security.log" 2>&1 || { tail -3 "$work/security.log" >&2; fail "autoballoon.service exposure above 3.0"; }
+        echo "test-packaging: autoballoon.service $(grep -o 'Overall exposure level.*' "$work/security.log")"
+    fi
+    for d in Type=notify WatchdogSec= NotifyAccess=main ProtectSystem=strict NoNewPrivileges=yes PrivateTmp=yes ProtectHome=yes \
+             'RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6' ReadWritePaths=/run/autoballoon RuntimeDirectoryMode=0700 UMask=0077 RestartPreventExitStatus=2; do
+        grep -q "^$d" "$u" || fail "autoballoon.service lacks $d"
+    done
 else
     echo "test-packaging: SKIP systemd-analyze verify: systemd-analyze not installed (Debian package systemd)"
 fi
@@ -51,6 +65,58 @@ grep -q '^ Architecture: amd64$' <<< "$info" || fail "no Architecture field"
 grep -Eq '^-rwxr-xr-x root/root +[0-9]+ .* \./usr/bin/autoballoon-guest$' <<< "$contents" || fail "no executable /usr/bin/autoballoon-guest: $contents"
 grep -Eq ' \./lib/systemd/system/autoballoon-guest\.service$' <<< "$contents" || fail "no unit: $contents"
 dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/bin/autoballoon-guest | cmp -s - "$agent" || fail "the packaged binary differs from $agent"
-dpkg-deb --fsys-tarfile "$deb" | tar -xO ./lib/systemd/system/autoballoon-guest.service | grep -q '^OOMScoreAdjust=-1000$' || fail "unit lacks OOMScoreAdjust"
-echo "test-packaging: $(basename "$deb"): binary and unit present"
-echo "test-packaging: 2 passed, 0 failed"
+unit="$(dpkg-deb --fsys-tarfile "$deb" | tar -xO ./lib/systemd/system/autoballoon-guest.service)"
+grep -q '^OOMScoreAdjust=-1000$' <<< "$unit" || fail "unit lacks OOMScoreAdjust"
+# Started by the port's device (hot-plug too), not after udev-settle.
+grep -qF 'BindsTo=dev-virtio\x2dports-org.autoballoon.agent.0.device' <<< "$unit" || fail "unit not bound to the port's device"
+grep -qF 'WantedBy=dev-virtio\x2dports-org.autoballoon.agent.0.device' <<< "$unit" || fail "unit not wanted by the port's device"
+! grep -q 'udev-settle' <<< "$unit" || fail "unit still waits on systemd-udev-settle"
+grep -Eq ' \./lib/udev/rules\.d/60-autoballoon-guest\.rules$' <<< "$contents" || fail "no udev rule: $contents"
+dpkg-deb --fsys-tarfile "$deb" | tar -xO ./lib/udev/rules.d/60-autoballoon-guest.rules | grep -q 'ATTR{name}=="org.autoballoon.agent.0".*TAG+="systemd".*SYSTEMD_WANTS}+="autoballoon-guest.service"' || fail "udev rule does not want the unit"
+grep -Eq ' \./usr/share/doc/autoballoon-guest/README\.md$' <<< "$contents" || fail "no README (overcommit documented there)"
+grep -q 'vm.overcommit_memory=1' <<< "$info" || fail "the package description does not say it sets vm.overcommit_memory"
+echo "test-packaging: $(basename "$deb"): binary, unit (bound to the port's device), udev rule and README present"
+
+# --- the host daemon's .deb --------------------------------------------------------------
+deb="$("$here/build-host-deb.sh" --host "$host" --out "$work/deb" | tail -1)"
+[ -f "$deb" ] || fail "no host .deb built"
+case "$(basename "$deb")" in autoballoon_*_amd64.deb) ;; *) fail "unexpected name $deb" ;; esac
+info="$(dpkg-deb --info "$deb")"
+contents="$(dpkg-deb --contents "$deb")"
+grep -q '^ Package: autoballoon$' <<< "$info" || fail "no Package field: $info"
+grep -q '^ Architecture: amd64$' <<< "$info" || fail "no Architecture field"
+deps="$(sed -n 's/^ Depends: //p' <<< "$info")"
+grep -q 'libc6 (>= [0-9.]*)' <<< "$deps" || fail "Depends lacks libc6: $deps"
+# Only what the daemon runs: the C library and libgcc's unwinder; no QEMU, no libvirt.
+extra="$(tr ',' '\n' <<< "$deps" | sed 's/^ *//; s/ .*//' | grep -v -x -e libc6 -e libgcc-s1 || true)"
+[ -z "$extra" ] || fail "Depends on more than the linked libraries: $deps"
+grep -q '^ Suggests: libvirt-clients$' <<< "$info" || fail "no Suggests: libvirt-clients"
+grep -q 'conffiles' <<< "$info" || fail "no conffiles: $info"
+[ "$(dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles)" = /etc/autoballoon/host.toml ] || fail "host.toml is not a conffile"
+for f in './usr/bin/autoballoon' './lib/systemd/system/autoballoon.service' './etc/autoballoon/host.toml' \
+         './usr/share/man/man8/autoballoon.8.gz' './usr/share/doc/autoballoon/copyright' './usr/share/doc/autoballoon/configuration.md' \
+         './usr/share/doc/autoballoon/security.md'; do
+    grep -Eq " ${f//./\\.}\$" <<< "$contents" || fail "no $f in the host .deb: $contents"
+done
+grep -Eq '^-rwxr-xr-x root/root +[0-9]+ .* \./usr/bin/autoballoon$' <<< "$contents" || fail "/usr/bin/autoballoon not executable by all"
+x="$work/host-deb"
+mkdir -p "$x"
+dpkg-deb --extract "$deb" "$x"
+cmp -s "$x/usr/bin/autoballoon" "$host" || fail "the packaged binary differs from $host"
+cmp -s "$x/lib/systemd/system/autoballoon.service" "$here/systemd/autoballoon.service" || fail "the packaged unit differs"
+# The default configuration has no VM, and the packaged daemon accepts it.
+"$x/usr/bin/autoballoon" host --check-config --config "$x/etc/autoballoon/host.toml" | grep -q '^configuration OK: 0 VM(s)$' || fail "the default host.toml does not pass --check-config"
+# The man page is --help's: every subcommand has its section, and it renders.
+page="$(gzip -dc "$x/usr/share/man/man8/autoballoon.8.gz")"
+for s in HOST STATUS MIGRATE PAUSE RESUME; do
+    grep -q "^\.SH \"AUTOBALLOON $s\"" <<< "$page" || fail "man page lacks AUTOBALLOON $s"
+done
+grep -q 'log\\-level' <<< "$page" || fail "man page lacks --log-level (not generated from this --help?)"
+grep -q '^\.SH FILES' <<< "$page" || fail "man page lacks FILES"
+if command -v man >/dev/null; then
+    warn="$(MANWIDTH=80 man --warnings -l "$x/usr/share/man/man8/autoballoon.8.gz" 2>&1 >/dev/null || true)"
+    [ -z "$warn" ] || fail "man page warnings: $warn"
+    MANWIDTH=80 man -l "$x/usr/share/man/man8/autoballoon.8.gz" 2>/dev/null | grep -q 'Exit status: 0 success' || fail "man page does not render the exit status"
+fi
+echo "test-packaging: $(basename "$deb"): binary, unit, conffile, man page; Depends: $deps"
+echo "test-packaging: 3 passed, 0 failed"

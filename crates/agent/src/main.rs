@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "autoballoon-guest", version, about = "Continuous, swap-free self-ballooning from inside the guest")]
+#[command(name = "autoballoon-guest", version, about = "Continuous, swap-free self-ballooning from inside the guest", after_help = EXIT_STATUS)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -30,8 +30,10 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Print the balloon target the estimator computes from a meminfo file.
+    #[command(after_help = EXIT_STATUS)]
     Estimate(estimate_cmd::EstimateArgs),
     /// Run the sampling loop until killed.
+    #[command(after_help = EXIT_STATUS)]
     Run(Box<RunArgs>),
 }
 
@@ -88,28 +90,111 @@ pub struct RunArgs {
     /// of milliseconds of a stall; the host then grows the guest at once).
     #[arg(long)]
     pub no_pressure_trigger: bool,
+    /// Leave vm.overcommit_memory as the guest has it. By default the agent sets it to 1
+    /// at start (and logs the old value), so that a program may allocate beyond the
+    /// guest's present size while the balloon gives memory back (docs/guest-agent.md).
+    #[arg(long)]
+    pub no_overcommit: bool,
     /// Skip self-protection (oom_score_adj, mlockall) and the overcommit sysctl, for tests on a host.
     #[arg(long)]
     pub unprivileged: bool,
     /// Stop after this many samples (0 = run forever).
     #[arg(long, default_value_t = 0)]
     pub samples: u64,
-    /// Log every tick, not only actions.
+    /// Write log lines of this level and below: error, warn, info (one line per action),
+    /// debug (also every tick and sample).
+    #[arg(long, value_enum, default_value = "info", value_name = "LEVEL")]
+    pub log_level: logging::Level,
+    /// Log every tick, not only actions: --log-level debug.
     #[arg(short, long)]
     pub verbose: bool,
+}
+
+/// The exit status of every command, in `--help`.
+const EXIT_STATUS: &str = "Exit status: 0 success (run: after --samples N samples); 1 a runtime \
+failure (the port, the balloon interface or procfs cannot be opened or used); 2 a usage \
+error (a bad flag or policy value: the message names the key and its flag; estimate: an \
+unreadable or malformed meminfo file).";
+
+/// Why a command failed; the exit status tells them apart.
+#[derive(Debug)]
+pub enum Failure {
+    /// A bad flag, a bad value, bad input: exit 2.
+    Usage(String),
+    /// The work could not be done: exit 1.
+    Runtime(String),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Estimate(a) => estimate_cmd::run(&a),
+        Command::Estimate(a) => estimate_cmd::run(&a).map_err(Failure::Usage),
         Command::Run(a) => run::run(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
+        Err(Failure::Usage(e)) => {
             eprintln!("autoballoon-guest: error: {e}");
             ExitCode::from(2)
         }
+        Err(Failure::Runtime(e)) => {
+            eprintln!("autoballoon-guest: error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod help_tests {
+    use super::*;
+    use autoballoon_core::config::PolicyConfig;
+    use clap::CommandFactory;
+
+    fn run_args(extra: &[&str]) -> RunArgs {
+        let mut argv = vec!["autoballoon-guest", "run"];
+        argv.extend_from_slice(extra);
+        match Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{extra:?}: {e}")).command {
+            Command::Run(a) => *a,
+            Command::Estimate(_) => unreachable!(),
+        }
+    }
+
+    /// Every `[default: X]` that `run --help` states is the value the agent uses when the
+    /// flag is absent: giving X changes nothing, giving another value changes the
+    /// configuration (so the flag is the key the help names). Every policy flag states one,
+    /// except the KiB spellings (same key) and the switch `--adaptive`.
+    #[test]
+    fn run_help_states_the_true_defaults() {
+        let cmd = Cli::command();
+        let run = cmd.find_subcommand("run").unwrap();
+        let base = run_args(&[]);
+        let policy_flags = <config::PolicyArgs as clap::Args>::augment_args(clap::Command::new("policy"));
+        let mut checked = 0;
+        for arg in run.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+            let stated = help.split("[default: ").nth(1).and_then(|r| r.split(']').next()).map(str::to_string);
+            let clap_default = arg.get_default_values().first().map(|v| v.to_string_lossy().into_owned());
+            let policy_flag = policy_flags.get_arguments().any(|a| a.get_long() == Some(long));
+            if policy_flag && !long.ends_with("-kb") && long != "adaptive" {
+                assert!(stated.is_some(), "--{long} states no default: {help:?}");
+            }
+            if let (Some(s), Some(c)) = (&stated, &clap_default) {
+                panic!("--{long}: help says [default: {s}] besides clap's own {c}");
+            }
+            let Some(value) = stated else { continue };
+            let flag = format!("--{long}");
+            let same = run_args(&[&flag, &value]);
+            assert_eq!(same.policy.config().unwrap(), base.policy.config().unwrap(), "--{long} {value} is not the default");
+            let n: u64 = value.parse().unwrap_or_else(|_| panic!("--{long}: default {value:?} is not a number"));
+            let other = (n + 1).to_string();
+            assert_ne!(run_args(&[&flag, &other]).policy.config().unwrap(), base.policy.config().unwrap(), "--{long} {other} changes nothing");
+            checked += 1;
+        }
+        assert!(checked >= 14, "only {checked} stated defaults checked");
+        // Clap's own defaults (shown by clap from the same value) and the shared ones.
+        assert_eq!(base.policy.config().unwrap(), PolicyConfig::default());
+        assert_eq!((base.interval_ms, base.samples, base.backend), (1000, 0, BackendKind::Host));
+        assert!(!base.no_overcommit && !base.unprivileged && !base.no_pressure_trigger);
     }
 }

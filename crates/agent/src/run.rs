@@ -9,9 +9,9 @@
 use crate::backend::{self, Target};
 use crate::channel::{wait_trigger, Channel};
 use crate::trigger::{PressureTrigger, STALL, WINDOW};
-use crate::logging::{info, RateLimited};
+use crate::logging::{debug, info, log, Level, RateLimited};
 use crate::source::{Migration, ProcSource};
-use crate::{protect, BackendKind, RunArgs};
+use crate::{protect, BackendKind, Failure, RunArgs};
 use autoballoon_core::config::PolicyConfig;
 use autoballoon_core::control::{Source, Tick};
 use autoballoon_core::host::{one_vm_step, HostLoop, Independent, OneStep, ONE};
@@ -24,7 +24,16 @@ use std::time::{Duration, Instant};
 /// How often a repeated error (or the count of dropped samples) is logged at most.
 const ERROR_EVERY: Duration = Duration::from_secs(60);
 
-pub fn run(a: &RunArgs) -> Result<(), String> {
+/// Runs the agent: a bad command line is a [`Failure::Usage`] (exit 2), anything that
+/// stops it later a [`Failure::Runtime`] (exit 1).
+pub fn run(a: &RunArgs) -> Result<(), Failure> {
+    let policy = check(a).map_err(Failure::Usage)?;
+    crate::logging::set_level(if a.verbose { Level::Debug } else { a.log_level });
+    start(a, &policy).map_err(Failure::Runtime)
+}
+
+/// The command line's own errors, before anything is touched.
+fn check(a: &RunArgs) -> Result<PolicyConfig, String> {
     let policy = a.policy.config()?;
     if a.interval_ms < 10 {
         return Err(format!("invalid value for `--interval-ms`: {} is below 10", a.interval_ms));
@@ -32,9 +41,18 @@ pub fn run(a: &RunArgs) -> Result<(), String> {
     if a.backend == BackendKind::Host && a.port.is_none() {
         return Err("--backend host needs --port (the virtio-serial port to the host)".into());
     }
+    Ok(policy)
+}
+
+fn start(a: &RunArgs, policy: &PolicyConfig) -> Result<(), String> {
     if !a.unprivileged {
         protect::protect_self().map_err(|e| format!("cannot protect the agent from the OOM killer: {e}"))?;
-        protect::allow_overcommit(&a.proc_dir).map_err(|e| format!("cannot enable memory overcommit: {e}"))?;
+        if a.no_overcommit {
+            info(format_args!("vm.overcommit_memory left as it is (--no-overcommit)"));
+        } else {
+            let old = protect::allow_overcommit(&a.proc_dir).map_err(|e| format!("cannot enable memory overcommit (--no-overcommit leaves it): {e}"))?;
+            info(format_args!("vm.overcommit_memory set to 1 (was {old}): programs may allocate beyond the guest's present size; --no-overcommit leaves it"));
+        }
     }
     let balloon = backend::open(a).map_err(|e| e.to_string())?;
     let channel = match &a.port {
@@ -48,7 +66,7 @@ pub fn run(a: &RunArgs) -> Result<(), String> {
             Ok(t) => agent.trigger = Some(t),
             // A kernel without PSI: samples carry no pressure either, silently.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => info(format_args!("no memory-pressure trigger ({e}): a guest running short is seen at the next sample")),
+            Err(e) => log(Level::Warn, format_args!("no memory-pressure trigger ({e}): a guest running short is seen at the next sample")),
         }
     }
     let name = balloon.name();
@@ -57,11 +75,11 @@ pub fn run(a: &RunArgs) -> Result<(), String> {
         ch.send(&encode(&hello)).map_err(|e| format!("cannot write to the host port: {e}"))?;
     }
     if balloon.agent_decides() {
-        agent.control(&policy, tau, Target(balloon));
+        agent.control(policy, tau, Target(balloon));
     } else {
         info(format_args!("started: backend {name}, interval {} ms: reporting; the host sets the balloon", tau.as_millis()));
         if a.policy.any() {
-            info(format_args!("policy flags do nothing with --backend {name}: the host's configuration applies"));
+            log(Level::Warn, format_args!("policy flags do nothing with --backend {name}: the host's configuration applies"));
         }
         agent.report_only(tau);
     }
@@ -125,8 +143,21 @@ struct Agent<'a> {
 
 impl<'a> Agent<'a> {
     fn new(args: &'a RunArgs, source: ProcSource, channel: Option<Channel>) -> Agent<'a> {
-        let limited = || RateLimited::new(ERROR_EVERY);
-        Agent { args, source, channel, trigger: None, short_until: None, stop_shrinking: false, seq: 0, bad_sample: limited(), bad_actuator: limited(), bad_port: limited(), overlong_logged: 0, bad_host_line: limited() }
+        let limited = |level| RateLimited::new(level, ERROR_EVERY);
+        Agent {
+            args,
+            source,
+            channel,
+            trigger: None,
+            short_until: None,
+            stop_shrinking: false,
+            seq: 0,
+            bad_sample: limited(Level::Warn),
+            bad_actuator: limited(Level::Error),
+            bad_port: limited(Level::Warn),
+            overlong_logged: 0,
+            bad_host_line: limited(Level::Warn),
+        }
     }
 
     /// `--backend host`: sample, report, wait; until `--samples` if given. While the host
@@ -196,18 +227,18 @@ impl<'a> Agent<'a> {
     fn log_tick(&self, commanded: Option<Kib>, tick: &Tick) {
         match &tick.outcome {
             Ok(act) => info(format_args!("target {} -> {}: {}{}", act.previous, act.target, act.reason, act.limits_note())),
-            Err(idle) if self.args.verbose => info(format_args!("tick {}: {idle} (target {})", self.seq, commanded.map_or("none".into(), |k| k.to_string()))),
+            Err(idle) if crate::logging::enabled(Level::Debug) => debug(format_args!("tick {}: {idle} (target {})", self.seq, commanded.map_or("none".into(), |k| k.to_string()))),
             Err(_) => {}
         }
     }
 
     /// Sends the sample to the host, if there is a port.
     fn report(&mut self, s: &Sample, target: Option<Kib>) {
-        if self.args.verbose {
+        if crate::logging::enabled(Level::Debug) {
             let psi = s.pressure.map_or("no PSI".into(), |p| format!("pressure {:.2} %", p.some.avg10));
             let mem = s.mem.map_or("no memory view".into(), |m| format!("available {}, committed {}", m.available, m.committed_as));
             let size = if s.max == Kib::ZERO { "size unknown".into() } else { format!("size {}", s.guest_size) };
-            info(format_args!("sample {}: {size}, {mem}, {psi}", self.seq));
+            debug(format_args!("sample {}: {size}, {mem}, {psi}", self.seq));
         }
         let now = Instant::now();
         let running_short = self.short(now);
@@ -218,7 +249,7 @@ impl<'a> Agent<'a> {
             self.bad_port.log(now, format_args!("cannot write to the host port: {e}"));
         }
         if let Some(n) = ch.drops_to_report(now, ERROR_EVERY) {
-            info(format_args!("{n} samples dropped: the host is not reading"));
+            log(Level::Warn, format_args!("{n} samples dropped: the host is not reading"));
         }
         let overlong = ch.overlong();
         if overlong > self.overlong_logged {
@@ -245,8 +276,8 @@ impl<'a> Agent<'a> {
             None => crate::channel::Woken { pressure: wait_trigger(trigger, next_in), ..Default::default() },
         };
         if woken.pressure {
-            if !self.short(Instant::now()) && self.args.verbose {
-                info(format_args!("memory pressure: tasks stalled on memory; sampling now"));
+            if !self.short(Instant::now()) {
+                debug(format_args!("memory pressure: tasks stalled on memory; sampling now"));
             }
             self.short_until = Some(Instant::now() + SHORT_FOR);
         }

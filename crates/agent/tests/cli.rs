@@ -121,3 +121,16 @@ fn the_host_backend_reports_samples_with_pressure() {
     assert!(err.contains("policy flags do nothing with --backend host"), "{err}");
     let _ = std::fs::remove_dir_all(root);
 }
+
+#[test]
+fn a_runtime_failure_exits_1_and_help_says_so() {
+    let (code, _, err) = agent(&["run", "--backend", "host", "--unprivileged", "--port", "/nonexistent/port"]);
+    assert_eq!(code, 1, "cannot open the port: a runtime failure: {err}");
+    assert!(err.contains("cannot open port /nonexistent/port"), "{err}");
+    let (code, _, err) = agent(&["run", "--backend", "host", "--unprivileged"]);
+    assert_eq!(code, 2, "no --port: a usage error: {err}");
+    let (code, out, _) = agent(&["run", "--help"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("Exit status: 0 success") && out.contains("1 a runtime failure") && out.contains("2 a usage error"), "{out}");
+    assert!(out.contains("--log-level <LEVEL>") && out.contains("--no-overcommit"), "{out}");
+}

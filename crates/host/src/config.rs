@@ -7,6 +7,7 @@ pub use autoballoon_core::host::BalancerKind;
 pub use autoballoon_core::migration::ShrinkSetting;
 use autoballoon_core::host::{SharesConfig, VmId, VmShares};
 use autoballoon_core::Kib;
+pub use crate::log::Level;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -35,7 +36,9 @@ pub struct ControllerConfig {
     pub interval_ms: u64,
     /// `text` or `json` log lines.
     pub log_format: LogFormat,
-    /// Log every tick, not only actions.
+    /// The lowest level of log lines written: `error`, `warn`, `info`, `debug`.
+    pub log_level: Level,
+    /// Log every tick, not only actions: the same as `log_level = "debug"`.
     pub verbose: bool,
     /// The host-wide balancer: `independent`, `cap-growth`, `iballoon`, `pressure`, `shares`.
     pub balancer: BalancerKind,
@@ -65,11 +68,23 @@ pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9848";
 /// The status socket's default path.
 pub const DEFAULT_STATUS_SOCKET: &str = "/run/autoballoon/status.sock";
 
+impl ControllerConfig {
+    /// The log level the file asks for (`verbose = true` is `debug`).
+    pub fn level(&self) -> Level {
+        if self.verbose {
+            Level::Debug
+        } else {
+            self.log_level
+        }
+    }
+}
+
 impl Default for ControllerConfig {
     fn default() -> Self {
         ControllerConfig {
             interval_ms: 1000,
             log_format: LogFormat::Text,
+            log_level: Level::Info,
             verbose: false,
             balancer: BalancerKind::Independent,
             capacity_mib: 0,
@@ -113,7 +128,8 @@ pub struct VmConfig {
     /// QOM path of the virtio-balloon device, for guest-stats.
     #[serde(default = "default_balloon_path")]
     pub balloon_device: String,
-    /// Per-VM overrides of `[defaults]`.
+    /// The VM's own policy: `[defaults]` with the keys its `[vm.policy]` table sets
+    /// replaced, key by key ([`Config::parse`] merges them); `None` = `[defaults]`.
     #[serde(default)]
     pub policy: Option<PolicyConfig>,
     /// The VM's shares, for `balancer = "shares"`.
@@ -162,14 +178,13 @@ pub fn default_libvirt_uri() -> String {
     crate::libvirt::DEFAULT_URI.into()
 }
 
-/// One VM's `[vm.shares]` table (the ESX balancer's proportional shares).
+/// One VM's `[vm.shares]` table (the ESX balancer's proportional shares). Its
+/// reservation (never reclaimed below) is the VM's one floor, the policy's `min_mib`.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SharesKeys {
     /// Relative entitlement.
     pub shares: u64,
-    /// Never reclaimed below this, MiB.
-    pub min_mib: u64,
     /// Never given more than this, MiB; 0 = no limit.
     pub max_mib: u64,
 }
@@ -177,7 +192,7 @@ pub struct SharesKeys {
 impl Default for SharesKeys {
     fn default() -> Self {
         let d = VmShares::default();
-        SharesKeys { shares: d.shares, min_mib: 0, max_mib: 0 }
+        SharesKeys { shares: d.shares, max_mib: 0 }
     }
 }
 
@@ -214,9 +229,30 @@ impl Config {
         })
     }
 
+    /// Parses and validates a configuration file's text. A `[vm.policy]` table inherits
+    /// `[defaults]` key by key: the VM's policy is `[defaults]` with the keys the table
+    /// sets replaced (the other keys keep `[defaults]`' values, or the built-in defaults).
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
-        let c: Config = toml::from_str(text).map_err(|e| ConfigError::Syntax(PathBuf::from("config"), e.to_string()))?;
-        let c = c.with_match_policies(text)?;
+        let syntax = |e: toml::de::Error| ConfigError::Syntax(PathBuf::from("config"), e.to_string());
+        let raw: toml::Table = toml::from_str(text).map_err(syntax)?;
+        let raw_vms = raw.get("vm").and_then(toml::Value::as_array).map(Vec::as_slice).unwrap_or_default();
+        for (i, vm) in raw_vms.iter().enumerate() {
+            if vm.get("shares").and_then(|s| s.get("min_mib")).is_some() {
+                return Err(ConfigError::Invalid {
+                    key: format!("vm[{i}].shares.min_mib"),
+                    why: "is no longer a key: a VM has one floor, `min_mib` in its [vm.policy] (or [defaults]), which the shares balancer also reserves".into(),
+                });
+            }
+        }
+        // Every key and type checked, with the file's line numbers in the errors.
+        let mut c: Config = toml::from_str::<Config>(text).map_err(syntax)?.with_match_policies(text)?;
+        let defaults = raw.get("defaults").and_then(toml::Value::as_table).cloned().unwrap_or_default();
+        for (vm, raw_vm) in c.vms.iter_mut().zip(raw_vms) {
+            let Some(own) = raw_vm.get("policy").and_then(toml::Value::as_table) else { continue };
+            let mut merged = defaults.clone();
+            merged.extend(own.iter().map(|(k, v)| (k.clone(), v.clone())));
+            vm.policy = Some(merged.try_into().map_err(syntax)?);
+        }
         c.validate()?;
         Ok(c)
     }
@@ -260,13 +296,15 @@ impl Config {
         self.validate_discovery()
     }
 
-    /// The `shares` balancer's settings: each VM's `[vm.shares]`, by its position.
+    /// The `shares` balancer's settings: each VM's `[vm.shares]`, by its position, with
+    /// its policy's `min_mib` as the reservation.
     pub fn shares(&self) -> SharesConfig {
         let mut c = SharesConfig::default();
         for (i, vm) in self.vms.iter().enumerate() {
             if let Some(k) = vm.shares {
                 let max = if k.max_mib == 0 { Kib::MAX } else { Kib::from_mib_saturating(k.max_mib) };
-                c.vms.insert(VmId(i as u32), VmShares { shares: k.shares, min: Kib::from_mib_saturating(k.min_mib), max });
+                let min = Kib::from_mib_saturating(self.policy_for(vm).min_mib);
+                c.vms.insert(VmId(i as u32), VmShares { shares: k.shares, min, max });
             }
         }
         c
@@ -462,12 +500,57 @@ mod tests {
         assert!(e.to_string().contains("vm[1].name"), "{e}");
         let e = Config::parse("[[vm]]\nname='a'\nqmp='/x'\n[vm.policy]\nalign_mib = 0\n").unwrap_err();
         assert!(e.to_string().contains("vm[0].policy.align_mib"), "{e}");
+        let e = Config::parse("[[vm]]\nname='a'\nqmp='/x'\n[vm.shares]\nmin_mib = 5\n").unwrap_err();
+        assert!(e.to_string().contains("vm[0].shares.min_mib") && e.to_string().contains("[vm.policy]"), "{e}");
+        let e = Config::parse("[[vm]]\nname='a'\nqmp='/x'\n[vm.policy]\nbufer_mib = 5\n").unwrap_err();
+        assert!(e.to_string().contains("bufer_mib"), "{e}");
         let e = Config::parse("[[vm]]\nname='a'\n").unwrap_err();
         assert!(e.to_string().contains("qmp"), "{e}");
         let e = Config::parse("[[vm]]\nname='a'\nqmp='/x'\nlibvirt_domain='d'\n").unwrap_err();
         assert!(e.to_string().contains("vm[0].libvirt_domain"), "{e}");
         let e = Config::parse("[[vm]]\nname='a'\nlibvirt_domain=''\n").unwrap_err();
         assert!(e.to_string().contains("vm[0].libvirt_domain"), "{e}");
+    }
+
+    #[test]
+    fn a_vms_policy_inherits_defaults_key_by_key() {
+        let c = Config::parse(
+            "[defaults]\nbuffer_mib = 100\nmin_mib = 256\nhold_off_s = 7\n\
+             [[vm]]\nname='a'\nqmp='/a'\n[vm.policy]\nbuffer_mib = 32\nspike_hold_s = 0\n\
+             [[vm]]\nname='b'\nqmp='/b'\n",
+        )
+        .unwrap();
+        let (a, b) = (c.policy_for(&c.vms[0]), c.policy_for(&c.vms[1]));
+        // Its own keys win; [defaults]' keys it does not set stay; the rest are built in.
+        assert_eq!((a.buffer_mib, a.spike_hold_s), (32, 0));
+        assert_eq!((a.min_mib, a.hold_off_s), (256, 7), "[defaults] kept per key, not replaced wholesale");
+        assert_eq!(a.dead_band_mib, PolicyConfig::default().dead_band_mib);
+        assert_eq!(b, c.defaults);
+        assert_eq!((b.buffer_mib, b.min_mib, b.spike_hold_s), (100, 256, PolicyConfig::default().spike_hold_s));
+        // A merged value is validated under the VM's key.
+        let e = Config::parse("[defaults]\nmin_mib = 64\n[[vm]]\nname='a'\nqmp='/a'\n[vm.policy]\nalign_mib = 0\n").unwrap_err();
+        assert!(e.to_string().contains("vm[0].policy.align_mib"), "{e}");
+    }
+
+    #[test]
+    fn shares_reserve_the_vms_one_floor() {
+        let c = Config::parse(
+            "[controller]\nbalancer='shares'\n[defaults]\nmin_mib = 300\n\
+             [[vm]]\nname='a'\nqmp='/a'\n[vm.shares]\nshares = 2000\n\
+             [[vm]]\nname='b'\nqmp='/b'\n[vm.policy]\nmin_mib = 900\n[vm.shares]\nmax_mib = 4096\n",
+        )
+        .unwrap();
+        let s = c.shares();
+        assert_eq!(s.vms[&VmId(0)], VmShares { shares: 2000, min: Kib::from_mib_saturating(300), max: Kib::MAX });
+        assert_eq!(s.vms[&VmId(1)], VmShares { shares: 1000, min: Kib::from_mib_saturating(900), max: Kib::from_mib_saturating(4096) });
+    }
+
+    #[test]
+    fn no_vms_is_a_valid_configuration() {
+        let c = Config::parse("").unwrap();
+        assert!(c.vms.is_empty());
+        assert_eq!(c.controller, ControllerConfig::default());
+        assert!(Config::parse("[controller]\ninterval_ms = 500\n").unwrap().vms.is_empty());
     }
 
     #[test]

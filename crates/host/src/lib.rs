@@ -7,6 +7,7 @@ pub(crate) mod hypervisor;
 pub mod libvirt;
 pub mod log;
 pub mod metrics;
+pub mod notify;
 pub mod ops;
 pub mod server_thread;
 pub mod signals;

@@ -1,9 +1,12 @@
 //! One log line per action with its reason, as text or JSON. Timestamps are UTC. Lines
-//! a guest or QEMU can trigger go through a per-VM [`RateLimit`].
+//! a guest or QEMU can trigger go through a per-VM [`RateLimit`]. Every line has a
+//! [`Level`] (its event's, see [`EventKind::level`]); lines above the logger's level are
+//! not written.
 
 use crate::config::LogFormat;
+use serde::Deserialize;
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -47,7 +50,82 @@ pub enum EventKind {
     Debug,
 }
 
+/// How much a log line matters; a logger writes the lines at its level and below
+/// (`error` < `warn` < `info` < `debug`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    /// Something autoballoon should do, it cannot: a target not applied, a worker that panicked, an endpoint that could not start.
+    Error,
+    /// A peer misbehaves or is gone: QEMU unreachable, an agent lost or sending what the border refuses, a host short of memory.
+    Warn,
+    /// One line per action and state change: targets set, connections, migrations, reloads (the default).
+    #[default]
+    Info,
+    /// Also every tick that changes nothing, and clients of the endpoints that failed.
+    Debug,
+}
+
+impl Level {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::Error => "error",
+            Level::Warn => "warn",
+            Level::Info => "info",
+            Level::Debug => "debug",
+        }
+    }
+
+    fn from_u8(v: u8) -> Level {
+        match v {
+            0 => Level::Error,
+            1 => Level::Warn,
+            2 => Level::Info,
+            _ => Level::Debug,
+        }
+    }
+}
+
+impl std::fmt::Display for Level {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl EventKind {
+    /// The level of this event's lines.
+    pub fn level(self) -> Level {
+        match self {
+            EventKind::ActuatorFailed | EventKind::WorkerPanicked => Level::Error,
+            EventKind::Unreachable
+            | EventKind::Disconnected
+            | EventKind::NoBalloon
+            | EventKind::AgentLost
+            | EventKind::AgentRejected
+            | EventKind::ActualRejected
+            | EventKind::GuestStatsRejected
+            | EventKind::AgentFlood
+            | EventKind::NoticeDropped
+            | EventKind::EventsDropped
+            | EventKind::HostShort => Level::Warn,
+            EventKind::Connected
+            | EventKind::Retarget
+            | EventKind::Pause
+            | EventKind::Resume
+            | EventKind::SetTarget
+            | EventKind::MigrationStarted
+            | EventKind::MigrationEnded
+            | EventKind::MigrationRequest
+            | EventKind::MigratedAway
+            | EventKind::AgentConnected
+            | EventKind::Reload
+            | EventKind::Endpoint
+            | EventKind::VmAdded
+            | EventKind::VmRemoved => Level::Info,
+            EventKind::Debug => Level::Debug,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             EventKind::Connected => "connected",
@@ -126,7 +204,7 @@ impl Default for RateLimit {
 #[derive(Debug)]
 struct Settings {
     json: AtomicBool,
-    verbose: AtomicBool,
+    level: AtomicU8,
 }
 
 #[derive(Debug, Clone)]
@@ -137,14 +215,23 @@ pub struct Logger {
 }
 
 impl Logger {
+    /// A logger at level `info`, or `debug` with `verbose`.
     pub fn new(format: LogFormat, verbose: bool) -> Logger {
-        Logger { settings: Arc::new(Settings { json: AtomicBool::new(format == LogFormat::Json), verbose: AtomicBool::new(verbose) }), file: None }
+        Logger::with_level(format, if verbose { Level::Debug } else { Level::Info })
     }
 
-    /// Changes the format and verbosity of this logger and every clone of it (SIGHUP).
-    pub fn reconfigure(&self, format: LogFormat, verbose: bool) {
+    pub fn with_level(format: LogFormat, level: Level) -> Logger {
+        Logger { settings: Arc::new(Settings { json: AtomicBool::new(format == LogFormat::Json), level: AtomicU8::new(level as u8) }), file: None }
+    }
+
+    /// Changes the format and level of this logger and every clone of it (SIGHUP).
+    pub fn reconfigure(&self, format: LogFormat, level: Level) {
         self.settings.json.store(format == LogFormat::Json, Ordering::Relaxed);
-        self.settings.verbose.store(verbose, Ordering::Relaxed);
+        self.settings.level.store(level as u8, Ordering::Relaxed);
+    }
+
+    pub fn level(&self) -> Level {
+        Level::from_u8(self.settings.level.load(Ordering::Relaxed))
     }
 
     pub fn format(&self) -> LogFormat {
@@ -155,8 +242,9 @@ impl Logger {
         }
     }
 
+    /// Whether `debug` lines are written.
     pub fn verbose(&self) -> bool {
-        self.settings.verbose.load(Ordering::Relaxed)
+        self.level() >= Level::Debug
     }
 
     pub fn to_file(mut self, path: &std::path::Path) -> std::io::Result<Logger> {
@@ -174,13 +262,24 @@ impl Logger {
         }
     }
 
-    /// Logs an event of `vm` with structured fields; `msg` is the human sentence.
+    /// Logs an event of `vm` with structured fields at its kind's level; `msg` is the
+    /// human sentence.
     pub fn event(&self, vm: &str, kind: EventKind, msg: &str, fields: &[(&str, serde_json::Value)]) {
+        self.event_at(kind.level(), vm, kind, msg, fields)
+    }
+
+    /// As [`Logger::event`], at another level than the kind's (an endpoint that could not
+    /// start is an error; a reload that failed, a warning).
+    pub fn event_at(&self, level: Level, vm: &str, kind: EventKind, msg: &str, fields: &[(&str, serde_json::Value)]) {
+        if level > self.level() {
+            return;
+        }
         let line = match self.format() {
-            LogFormat::Text => format!("{} [{vm}] {msg}", timestamp()),
+            LogFormat::Text => format!("{} {:<5} [{vm}] {msg}", timestamp(), level.as_str().to_uppercase()),
             LogFormat::Json => {
                 let mut o = serde_json::Map::new();
                 o.insert("ts".into(), timestamp().into());
+                o.insert("level".into(), level.as_str().into());
                 o.insert("vm".into(), vm.into());
                 o.insert("event".into(), kind.as_str().into());
                 o.insert("msg".into(), msg.into());
@@ -245,6 +344,31 @@ mod tests {
         assert_eq!(r.admit(t0 + Duration::from_secs(11)), None);
         assert_eq!(r.admit(t0 + Duration::from_secs(100)), Some(1), "refills up to the burst");
         assert_eq!(r.admit(t0 + Duration::from_secs(100)), Some(0));
+    }
+
+    #[test]
+    fn lines_above_the_level_are_not_written_and_each_says_its_level() {
+        let path = std::env::temp_dir().join(format!("ab-log-levels-{}", std::process::id()));
+        let log = Logger::with_level(LogFormat::Json, Level::Warn).to_file(&path).unwrap();
+        log.event("a", EventKind::SetTarget, "info: dropped", &[]);
+        log.debug("a", "debug: dropped");
+        log.event("a", EventKind::Unreachable, "warn: kept", &[]);
+        log.event_at(Level::Error, "-", EventKind::Endpoint, "error: kept", &[]);
+        assert!(!log.verbose());
+        log.reconfigure(LogFormat::Text, Level::Debug);
+        log.debug("a", "debug: kept");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        let v: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+        assert_eq!((v["level"].as_str(), v["event"].as_str()), (Some("warn"), Some("unreachable")));
+        let v: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
+        assert_eq!((v["level"].as_str(), v["msg"].as_str()), (Some("error"), Some("error: kept")));
+        assert!(lines[2].contains(" DEBUG [a] debug: kept"), "{}", lines[2]);
+        assert!(Level::Error < Level::Warn && Level::Warn < Level::Info && Level::Info < Level::Debug);
+        assert_eq!(Logger::new(LogFormat::Text, true).level(), Level::Debug);
+        assert_eq!(Logger::new(LogFormat::Text, false).level(), Level::Info);
+        let _ = std::fs::remove_file(&path);
     }
 
     #[test]

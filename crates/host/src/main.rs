@@ -3,7 +3,7 @@
 
 use autoballoon::config::{Config, ControllerConfig, LogFormat, PolicyConfig, VmConfig};
 use autoballoon::controller::Controller;
-use autoballoon::log::{EventKind, Logger};
+use autoballoon::log::{EventKind, Level, Logger};
 use autoballoon::metrics::MetricsServer;
 use autoballoon::status_socket::StatusServer;
 use clap::{Parser, Subcommand};
@@ -12,8 +12,29 @@ use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+/// The exit status of every command, in `--help`.
+const EXIT_STATUS: &str = "Exit status: 0 success; 1 a runtime failure (the daemon could not run, \
+the daemon's socket could not be reached, the daemon refused the request, a migration failed); \
+2 a usage or configuration error (a bad flag, an unreadable or invalid configuration file).";
+
+/// Exit status of a runtime failure.
+const EXIT_RUNTIME: u8 = 1;
+/// Exit status of a usage or configuration error (clap's own for a bad command line).
+const EXIT_CONFIG: u8 = 2;
+
+/// Why a command failed; the exit status tells them apart.
+#[derive(Debug)]
+enum Failure {
+    /// A bad flag, an unreadable or invalid configuration file: exit 2.
+    Config(String),
+    /// The work could not be done: exit 1.
+    Runtime(String),
+}
+
+use Failure::{Config as Cfg, Runtime};
+
 #[derive(Parser)]
-#[command(name = "autoballoon", version, about = "Continuous, swap-free memory ballooning for QEMU VMs")]
+#[command(name = "autoballoon", version, about = "Continuous, swap-free memory ballooning for QEMU VMs", after_help = EXIT_STATUS)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -24,13 +45,37 @@ enum Cmd {
     /// Manage the balloons of QEMU VMs over QMP (or libvirt) until SIGINT/SIGTERM: the
     /// configured VMs and those [discovery] finds; SIGHUP re-reads --config and applies
     /// VMs added, removed or changed at once.
+    #[command(after_help = EXIT_STATUS)]
     Host(HostArgs),
     /// Show the running daemon's VMs (read from its status socket).
+    #[command(after_help = EXIT_STATUS)]
     Status(StatusArgs),
     /// Ask the running daemon to migrate a VM: shrink it at once to what it uses (the
     /// policy's migration_buffer_mib), migrate it over QMP, and report seconds, MiB sent
-    /// and downtime. Exit 0 if the migration completed, 1 if it failed, 2 on errors.
+    /// and downtime. Exit 0 if the migration completed, 1 if it failed or could not be
+    /// asked, 2 on a usage or configuration error.
+    #[command(after_help = EXIT_STATUS)]
     Migrate(MigrateArgs),
+    /// Ask the running daemon to leave a VM's balloon alone: the VM keeps its size (a
+    /// shrink under way stops where the balloon is, a growth completes) and gets no target (its worker
+    /// still samples it, for the status) until `resume`.
+    #[command(after_help = EXIT_STATUS)]
+    Pause(VmArgs),
+    /// Ask the running daemon to control a paused VM again, from its next sample.
+    #[command(after_help = EXIT_STATUS)]
+    Resume(VmArgs),
+}
+
+#[derive(clap::Args)]
+struct VmArgs {
+    /// The VM's name in the daemon's configuration.
+    vm: String,
+    /// The daemon's status socket [default: as for `status`].
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    /// Read the socket's path from this host configuration file.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -79,13 +124,19 @@ struct HostArgs {
     /// Log one JSON object per line.
     #[arg(long)]
     json: bool,
-    /// Also log ticks that change nothing.
-    #[arg(short, long)]
+    /// Write log lines of this level and below: error, warn, info (one line per action and
+    /// state change), debug (also every tick that changes nothing); overrides
+    /// controller.log_level [default: the file's, else info].
+    #[arg(long, value_enum, value_name = "LEVEL")]
+    log_level: Option<Level>,
+    /// Also log ticks that change nothing: --log-level debug.
+    #[arg(short, long, conflicts_with = "log_level")]
     verbose: bool,
     /// Print a status table every this many seconds (0 = never).
     #[arg(long, default_value_t = 0)]
     status_every: u64,
-    /// Validate the configuration, print one line per VM and exit (0 if valid, 2 if not).
+    /// Validate the configuration, print one line per VM and exit (0 if valid, 2 if not;
+    /// a file with no VM is valid).
     #[arg(long)]
     check_config: bool,
     /// Serve Prometheus metrics on IP:PORT ("" = off); overrides controller.metrics_listen.
@@ -139,8 +190,19 @@ fn load(a: &HostArgs) -> Result<Config, String> {
     Ok(config)
 }
 
-fn host(a: HostArgs) -> Result<(), String> {
-    let mut running = load(&a)?;
+impl HostArgs {
+    /// The log level the command line asks for, if any (`-v` is `debug`).
+    fn level(&self) -> Option<Level> {
+        if self.verbose {
+            Some(Level::Debug)
+        } else {
+            self.log_level
+        }
+    }
+}
+
+fn host(a: HostArgs) -> Result<(), Failure> {
+    let mut running = load(&a).map_err(Cfg)?;
     if a.check_config {
         println!("{}", autoballoon::ops::summary_controller(&running));
         if let Some(d) = autoballoon::ops::summary_discovery(&running) {
@@ -153,15 +215,28 @@ fn host(a: HostArgs) -> Result<(), String> {
         return Ok(());
     }
     let format = if a.json { LogFormat::Json } else { running.controller.log_format };
-    autoballoon::signals::install();
-    let logger = Logger::new(format, running.controller.verbose || a.verbose);
+    // Whatever the daemon creates (its status socket, the socket's directory) is its
+    // owner's alone, from the moment it exists.
+    // SAFETY: umask has no memory-safety preconditions.
+    unsafe { libc::umask(0o077) };
+    autoballoon::signals::install().map_err(|e| Runtime(format!("cannot install the signal handlers: {e}")))?;
+    let logger = Logger::with_level(format, a.level().unwrap_or(running.controller.level()));
+    let mut notify = autoballoon::notify::Notifier::from_env();
     let ctl = Controller::start(&running, logger.clone());
     let (metrics, status) = start_endpoints(&running, &ctl, &logger);
+    // systemd (Type=notify): up once the configuration is loaded and every VM's worker runs.
+    let _ = notify.ready(&format!("managing {} VM(s)", ctl.vms().len()));
+    if let Some(every) = notify.watchdog_every() {
+        logger.debug("-", &format!("systemd watchdog: a ping every {} ms", every.as_millis()));
+    }
     let mut since_status = Duration::ZERO;
     while !autoballoon::signals::stop_requested() {
+        notify.watchdog(std::time::Instant::now());
         std::thread::sleep(Duration::from_millis(200));
         if autoballoon::signals::take_reload() {
+            let _ = notify.send("RELOADING=1");
             reload(&a, &mut running, &ctl, &logger);
+            let _ = notify.ready(&format!("managing {} VM(s)", ctl.vms().len()));
         }
         since_status += Duration::from_millis(200);
         if a.status_every > 0 && since_status >= Duration::from_secs(a.status_every) {
@@ -170,6 +245,7 @@ fn host(a: HostArgs) -> Result<(), String> {
             eprint!("{}", autoballoon::status_table(&rows));
         }
     }
+    let _ = notify.send("STOPPING=1");
     drop((metrics, status));
     ctl.shutdown_flag().store(true, Ordering::SeqCst);
     ctl.stop();
@@ -185,10 +261,13 @@ fn start_endpoints(config: &Config, ctl: &Controller, log: &Logger) -> (Option<M
         .then(|| match MetricsServer::start(&c.metrics_listen, snapshots.clone(), log.clone()) {
             Ok(m) => {
                 log.event("-", EventKind::Endpoint, &format!("metrics on http://{}/metrics", m.local_addr()), &[("metrics_listen", m.local_addr().to_string().into())]);
+                if !m.local_addr().ip().is_loopback() {
+                    log.event_at(Level::Warn, "-", EventKind::Endpoint, &format!("the metrics endpoint listens on {}, not on loopback: it has no authentication, and whoever reaches it reads every VM's name, sizes and state (docs/security.md)", m.local_addr()), &[]);
+                }
                 Some(m)
             }
             Err(e) => {
-                log.event("-", EventKind::Endpoint, &format!("ERROR: no metrics endpoint: cannot listen on {}: {e}", c.metrics_listen), &[]);
+                log.event_at(Level::Error, "-", EventKind::Endpoint, &format!("no metrics endpoint: cannot listen on {}: {e}", c.metrics_listen), &[]);
                 None
             }
         })
@@ -196,7 +275,9 @@ fn start_endpoints(config: &Config, ctl: &Controller, log: &Logger) -> (Option<M
     let status = (!c.status_socket.as_os_str().is_empty())
         .then(|| {
             if let Some(dir) = c.status_socket.parent() {
-                let _ = std::fs::create_dir_all(dir);
+                // Owner-only, like the socket (an existing directory is left as it is).
+                use std::os::unix::fs::DirBuilderExt;
+                let _ = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir);
             }
             match StatusServer::start_with(&c.status_socket, snapshots, Some(autoballoon::status_socket::commands_of(ctl)), log.clone()) {
                 Ok(s) => {
@@ -204,7 +285,7 @@ fn start_endpoints(config: &Config, ctl: &Controller, log: &Logger) -> (Option<M
                     Some(s)
                 }
                 Err(e) => {
-                    log.event("-", EventKind::Endpoint, &format!("ERROR: no status socket: {e}"), &[]);
+                    log.event_at(Level::Error, "-", EventKind::Endpoint, &format!("no status socket: {e}"), &[]);
                     None
                 }
             }
@@ -224,15 +305,16 @@ fn reload(a: &HostArgs, running: &mut Config, ctl: &Controller, log: &Logger) {
     let new = match load(a) {
         Ok(c) => c,
         Err(e) => {
-            log.event("-", EventKind::Reload, &format!("reload failed, keeping the running configuration: {e}"), &[("ok", false.into())]);
+            log.event_at(Level::Warn, "-", EventKind::Reload, &format!("reload failed, keeping the running configuration: {e}"), &[("ok", false.into())]);
             return;
         }
     };
-    let plan = autoballoon::ops::plan_reload(running, &new, a.json, a.verbose);
+    let plan = autoballoon::ops::plan_reload(running, &new, a.json, a.level());
     let mut applied = Vec::new();
     if plan.log.is_some() {
         running.controller.log_format = new.controller.log_format;
         running.controller.verbose = new.controller.verbose;
+        running.controller.log_level = new.controller.log_level;
         applied.push("log settings".to_string());
     }
     applied.extend(autoballoon::ops::apply_reload(&plan, &new, ctl, log));
@@ -267,14 +349,40 @@ fn socket_path(socket: &Option<PathBuf>, config: &Option<PathBuf>) -> Result<Pat
     })
 }
 
-fn status(a: StatusArgs) -> Result<(), String> {
-    let path = socket_path(&a.socket, &a.config)?;
-    let doc = autoballoon::status_socket::query(&path)?;
+fn status(a: StatusArgs) -> Result<(), Failure> {
+    let path = socket_path(&a.socket, &a.config).map_err(Cfg)?;
+    let doc = autoballoon::status_socket::query(&path).map_err(Runtime)?;
     let vms = doc["vms"].as_array().cloned().unwrap_or_default();
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&vms).map_err(|e| e.to_string())?);
+        println!("{}", serde_json::to_string_pretty(&vms).map_err(|e| Runtime(e.to_string()))?);
     } else {
         print!("{}", autoballoon::status_socket::table(&vms));
+    }
+    Ok(())
+}
+
+/// `autoballoon pause` / `resume`: the request, then the VM's state once the daemon shows it.
+fn pause(a: VmArgs, pause: bool) -> Result<(), Failure> {
+    let path = socket_path(&a.socket, &a.config).map_err(Cfg)?;
+    let key = if pause { "pause" } else { "resume" };
+    autoballoon::status_socket::request(&path, &serde_json::json!({ key: { "vm": a.vm } })).map_err(Runtime)?;
+    // The worker takes the command within a tick; show what the status then says.
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    let mut vm = serde_json::Value::Null;
+    while std::time::Instant::now() < deadline {
+        let doc = autoballoon::status_socket::query(&path).map_err(Runtime)?;
+        vm = doc["vms"].as_array().and_then(|v| v.iter().find(|v| v["name"] == a.vm.as_str()).cloned()).unwrap_or_default();
+        if (vm["state"] == "paused") == pause {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let state = vm["state"].as_str().unwrap_or("?");
+    let size = vm["size"].as_u64().filter(|_| vm["samples"].as_u64().unwrap_or(0) > 0).map_or("-".to_string(), |k| format!("{} MiB", k / 1024));
+    if pause {
+        println!("{}: paused (state {state}, size {size}): its balloon is left alone until `autoballoon resume {}`", a.vm, a.vm);
+    } else {
+        println!("{}: resumed (state {state}, size {size}): controlled again from its next sample", a.vm);
     }
     Ok(())
 }
@@ -285,8 +393,13 @@ fn last_migration(doc: &serde_json::Value, vm: &str) -> Option<serde_json::Value
 }
 
 /// `autoballoon migrate`: Ok(true) if the migration completed.
-fn migrate(a: MigrateArgs) -> Result<bool, String> {
-    let path = socket_path(&a.socket, &a.config)?;
+fn migrate(a: MigrateArgs) -> Result<bool, Failure> {
+    let path = socket_path(&a.socket, &a.config).map_err(Cfg)?;
+    migrate_on(&a, &path).map_err(Runtime)
+}
+
+fn migrate_on(a: &MigrateArgs, path: &std::path::Path) -> Result<bool, String> {
+    let path = path.to_path_buf();
     let before = autoballoon::status_socket::query(&path)?;
     if !before["vms"].as_array().is_some_and(|vms| vms.iter().any(|v| v["name"] == a.vm.as_str())) {
         return Err(format!("the daemon manages no VM named {:?}", a.vm));
@@ -331,17 +444,23 @@ fn main() -> ExitCode {
     let r = match cli.command {
         Cmd::Host(a) => host(a),
         Cmd::Status(a) => status(a),
+        Cmd::Pause(a) => pause(a, true),
+        Cmd::Resume(a) => pause(a, false),
         Cmd::Migrate(a) => match migrate(a) {
             Ok(true) => Ok(()),
-            Ok(false) => return ExitCode::from(1),
+            Ok(false) => return ExitCode::from(EXIT_RUNTIME),
             Err(e) => Err(e),
         },
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
+        Err(Cfg(e)) => {
             eprintln!("autoballoon: error: {e}");
-            ExitCode::from(2)
+            ExitCode::from(EXIT_CONFIG)
+        }
+        Err(Runtime(e)) => {
+            eprintln!("autoballoon: error: {e}");
+            ExitCode::from(EXIT_RUNTIME)
         }
     }
 }

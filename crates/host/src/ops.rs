@@ -2,7 +2,7 @@
 //! apply to a running controller and what needs a restart (docs/configuration.md,
 //! "Reloading").
 
-use crate::config::{Config, LogFormat};
+use crate::config::{Config, Level, LogFormat};
 use crate::controller::Controller;
 
 /// One line per VM: what the daemon would manage and with which settings.
@@ -17,7 +17,7 @@ pub fn summary(config: &Config) -> Vec<String> {
                 (None, Some(_)) => "from the domain XML".into(),
                 (None, None) => "none (guest-stats)".into(),
             };
-            let from = if vm.policy.is_some() { "[vm.policy]" } else { "[defaults]" };
+            let from = if vm.policy.is_some() { "[defaults] with its [vm.policy]" } else { "[defaults]" };
             format!(
                 "{}: {} agent={} policy={} buffer={} MiB min={} MiB ({from})",
                 vm.name,
@@ -36,12 +36,13 @@ pub fn summary_controller(config: &Config) -> String {
     let c = &config.controller;
     let off = |s: &str| if s.is_empty() { "off".to_string() } else { s.to_string() };
     format!(
-        "controller: interval_ms={} log_format={} metrics_listen={} status_socket={}",
+        "controller: interval_ms={} log_format={} log_level={} metrics_listen={} status_socket={}",
         c.interval_ms,
         match c.log_format {
             LogFormat::Text => "text",
             LogFormat::Json => "json",
         },
+        c.level(),
         off(&c.metrics_listen),
         off(&c.status_socket.display().to_string())
     )
@@ -70,19 +71,19 @@ pub fn summary_discovery(config: &Config) -> Option<String> {
 /// What a reload found: changes it applies, and keys whose change needs a restart.
 #[derive(Debug, Default, PartialEq)]
 pub struct ReloadPlan {
-    /// Log format and verbosity, as the running logger should now have them.
-    pub log: Option<(LogFormat, bool)>,
+    /// Log format and level, as the running logger should now have them.
+    pub log: Option<(LogFormat, Level)>,
     /// Changed keys that take effect only after a restart, one phrase each.
     pub restart_needed: Vec<String>,
 }
 
 /// Compares the running configuration with a freshly loaded, valid one. `cli_json` and
-/// `cli_verbose` are the command line's `--json` and `-v`, which win over the file.
-/// `[defaults]`, `[[vm]]`, `[[match]]` and `[discovery]` are not in the plan: the
-/// controller applies them whatever changed ([`Controller::reconfigure`]).
-pub fn plan_reload(old: &Config, new: &Config, cli_json: bool, cli_verbose: bool) -> ReloadPlan {
+/// `cli_level` are the command line's `--json` and `--log-level` (or `-v`), which win over
+/// the file. `[defaults]`, `[[vm]]`, `[[match]]` and `[discovery]` are not in the plan:
+/// the controller applies them whatever changed ([`Controller::reconfigure`]).
+pub fn plan_reload(old: &Config, new: &Config, cli_json: bool, cli_level: Option<Level>) -> ReloadPlan {
     let mut plan = ReloadPlan::default();
-    let effective = |c: &Config| (if cli_json { LogFormat::Json } else { c.controller.log_format }, c.controller.verbose || cli_verbose);
+    let effective = |c: &Config| (if cli_json { LogFormat::Json } else { c.controller.log_format }, cli_level.unwrap_or(c.controller.level()));
     if effective(old) != effective(new) {
         plan.log = Some(effective(new));
     }
@@ -118,8 +119,8 @@ pub fn plan_reload(old: &Config, new: &Config, cli_json: bool, cli_verbose: bool
 /// policies, matches and discovery ([`Controller::reconfigure`]). Returns the changes to
 /// the VMs, one phrase each (`vm "c" added`, `vm "a" policy`, ...).
 pub fn apply_reload(plan: &ReloadPlan, new: &Config, ctl: &Controller, log: &crate::log::Logger) -> Vec<String> {
-    if let Some((format, verbose)) = plan.log {
-        log.reconfigure(format, verbose);
+    if let Some((format, level)) = plan.log {
+        log.reconfigure(format, level);
     }
     ctl.reconfigure(new)
 }
@@ -134,15 +135,18 @@ mod tests {
 
     #[test]
     fn nothing_changed_is_an_empty_plan() {
-        assert_eq!(plan_reload(&cfg(""), &cfg(""), false, false), ReloadPlan::default());
+        assert_eq!(plan_reload(&cfg(""), &cfg(""), false, None), ReloadPlan::default());
     }
 
     #[test]
     fn log_settings_apply_unless_the_command_line_set_them() {
         let new = cfg("[controller]\nlog_format='json'\nverbose=true");
-        assert_eq!(plan_reload(&cfg(""), &new, false, false).log, Some((LogFormat::Json, true)));
-        assert_eq!(plan_reload(&cfg(""), &new, true, true).log, None, "--json -v already in force");
-        assert!(plan_reload(&cfg(""), &new, false, false).restart_needed.is_empty());
+        assert_eq!(plan_reload(&cfg(""), &new, false, None).log, Some((LogFormat::Json, Level::Debug)));
+        assert_eq!(plan_reload(&cfg(""), &new, true, Some(Level::Debug)).log, None, "--json -v already in force");
+        assert!(plan_reload(&cfg(""), &new, false, None).restart_needed.is_empty());
+        let warn = cfg("[controller]\nlog_level='warn'");
+        assert_eq!(plan_reload(&cfg(""), &warn, false, None).log, Some((LogFormat::Text, Level::Warn)));
+        assert_eq!(plan_reload(&cfg(""), &warn, false, Some(Level::Info)).log, None, "--log-level info wins");
     }
 
     #[test]
@@ -153,14 +157,14 @@ mod tests {
              [[match]]\nname='*'\n[[vm]]\nname='a'\nqmp='/a2.qmp'\nagent='/a.agent'\n[[vm]]\nname='c'\nqmp='/c.qmp'\n",
         )
         .unwrap();
-        let p = plan_reload(&old, &new, false, false);
+        let p = plan_reload(&old, &new, false, None);
         assert_eq!(p.restart_needed, ["controller.interval_ms", "controller.metrics_listen"]);
     }
 
     #[test]
     fn the_balancer_and_the_hosts_memory_need_a_restart() {
         let new = cfg("[controller]\nbalancer='iballoon'\ncapacity_mib=2048\nhost_reserve_mib=0\npressure_file='/p'\nmemory_cgroup='/sys/fs/cgroup/machine.slice'");
-        let p = plan_reload(&cfg(""), &new, false, false);
+        let p = plan_reload(&cfg(""), &new, false, None);
         assert_eq!(
             p.restart_needed,
             ["controller.balancer", "controller.capacity_mib", "controller.host_reserve_mib", "controller.pressure_file", "controller.memory_cgroup"]

@@ -14,13 +14,14 @@ extern "C" fn on_hangup(_: libc::c_int) {
     RELOAD.store(true, Ordering::SeqCst);
 }
 
-pub fn install() {
-    // SAFETY: the handlers only store to an atomic, which is async-signal-safe.
-    unsafe {
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGHUP, on_hangup as *const () as libc::sighandler_t);
+pub fn install() -> std::io::Result<()> {
+    for (sig, handler) in [(libc::SIGINT, on_signal as *const ()), (libc::SIGTERM, on_signal as *const ()), (libc::SIGHUP, on_hangup as *const ())] {
+        // SAFETY: the handlers only store to an atomic, which is async-signal-safe.
+        if unsafe { libc::signal(sig, handler as libc::sighandler_t) } == libc::SIG_ERR {
+            return Err(std::io::Error::last_os_error());
+        }
     }
+    Ok(())
 }
 
 pub fn stop_requested() -> bool {

@@ -3,10 +3,14 @@
 //! [VmStatus, ...]}`, then the daemon closes the connection. A client that sends nothing
 //! gets the document at once if it shuts its writing half, else after [`REQUEST_WAIT`].
 //!
-//! One command is taken too (`autoballoon migrate`): a client that sends one line,
-//! `{"migrate": {"vm": NAME, "uri": URI, "max_bandwidth": BYTES_PER_S or null}}`, and shuts
-//! its writing half gets `{"ok": true}` once the VM's worker has the command, or
-//! `{"error": "..."}`. It follows the migration in the status document (`last_migration`).
+//! Commands are taken too: a client that sends one line and shuts its writing half gets
+//! `{"ok": true}` once the VM's worker has the command, or `{"error": "..."}`:
+//! - `{"migrate": {"vm": NAME, "uri": URI, "max_bandwidth": BYTES_PER_S or null}}`
+//!   (`autoballoon migrate`), followed in the status document (`last_migration`);
+//! - `{"pause": {"vm": NAME}}` (`autoballoon pause`): the VM's balloon is left alone (the
+//!   VM keeps its size; a shrink under way stops where the balloon is, a growth
+//!   completes) until
+//! - `{"resume": {"vm": NAME}}` (`autoballoon resume`): control again from the next sample.
 //!
 //! The socket is created mode 0600 (root-only when the daemon runs as root), replaces a
 //! stale socket a dead daemon left behind, refuses to start if another daemon answers on
@@ -45,11 +49,13 @@ pub fn commands_of(ctl: &crate::controller::Controller) -> Commands {
     Arc::new(move |name: &str, c: VmCommand| {
         let vm = crate::controller::lock(&registry).iter().find(|v| v.name == name).cloned().ok_or_else(|| format!("no VM named {name:?}"))?;
         let st = vm.snapshot();
-        if st.state != VmState::Running {
-            return Err(format!("{name} is {}: it can be migrated only while running under autoballoon", st.state));
-        }
-        if st.last_migration.as_ref().is_some_and(|m| m.running()) {
-            return Err(format!("a migration of {name} is already being prepared or runs"));
+        if let VmCommand::Migrate { .. } = c {
+            if st.state != VmState::Running {
+                return Err(format!("{name} is {}: it can be migrated only while running under autoballoon", st.state));
+            }
+            if st.last_migration.as_ref().is_some_and(|m| m.running()) {
+                return Err(format!("a migration of {name} is already being prepared or runs"));
+            }
         }
         if vm.command(c) {
             Ok(())
@@ -139,7 +145,13 @@ fn serve(mut conn: Bounded<UnixStream>, snapshots: &Snapshots, commands: Option<
 fn command(req: &[u8], commands: Option<&Commands>) -> Result<(), String> {
     let commands = commands.ok_or("this daemon takes no commands on its status socket")?;
     let v: Value = serde_json::from_slice(req).map_err(|e| format!("not a request: {e}"))?;
-    let m = v.get("migrate").ok_or("unknown request (known: migrate)")?;
+    for (key, c) in [("pause", VmCommand::Pause), ("resume", VmCommand::Resume)] {
+        if let Some(m) = v.get(key) {
+            let vm = m["vm"].as_str().ok_or_else(|| format!("{key}: `vm` must be a string"))?;
+            return commands(vm, c);
+        }
+    }
+    let m = v.get("migrate").ok_or("unknown request (known: migrate, pause, resume)")?;
     let vm = m["vm"].as_str().ok_or("migrate: `vm` must be a string")?;
     let uri = m["uri"].as_str().filter(|u| !u.is_empty() && u.len() <= 1024).ok_or("migrate: `uri` must be a non-empty string")?;
     let max_bandwidth = match &m["max_bandwidth"] {
@@ -283,6 +295,27 @@ mod tests {
         server.stop();
         assert!(asked.elapsed() < Duration::from_secs(1), "shutdown took {:?}", asked.elapsed());
         assert!(!path.exists());
+    }
+
+    #[test]
+    fn pause_and_resume_requests_reach_the_named_vm() {
+        let seen: Arc<std::sync::Mutex<Vec<(String, String)>>> = Arc::default();
+        let rec = seen.clone();
+        let commands: Commands = Arc::new(move |vm: &str, c: VmCommand| {
+            if vm != "web1" {
+                return Err(format!("no VM named {vm:?}"));
+            }
+            rec.lock().unwrap().push((vm.to_string(), format!("{c:?}")));
+            Ok(())
+        });
+        assert_eq!(command(br#"{"pause": {"vm": "web1"}}"#, Some(&commands)), Ok(()));
+        assert_eq!(command(b"{\"resume\": {\"vm\": \"web1\"}}\n", Some(&commands)), Ok(()));
+        assert_eq!(*seen.lock().unwrap(), [("web1".to_string(), "Pause".to_string()), ("web1".to_string(), "Resume".to_string())]);
+        assert_eq!(command(br#"{"pause": {"vm": "db9"}}"#, Some(&commands)), Err("no VM named \"db9\"".to_string()));
+        assert!(command(br#"{"pause": {"vm": 3}}"#, Some(&commands)).unwrap_err().contains("`vm` must be a string"));
+        assert!(command(br#"{"stop": {}}"#, Some(&commands)).unwrap_err().contains("known: migrate, pause, resume"));
+        assert!(command(br#"{"pause": {"vm": "web1"}}"#, None).unwrap_err().contains("takes no commands"));
+        assert_eq!(seen.lock().unwrap().len(), 2);
     }
 
     #[test]

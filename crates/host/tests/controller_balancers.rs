@@ -3,7 +3,7 @@
 //! a host short of memory.
 mod common;
 
-use autoballoon::config::{BalancerKind, ControllerConfig, SharesKeys};
+use autoballoon::config::{BalancerKind, ControllerConfig, PolicyConfig, SharesKeys};
 use common::*;
 use std::time::Duration;
 
@@ -39,11 +39,12 @@ fn iballoon_puts_each_vm_in_a_class() {
 
 #[test]
 fn a_host_short_of_memory_is_warned_about_once_per_episode() {
-    // Shares reserves 3000 MiB for each of two VMs on a host that can give 4096 MiB.
+    // Shares reserves each VM's floor, 3000 MiB for each of two VMs, on a host that can give 4096 MiB.
     let (a, b) = (Guest::start(Fakes::start(), 3000), Guest::start(Fakes::start(), 3000));
     let controller = ControllerConfig { interval_ms: 200, balancer: BalancerKind::Shares, capacity_mib: 4096, ..Default::default() };
-    let reserve = Some(SharesKeys { shares: 1000, min_mib: 3000, max_mib: 0 });
-    let (mut va, mut vb) = (a.fakes.vm("a", None), b.fakes.vm("b", None));
+    let reserve = Some(SharesKeys { shares: 1000, max_mib: 0 });
+    let floor = || Some(PolicyConfig { min_mib: 3000, ..Default::default() });
+    let (mut va, mut vb) = (a.fakes.vm("a", floor()), b.fakes.vm("b", floor()));
     (va.shares, vb.shares) = (reserve, reserve);
     let d = Daemon::start_with(controller, vec![va, vb]);
     wait_for(T, "the host_short warning", || d.log.count("host_short") >= 1);

@@ -35,6 +35,31 @@ fn pause_leaves_the_balloon_alone_and_resume_takes_control_again() {
 }
 
 #[test]
+fn pause_stops_a_shrink_in_flight_where_the_balloon_is() {
+    use autoballoon_fakes::{BalloonMotion, FakeQemuConfig};
+    // The balloon moves at 600 MiB/s, like a guest under TCG.
+    let g = Guest::start(Fakes::start_with(FakeQemuConfig { motion: BalloonMotion::PerSecond(mib(600)), ..FakeQemuConfig::new(configured()) }), 1900);
+    let d = Daemon::start(vec![g.fakes.vm("a", Some(quick_policy()))], 200);
+    wait_for(T, "the balloon at about 1964 MiB", || g.fakes.last_request().is_some_and(|r| r.abs_diff(expected_target(1900)) <= mib(8) && g.q().actual() == r));
+    g.set_used(100);
+    wait_for(T, "a shrink asked", || g.fakes.last_request().is_some_and(|r| r < mib(1500)));
+    assert!(g.q().actual() > mib(1500), "still in flight");
+    let asked = g.fakes.last_request().unwrap();
+
+    assert!(d.ctl().vm("a").unwrap().command(VmCommand::Pause));
+    wait_for(T, "the balloon stopped for the pause", || g.fakes.last_request().is_some_and(|r| r > asked));
+    let stopped = g.fakes.last_request().unwrap();
+    // It stays there while paused: QEMU was told to stop, and nothing else is asked.
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(1) {
+        assert!(g.q().actual() >= stopped.saturating_sub(mib(2)), "stopped at {stopped}, actual {}", g.q().actual());
+        assert_eq!(g.fakes.last_request(), Some(stopped));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(d.log.text().contains("stopped at") && d.log.text().contains("for the pause"), "{}", d.log.text());
+}
+
+#[test]
 fn retarget_moves_control_to_the_new_qemu() {
     let old = Guest::start(Fakes::start(), 1000);
     let d = Daemon::start(vec![old.fakes.vm("a", Some(quick_policy()))], 200);

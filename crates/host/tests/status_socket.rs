@@ -79,7 +79,7 @@ fn status_prints_the_table_and_json_of_a_running_controller() {
     server.stop();
     assert!(!sock.exists(), "the socket is removed on stop");
     let (code, _, err) = autoballoon(&["status", "--socket", sock.to_str().unwrap()]);
-    assert_eq!(code, 2);
+    assert_eq!(code, 1, "a runtime failure");
     assert!(err.contains(&format!("no daemon listening on {} (is `autoballoon host` running?)", sock.display())), "{err}");
     ctl.stop();
 }
@@ -93,7 +93,7 @@ fn a_stale_socket_is_replaced_and_a_live_one_is_not() {
     drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
     assert!(sock.exists());
     let (code, _, err) = autoballoon(&["status", "--socket", sock.to_str().unwrap()]);
-    assert_eq!(code, 2);
+    assert_eq!(code, 1, "a runtime failure");
     assert!(err.contains("no daemon listening on"), "a stale socket reads as no daemon: {err}");
     let first = StatusServer::start(&sock, snapshots_of(&ctl), Logger::new(LogFormat::Json, false)).expect("replaces the stale socket");
     let e = StatusServer::start(&sock, snapshots_of(&ctl), Logger::new(LogFormat::Json, false)).err().expect("a live daemon's socket is kept");
@@ -131,7 +131,7 @@ fn another_user_gets_permission_denied() {
     if err.contains("Permission denied") && !err.contains("status socket") {
         eprintln!("skipped: nobody cannot run {exe} here ({err})");
     } else {
-        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert_eq!(out.status.code(), Some(1), "a runtime failure: {err}");
         assert!(err.contains(&format!("permission denied on {}", sock.display())), "{err}");
     }
     server.stop();
@@ -147,10 +147,10 @@ fn migrate_is_refused_with_reasons_and_a_read_only_socket_takes_no_commands() {
     let server = StatusServer::start_with(&sock, snapshots_of(&ctl), Some(commands_of(&ctl)), Logger::new(LogFormat::Json, false)).unwrap();
     let s = sock.to_str().unwrap();
     let (code, _, err) = autoballoon(&["migrate", "web1", "--to", "tcp:127.0.0.1:9", "--socket", s]);
-    assert_eq!(code, 2);
+    assert_eq!(code, 1, "refused by the daemon: a runtime failure");
     assert!(err.contains("web1 is unreachable"), "{err}");
     let (code, _, err) = autoballoon(&["migrate", "nope", "--to", "tcp:127.0.0.1:9", "--socket", s]);
-    assert_eq!(code, 2);
+    assert_eq!(code, 1);
     assert!(err.contains("no VM named \"nope\""), "{err}");
     // A raw bad request gets an error answer; status still works beside it.
     let r = autoballoon::status_socket::request(&sock, &serde_json::json!({"migrate": {"vm": "web1", "uri": "", "max_bandwidth": null}}));

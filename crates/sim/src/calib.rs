@@ -48,6 +48,11 @@ pub struct Calibration {
     /// Sent at a migration's start before the bandwidth limit bites, MiB.
     pub burst_mib: f64,
     pub hook_cost_us_per_page: f64,
+    /// Time the guest's computing programs lose per 4 KiB page the balloon moves (the
+    /// worker's inflation and deflation, and the hook), µs: the seed's slow-path overhead in
+    /// one fitted number. Allocation rates are measured with it (S1), so it slows compute.
+    #[serde(default)]
+    pub balloon_stall_us_per_page: f64,
     pub doo_round_ms: f64,
     pub touch_gib_s: f64,
     pub refault_factor: f64,
@@ -140,6 +145,7 @@ impl Calibration {
             ("stop_remaining_mib", self.stop_remaining_mib),
             ("downtime_fixed_ms", self.downtime_fixed_ms),
             ("hook_cost_us_per_page", self.hook_cost_us_per_page),
+            ("balloon_stall_us_per_page", self.balloon_stall_us_per_page),
             ("swap_slowdown", self.swap_slowdown),
             ("kernel_base_gib", self.kernel_base_gib),
             ("kernel_zero_gib", self.kernel_zero_gib),

@@ -474,6 +474,9 @@ impl Guest {
             let pages = Kib(b.doo_rounds.saturating_mul(MIB));
             let k = room(need, self.balloon.min(pages), refault, &mut time_used);
             self.take_balloon(k);
+            // The driver's OOM notifier gives pages back and leaves them out: its worker
+            // inflates again only when the host sets a target again.
+            self.balloon_target = self.balloon_target.min(self.balloon);
             b.doo_rounds = b.doo_rounds.saturating_sub(k.0.div_ceil(MIB));
             self.stats.doo_rounds += k.0.div_ceil(MIB);
             s.from_balloon = k;

@@ -11,10 +11,13 @@
 //! - [`policies`]: the policies by name and what each needs of the guest.
 //! - [`world`]: the world the host loop drives.
 //! - [`run`]: a run, its summary and series; [`report`]: the experiments' report.
+//! - [`fit`]: the calibration's fitted values (`--calibrate`); [`conformance`]: the model
+//!   against make bench's QEMU measurements.
 
 pub mod calib;
 pub mod conformance;
 pub mod error;
+pub mod fit;
 pub mod fleet;
 pub mod guest;
 pub mod migration;

@@ -12,9 +12,9 @@ use std::process::ExitCode;
 )]
 struct Cli {
     /// A built-in scenario's name, or a scenario file.
-    #[arg(long, required_unless_present_any = ["list", "reproduce", "bench"])]
+    #[arg(long, required_unless_present_any = ["list", "reproduce", "bench", "calibrate", "calibrate_write"])]
     scenario: Option<String>,
-    /// static, swapfree, continuous-stock, dsb95, one-shot, iballoon, pressure, shares, free-page-reporting, free-page-hinting.
+    /// static, swapfree, swapfree-fpr, continuous-stock, continuous-stock-fpr, dsb95, one-shot, iballoon, pressure, shares, free-page-reporting, free-page-hinting.
     #[arg(long, default_value = "swapfree")]
     policy: String,
     /// The random seed (jitter of speeds and bandwidth); the same seed gives the same run.
@@ -49,6 +49,17 @@ struct Cli {
     /// alone, prints it.
     #[arg(long, value_name = "results.json")]
     bench: Option<String>,
+    /// make bench-host's results (bench/host/results.json): --reproduce adds E1's measured
+    /// side.
+    #[arg(long, value_name = "results.json")]
+    bench_host: Option<String>,
+    /// Prints the calibration's fitted values beside calibration.toml's (with --bench, the
+    /// qemu-tcg ones too; docs/simulator.md, Calibration).
+    #[arg(long)]
+    calibrate: bool,
+    /// Fits as --calibrate does and writes the values into this calibration file.
+    #[arg(long, value_name = "calibration.toml")]
+    calibrate_write: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -81,6 +92,24 @@ fn real_main(cli: &Cli) -> Result<(), SimError> {
         })?),
         None => None,
     };
+    if cli.calibrate || cli.calibrate_write.is_some() {
+        let fits = autoballoon_sim::fit::calibrate(bench.as_deref())?;
+        print!("{}", autoballoon_sim::fit::markdown(&fits));
+        if let Some(path) = &cli.calibrate_write {
+            let text = std::fs::read_to_string(path).map_err(|source| SimError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            std::fs::write(path, autoballoon_sim::fit::write_into(&text, &fits)).map_err(
+                |source| SimError::Write {
+                    path: path.clone(),
+                    source,
+                },
+            )?;
+            eprintln!("wrote {path}");
+        }
+        return Ok(());
+    }
     if let (Some(text), None) = (&bench, &cli.reproduce) {
         print!(
             "{}",
@@ -91,9 +120,17 @@ fn real_main(cli: &Cli) -> Result<(), SimError> {
         return Ok(());
     }
     if let Some(path) = &cli.reproduce {
+        let host = match &cli.bench_host {
+            Some(p) => Some(std::fs::read_to_string(p).map_err(|source| SimError::Read {
+                path: p.clone(),
+                source,
+            })?),
+            None => None,
+        };
         let md = report::reproduce(
             !cli.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()),
             bench.as_deref(),
+            host.as_deref(),
         )?;
         if let Some(dir) = std::path::Path::new(path)
             .parent()

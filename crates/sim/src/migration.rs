@@ -133,11 +133,15 @@ impl Migration {
         }
     }
 
-    /// The balloon took `k` written pages (QEMU discards them): those not sent yet are not sent.
+    /// The balloon or reporting took `k` written pages (QEMU discards them): those not sent
+    /// yet are not sent, and those written during this round go in the next as zero pages
+    /// (a discarded page reads as zeros), a header each, not a page.
     pub fn discarded(&mut self, k: Kib, g: &Guest) {
         if let Phase::Precopy { to_send, .. } = &mut self.phase {
             let written = g.written().saturating_add(k).0.max(1) as f64;
-            *to_send = (*to_send - k.0 as f64 * (*to_send / written)).max(0.0);
+            let k = k.0 as f64;
+            *to_send = (*to_send - k * (*to_send / written)).max(0.0);
+            self.dirtied = (self.dirtied - k * (self.dirtied / written).min(1.0)).max(0.0);
         }
     }
 

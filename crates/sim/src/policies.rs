@@ -17,8 +17,13 @@ pub enum PolicyName {
     Static,
     /// Ours: the swap-free estimator on the patched kernel (hook, transparent, overcommit on).
     Swapfree,
+    /// The same with free page reporting on: make bench's `ab-patched-fpr`.
+    SwapfreeFpr,
     /// Our targets on a stock balloon without the hook.
     ContinuousStock,
+    /// The same with free page reporting on: make bench's `ab-stock` (the host controller
+    /// on a stock kernel, QEMU's `free-page-reporting=on`).
+    ContinuousStockFpr,
     /// Dynamic self-ballooning (Hines and Gopalan): balloon 95 % of free memory, stock balloon.
     Dsb95,
     /// One balloon inflation right before each migration, back to full after it.
@@ -36,10 +41,12 @@ pub enum PolicyName {
 }
 
 impl PolicyName {
-    pub const ALL: [PolicyName; 10] = [
+    pub const ALL: [PolicyName; 12] = [
         PolicyName::Static,
         PolicyName::Swapfree,
+        PolicyName::SwapfreeFpr,
         PolicyName::ContinuousStock,
+        PolicyName::ContinuousStockFpr,
         PolicyName::Dsb95,
         PolicyName::OneShot,
         PolicyName::Iballoon,
@@ -53,7 +60,9 @@ impl PolicyName {
         match self {
             PolicyName::Static => "static",
             PolicyName::Swapfree => "swapfree",
+            PolicyName::SwapfreeFpr => "swapfree-fpr",
             PolicyName::ContinuousStock => "continuous-stock",
+            PolicyName::ContinuousStockFpr => "continuous-stock-fpr",
             PolicyName::Dsb95 => "dsb95",
             PolicyName::OneShot => "one-shot",
             PolicyName::Iballoon => "iballoon",
@@ -105,6 +114,16 @@ impl PolicyName {
                 overcommit_always: true,
                 ..stock
             },
+            PolicyName::SwapfreeFpr => GuestSide {
+                fpr: true,
+                ..PolicyName::Swapfree.guest()
+            },
+            PolicyName::ContinuousStockFpr => GuestSide {
+                agent: true,
+                overcommit_always: true,
+                fpr: true,
+                ..stock
+            },
             PolicyName::OneShot => GuestSide {
                 agent: true,
                 prepare_migration: true,
@@ -143,7 +162,9 @@ impl PolicyName {
         for i in 0..vms {
             let policy = match self {
                 PolicyName::Swapfree
+                | PolicyName::SwapfreeFpr
                 | PolicyName::ContinuousStock
+                | PolicyName::ContinuousStockFpr
                 | PolicyName::Iballoon
                 | PolicyName::Pressure
                 | PolicyName::Shares => SimPolicy::SwapFree(cfg.policy()),

@@ -35,6 +35,9 @@ pub struct Summary {
     /// The programs' own memory (what they wrote and hold), averaged over time, and its peak.
     pub avg_app_bytes: u64,
     pub peak_app_bytes: u64,
+    /// The programs' memory averaged over the time they ran (from the first start to the
+    /// last end), as the seed's R1 averages its jobs.
+    pub avg_app_running_bytes: u64,
     /// The smallest size any guest reached.
     pub min_guest_bytes: u64,
     /// Seconds the programs spent in steps that are not sleeps.
@@ -93,6 +96,8 @@ pub struct SeriesRow {
     pub anon_gib: f64,
     pub cache_gib: f64,
     pub free_gib: f64,
+    /// MemAvailable as the guest's /proc/meminfo would show it.
+    pub available_gib: f64,
     pub swapped_gib: f64,
     pub migrating: bool,
 }
@@ -172,6 +177,14 @@ pub fn simulate(
             next_sample += 1.0;
         }
         world.advance();
+        if s.stop_when_done
+            && world
+                .vms
+                .iter()
+                .all(|v| v.migration.is_none() && v.programs.iter().all(|p| p.done || p.killed))
+        {
+            break;
+        }
         if series && world.now + 1e-9 >= next_row {
             next_row += s.series_every_s.max(s.tick_s);
             rows.extend(world.vms.iter().map(|v| {
@@ -188,6 +201,7 @@ pub fn simulate(
                     anon_gib: gb(g.ram_anon()),
                     cache_gib: gb(g.cache),
                     free_gib: gb(g.free()),
+                    available_gib: gb(g.mem_view().available),
                     swapped_gib: gb(g.swapped),
                     migrating: v.migration.is_some(),
                 }
@@ -239,6 +253,8 @@ fn summarize(s: &Scenario, policy: PolicyName, seed: u64, w: &SimWorld) -> Summa
         avg_guest_bytes: (w.totals.size_kib_s / dur * 1024.0) as u64,
         avg_app_bytes: (w.totals.app_kib_s / dur * 1024.0) as u64,
         peak_app_bytes: bytes(w.totals.peak_app),
+        avg_app_running_bytes: (w.totals.app_running_kib_s / w.totals.app_running_s.max(1e-9)
+            * 1024.0) as u64,
         min_guest_bytes: w.vms.iter().map(|v| bytes(v.min_size)).min().unwrap_or(0),
         app_runtime_s: progs().fold(0.0, |a, p| a + p.busy_s),
         app_work_s: progs().fold(0.0, |a, p| a + p.work_s),
@@ -350,11 +366,11 @@ pub fn text(s: &Summary) -> String {
 
 /// The series as CSV.
 pub fn csv(rows: &[SeriesRow]) -> String {
-    let mut o = String::from("t_s,vm,size_gib,target_gib,footprint_gib,anon_gib,cache_gib,free_gib,swapped_gib,migrating\n");
+    let mut o = String::from("t_s,vm,size_gib,target_gib,footprint_gib,anon_gib,cache_gib,free_gib,swapped_gib,migrating,available_gib\n");
     for r in rows {
         let _ = writeln!(
             o,
-            "{:.1},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{}",
+            "{:.1},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{:.3}",
             r.t_s,
             r.vm,
             r.size_gib,
@@ -364,7 +380,8 @@ pub fn csv(rows: &[SeriesRow]) -> String {
             r.cache_gib,
             r.free_gib,
             r.swapped_gib,
-            u8::from(r.migrating)
+            u8::from(r.migrating),
+            r.available_gib
         );
     }
     o

@@ -26,6 +26,8 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "host-pressure",
         include_str!("../scenarios/host-pressure.toml"),
     ),
+    ("pts-memory", include_str!("../scenarios/pts-memory.toml")),
+    ("e1-sizes", include_str!("../scenarios/e1-sizes.toml")),
     ("tiny", include_str!("../scenarios/tiny.toml")),
     ("bench-cells", include_str!("../scenarios/bench-cells.toml")),
 ];
@@ -46,6 +48,10 @@ pub struct Scenario {
     #[serde(default)]
     pub calibration: Option<toml::Table>,
     pub duration_s: f64,
+    /// The run ends once every program has finished (or was killed) and no migration runs,
+    /// before `duration_s` if need be: the seed's R1 runs last as long as their job.
+    #[serde(default)]
+    pub stop_when_done: bool,
     /// The model's time step.
     #[serde(default = "one")]
     pub tick_s: f64,

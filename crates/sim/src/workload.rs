@@ -107,6 +107,11 @@ impl Program {
         !self.killed && !self.done
     }
 
+    /// Its start time has come.
+    pub fn started(&self, now: f64) -> bool {
+        now + 1e-9 >= self.start_s
+    }
+
     /// Steps that take no time, from `now`, until one that does. `commit_limit`: the
     /// largest single allocation the guest's overcommit rule allows (none: any).
     pub fn begin_tick(
@@ -245,6 +250,11 @@ impl Program {
             }
             _ => (Kib::ZERO, Kib::ZERO, freed),
         }
+    }
+
+    /// Computing (a `compute` or `trace` step), not allocating or sleeping.
+    pub fn computes(&self) -> bool {
+        matches!(self.state, State::Compute { .. } | State::Trace { .. })
     }
 
     /// The dirty rate of its writes to memory it already holds, KiB/s at full speed.

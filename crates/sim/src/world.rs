@@ -38,6 +38,8 @@ pub struct VmState {
     /// CPU seconds the hook and the agent took.
     pub cpu_s: f64,
     cpu_last_tick: f64,
+    /// The share of the last tick the balloon's moves took from computing programs.
+    balloon_stall_last_tick: f64,
     pub min_size: Kib,
     /// ∫ size dt, KiB·s.
     pub size_kib_s: f64,
@@ -62,6 +64,9 @@ pub struct Totals {
     /// ∫ programs' memory dt, KiB·s, and its peak (summed over VMs).
     pub app_kib_s: f64,
     pub peak_app: Kib,
+    /// ∫ programs' memory dt and ∫ dt over the time some program had started and was running.
+    pub app_running_kib_s: f64,
+    pub app_running_s: f64,
 }
 
 /// Where one VM's migration plan stands.
@@ -143,6 +148,7 @@ impl SimWorld {
                         failed_allocations: 0,
                         cpu_s: 0.0,
                         cpu_last_tick: 0.0,
+                        balloon_stall_last_tick: 0.0,
                         size_kib_s: 0.0,
                         stalled_s: 0.0,
                     }
@@ -263,6 +269,15 @@ impl SimWorld {
             .flat_map(|v| v.programs.iter())
             .fold(Kib::ZERO, |a, p| a.saturating_add(p.resident));
         self.totals.app_kib_s += app.0 as f64 * dt;
+        if self
+            .vms
+            .iter()
+            .flat_map(|v| v.programs.iter())
+            .any(|p| p.running() && p.started(self.now))
+        {
+            self.totals.app_running_kib_s += app.0 as f64 * dt;
+            self.totals.app_running_s += dt;
+        }
         self.totals.peak_app = self.totals.peak_app.max(app);
         self.totals.footprint_kib_s += footprint.0 as f64 * dt;
         self.totals.peak_footprint = self.totals.peak_footprint.max(footprint);
@@ -406,6 +421,9 @@ fn step_vm(
     speed *= (1.0 - (v.cpu_last_tick / cpus).min(0.9)).max(0.1);
     let prog_anon = v.guest.anon.saturating_sub(v.guest.cfg.daemons).0.max(1) as f64;
     speed /= 1.0 + c.swap_slowdown * (v.guest.swapped.0 as f64 / prog_anon).min(1.0);
+    // Allocation rates are measured with the balloon's costs in them (S1); compute pays them.
+    let alloc_speed = speed;
+    let compute_speed = speed * (1.0 - v.balloon_stall_last_tick.min(0.9));
     let g = &mut v.guest;
     if migrating && c.freeze_balloon_while_migrating {
         g.balloon_target = g.balloon_target.min(g.balloon);
@@ -441,8 +459,15 @@ fn step_vm(
         hook_factor: if xen { 1.0 } else { c.hook_refault_factor },
     };
     let mut wants = Vec::with_capacity(v.programs.len());
+    let mut speeds = Vec::with_capacity(v.programs.len());
     let (mut total, mut capacity) = (Kib::ZERO, Kib::ZERO);
     for p in &mut v.programs {
+        let speed = if p.computes() {
+            compute_speed
+        } else {
+            alloc_speed
+        };
+        speeds.push(speed);
         let (w, cap, i) = p.want(dt, speed, c.touch_gib_s);
         g.release(now, i.freed_resident, Kib::ZERO);
         wants.push(w);
@@ -452,7 +477,7 @@ fn step_vm(
     let served = g.serve(total, capacity, &mut b);
     g.place(served.got, Kib::ZERO);
     let mut left = served.got;
-    for (p, w) in v.programs.iter_mut().zip(&wants) {
+    for ((p, w), speed) in v.programs.iter_mut().zip(&wants).zip(speeds) {
         let share = if total.0 == 0 {
             Kib::ZERO
         } else {
@@ -505,7 +530,7 @@ fn step_vm(
         .iter()
         .fold(Kib::ZERO, |a, p| a.saturating_add(p.untouched));
     // 5. The balloon worker takes toward its target; swap-in; free page reporting.
-    let (_, dirty_taken) = g.inflate(
+    let (inflated, dirty_taken) = g.inflate(
         dt,
         if g.kernel.patched {
             c.patched_inflate_gib_s
@@ -528,6 +553,10 @@ fn step_vm(
         0.0
     };
     let hook_cpu = hook_pages.to_pages_floor().0 as f64 * c.hook_cost_us_per_page / 1e6;
+    // The slow path's latency is the faulting threads' own time, not shared with other vCPUs.
+    let moved = deflated.saturating_add(inflated).saturating_add(hook_pages);
+    v.balloon_stall_last_tick =
+        moved.to_pages_floor().0 as f64 * c.balloon_stall_us_per_page / 1e6 / dt;
     v.cpu_last_tick = hook_cpu + agent;
     v.cpu_s += v.cpu_last_tick;
     // 7. The migration: what was written, then its progress.
@@ -539,7 +568,7 @@ fn step_vm(
             .map(|p| p.dirty_rate())
             .sum();
         let written = served.got.saturating_add(got_cache).0 as f64
-            + dirty_rate * dt * speed
+            + dirty_rate * dt * compute_speed
             + if xen { deflated.0 as f64 } else { 0.0 };
         m.dirty(written, g);
         // QEMU does not send what the balloon or reporting discarded meanwhile.

@@ -13,8 +13,26 @@ fn bench_cells_replayed() {
     };
     let rows = conformance(&text).unwrap();
     println!("{}", markdown(&rows));
-    assert!(rows.len() >= 15, "{}", rows.len());
-    // Today every cell is within 0.63–1.32× in MiB and 0.68–1.32× in time.
+    // 6 configurations (no balloon, the fixed balloon with deflate-on-oom, FPR, the stock
+    // kernel's host controller, the patched kernel with and without FPR) × 7 moments (idle,
+    // five after the spike, the spike during a slow migration) × 2 QEMUs (7.2 and 10).
+    assert!(rows.len() >= 84, "{}", rows.len());
+    assert!(rows.iter().any(|r| r.moment.contains("during")));
+    for q in ["system", "qemu10"] {
+        for c in [
+            "no-balloon",
+            "fpr",
+            "ab-stock",
+            "ab-patched",
+            "ab-patched-fpr",
+        ] {
+            assert!(
+                rows.iter().any(|r| r.qemu == q && r.config == c),
+                "no {c} cell on {q}"
+            );
+        }
+    }
+    // Today every cell is within 0.51–1.49× in MiB and 0.61–1.58× in time (docs/simulator.md).
     for r in &rows {
         let (mib, time) = (
             r.simulated_mib / r.measured_mib,

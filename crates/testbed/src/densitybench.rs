@@ -88,6 +88,12 @@ pub struct DensityRecord {
     /// Each guest's wall time for the whole sequence, s (`None`: it did not complete).
     pub runtimes_s: Vec<Option<f64>>,
     pub oom_kills: usize,
+    /// The same over the guests' RAM blocks alone (without QEMU's own memory and TCG's
+    /// code buffer, which a guest re-reading its binaries grows and KVM does not have).
+    #[serde(default)]
+    pub ram_mean_mib: Option<f64>,
+    #[serde(default)]
+    pub ram_peak_mib: Option<f64>,
     /// The policy keys set instead of the defaults (`--policy`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<String>,
@@ -145,7 +151,7 @@ fn one(a: &DensityArgs, image: &GuestImage, qemu: &std::path::Path, c: Config) -
     println!("[density]   {}: {} guests settled at {:.0} MiB of host memory; jobs start", c.key(), a.guests, mib(settled));
 
     // Started as the jobs start and finished as the last one ends: its samples are the window.
-    let sampler = RssSampler::start(pids);
+    let sampler = RssSampler::start_with_ram(pids, Some(memory));
     let stagger = Duration::from_secs(a.stagger_s);
     let runtimes: Vec<Option<f64>> = std::thread::scope(|sc| {
         let hs: Vec<_> = guests
@@ -177,6 +183,9 @@ fn one(a: &DensityArgs, image: &GuestImage, qemu: &std::path::Path, c: Config) -
     let samples = sampler.finish_each();
     write_rss_csv(&out.join("rss.csv"), &samples)?;
     let window: Vec<f64> = samples.iter().map(RssSample::total_mib).collect();
+    let ram: Vec<f64> = samples.iter().map(RssSample::ram_total_mib).collect();
+    let ram_mean_mib = (!ram.is_empty()).then(|| ram.iter().sum::<f64>() / ram.len() as f64);
+    let ram_peak_mib = (!ram.is_empty()).then(|| ram.iter().copied().fold(f64::NAN, f64::max));
     let mean_mib = if window.is_empty() { f64::NAN } else { window.iter().sum::<f64>() / window.len() as f64 };
     let peak_mib = window.iter().copied().fold(f64::NAN, f64::max);
     let oom_kills = guests.iter().map(crate::guest::oom_kills).sum();
@@ -185,23 +194,33 @@ fn one(a: &DensityArgs, image: &GuestImage, qemu: &std::path::Path, c: Config) -
     }
     drop(guests);
     let policy = if c.controlled() { a.policy.clone() } else { None };
-    Ok(DensityRecord { qemu_version: version, config: c, guests: a.guests, mean_mib, peak_mib, settled_mib: mib(settled), runtimes_s: runtimes, oom_kills, policy })
+    Ok(DensityRecord { qemu_version: version, config: c, guests: a.guests, mean_mib, peak_mib, settled_mib: mib(settled), runtimes_s: runtimes, oom_kills, ram_mean_mib, ram_peak_mib, policy })
 }
 
-/// Each guest's QEMU RSS over the window, a row per 0.5 s sample: `t_s,guest0,…,total`.
+/// Each guest's QEMU RSS over the window, a row per 0.5 s sample: `t_s,guest0,…,total`,
+/// then each guest's RAM RSS `ram0,…,ram_total`.
 fn write_rss_csv(path: &std::path::Path, samples: &[RssSample]) -> Result<(), String> {
     let n = samples.first().map_or(0, |s| s.each_mib.len());
     let mut csv = String::from("t_s");
     for i in 0..n {
         let _ = write!(csv, ",guest{i}");
     }
-    csv.push_str(",total\n");
+    csv.push_str(",total");
+    for i in 0..n {
+        let _ = write!(csv, ",ram{i}");
+    }
+    csv.push_str(",ram_total\n");
+    let cell = |v: &Option<f64>| v.map_or(String::new(), |m| format!("{m:.0}"));
     for s in samples {
         let _ = write!(csv, "{:.1}", s.t_s);
         for v in &s.each_mib {
-            let _ = write!(csv, ",{}", v.map_or(String::new(), |m| format!("{m:.0}")));
+            let _ = write!(csv, ",{}", cell(v));
         }
-        let _ = writeln!(csv, ",{:.0}", s.total_mib());
+        let _ = write!(csv, ",{:.0}", s.total_mib());
+        for v in &s.ram_mib {
+            let _ = write!(csv, ",{}", cell(v));
+        }
+        let _ = writeln!(csv, ",{:.0}", s.ram_total_mib());
     }
     std::fs::write(path, csv).map_err(|e| format!("{}: {e}", path.display()))
 }
@@ -250,7 +269,7 @@ pub fn report(a: &DensityArgs, records: &[DensityRecord]) -> String {
     let jobs: Vec<String> = JOBS.iter().map(|(n, _)| n.to_string()).collect();
     let _ = writeln!(
         s,
-        "Written by `autoballoon-densitybench`: {} guests of {} MiB (1 vCPU, TCG single-threaded) per configuration, one configuration after another; each guest runs the sequence {} once, guest i starting {} s after guest 0. Host memory: the sum of the guests' QEMU RSS sampled every 0.5 s from the first start to the last end. Runtime: each guest's wall time for the whole sequence (median over the guests). Ratios are to free page reporting alone (memory) and to no balloon (runtime) of the same run. The guest image has no xz; the sort is busybox's.\n",
+        "Written by `autoballoon-densitybench`: {} guests of {} MiB (1 vCPU, TCG single-threaded) per configuration, one configuration after another; each guest runs the sequence {} once, guest i starting {} s after guest 0. Host memory: the sum of the guests' QEMU RSS sampled every 0.5 s from the first start to the last end; guest RAM: the same over the guests' RAM blocks alone (without QEMU's own memory and TCG's code buffer, which KVM does not have). Runtime: each guest's wall time for the whole sequence (median over the guests). Ratios are to free page reporting alone (memory) and to no balloon (runtime) of the same run. The guest image has no xz; the sort is busybox's.\n",
         a.guests, a.memory_mib, jobs.join(" → "), a.stagger_s
     );
     let get = |c: Config| records.iter().find(|r| r.config == c);
@@ -262,14 +281,16 @@ pub fn report(a: &DensityArgs, records: &[DensityRecord]) -> String {
     if let Some(v) = records.first().map(|r| r.qemu_version.as_str()) {
         let _ = writeln!(s, "QEMU {v}.\n");
     }
-    let _ = writeln!(s, "| configuration | settled MiB | mean MiB | × FPR | peak MiB | × FPR | runtime s (median) | × no balloon | completed | OOM kills |");
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "| configuration | settled MiB | mean MiB | × FPR | peak MiB | × FPR | runtime s (median) | × no balloon | completed | OOM kills | guest RAM mean MiB | × FPR | guest RAM peak MiB | × FPR |");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let mib_or_dash = |v: Option<f64>| v.map_or("–".into(), |m| format!("{m:.0}"));
+    let ratio_of = |v: Option<f64>, bar: Option<f64>| v.map_or("–".into(), |x| ratio(x, bar));
     for r in records {
         let rt = r.median_runtime();
         let done = r.runtimes_s.iter().filter(|t| t.is_some()).count();
         let _ = writeln!(
             s,
-            "| {} | {:.0} | {:.0} | {} | {:.0} | {} | {} | {} | {done}/{} | {} |",
+            "| {} | {:.0} | {:.0} | {} | {:.0} | {} | {} | {} | {done}/{} | {} | {} | {} | {} | {} |",
             r.policy.as_ref().map_or_else(|| r.config.label().to_string(), |p| format!("{} (`{p}`)", r.config.label())),
             r.settled_mib,
             r.mean_mib,
@@ -279,7 +300,11 @@ pub fn report(a: &DensityArgs, records: &[DensityRecord]) -> String {
             rt.map_or("–".into(), |t| format!("{t:.1}")),
             rt.map_or("–".into(), |t| ratio(t, none.and_then(DensityRecord::median_runtime))),
             r.runtimes_s.len(),
-            r.oom_kills
+            r.oom_kills,
+            mib_or_dash(r.ram_mean_mib),
+            ratio_of(r.ram_mean_mib, fpr.and_then(|f| f.ram_mean_mib)),
+            mib_or_dash(r.ram_peak_mib),
+            ratio_of(r.ram_peak_mib, fpr.and_then(|f| f.ram_peak_mib)),
         );
     }
     s
@@ -290,7 +315,7 @@ mod tests {
     use super::*;
 
     fn rec(c: Config, mean: f64, peak: f64, rt: Option<f64>) -> DensityRecord {
-        DensityRecord { qemu_version: "10.0.2".into(), config: c, guests: 2, mean_mib: mean, peak_mib: peak, settled_mib: 500.0, runtimes_s: vec![rt, Some(100.0)], oom_kills: 0, policy: None }
+        DensityRecord { qemu_version: "10.0.2".into(), config: c, guests: 2, mean_mib: mean, peak_mib: peak, settled_mib: 500.0, runtimes_s: vec![rt, Some(100.0)], oom_kills: 0, ram_mean_mib: Some(mean / 2.0), ram_peak_mib: None, policy: None }
     }
 
     #[test]
@@ -298,7 +323,7 @@ mod tests {
         let a = DensityArgs { image: None, qemu: None, configs: vec![], guests: 2, memory_mib: 2048, stagger_s: 20, out: "x".into(), results: None, policy: None };
         let rs = [rec(Config::NoBalloon, 4000.0, 4100.0, Some(100.0)), rec(Config::Fpr, 2000.0, 3000.0, Some(110.0)), rec(Config::AbStock, 1400.0, 2400.0, None)];
         let md = report(&a, &rs);
-        assert!(md.contains("| 4000 | 2.00× | 4100 | 1.37× | 100.0 | 1.00× | 2/2 | 0 |"), "{md}");
+        assert!(md.contains("| 4000 | 2.00× | 4100 | 1.37× | 100.0 | 1.00× | 2/2 | 0 | 2000 | 2.00× | – | – |"), "{md}");
         assert!(md.contains("| 1400 | 0.70× | 2400 | 0.80× | – | – | 1/2 | 0 |"), "a guest that did not complete has no runtime: {md}");
         assert!(md.contains("arrays: 2 × 300 MiB, held 5 s → idle → sort"), "{md}");
     }

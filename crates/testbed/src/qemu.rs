@@ -342,18 +342,48 @@ pub fn rss_of(pid: u32) -> Option<Kib> {
     status_kib(&s, "VmRSS").map(Kib)
 }
 
-/// The summed resident memory of some processes (QEMUs), sampled every 0.5 s on a thread
-/// of its own until [`RssSampler::finish`].
+/// The resident part of a QEMU's guest RAM block: the anonymous mappings of exactly `ram`
+/// (QEMU maps a guest's memory as one block of its size), apart from QEMU's own memory and
+/// TCG's code buffer, which a TCG guest grows when it runs code at new addresses (a
+/// guest that re-reads its binaries after evicting them) and which KVM does not have.
+pub fn guest_ram_rss_of(pid: u32, ram: Kib) -> Option<Kib> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/smaps")).ok()?;
+    smaps_rss_of_size(&s, ram)
+}
+
+/// The summed `Rss` of the mappings whose `Size` is exactly `size` in a `/proc/PID/smaps`
+/// text; `None` if there is no such mapping. Pure.
+pub fn smaps_rss_of_size(smaps: &str, size: Kib) -> Option<Kib> {
+    let mut found = None;
+    let mut this_size = None;
+    for l in smaps.lines() {
+        if let Some(v) = status_kib(l, "Size") {
+            this_size = Some(v);
+        } else if let Some(v) = status_kib(l, "Rss") {
+            if this_size == Some(size.0) {
+                found = Some(Kib(found.map_or(0, |k: Kib| k.0).saturating_add(v)));
+            }
+            this_size = None;
+        }
+    }
+    found
+}
+
+/// The resident memory of some processes (QEMUs), each on its own and, given the guests'
+/// RAM size, that of their guest RAM, sampled every 0.5 s on a thread of its own until
+/// [`RssSampler::finish`].
 pub struct RssSampler {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: std::thread::JoinHandle<Vec<RssSample>>,
 }
 
-/// One sample: seconds since the start, and each process's RSS in MiB (`None`: gone).
+/// One sample: seconds since the start, and each process's RSS in MiB (`None`: gone), and
+/// with a RAM size, each process's guest RAM RSS.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RssSample {
     pub t_s: f64,
     pub each_mib: Vec<Option<f64>>,
+    pub ram_mib: Vec<Option<f64>>,
 }
 
 impl RssSample {
@@ -361,11 +391,21 @@ impl RssSample {
     pub fn total_mib(&self) -> f64 {
         self.each_mib.iter().flatten().sum()
     }
+
+    /// The sum of the guest RAM RSS over the processes that had one.
+    pub fn ram_total_mib(&self) -> f64 {
+        self.ram_mib.iter().flatten().sum()
+    }
 }
 
 impl RssSampler {
     /// Starts sampling `pids`; a sample is taken when at least one of them has an RSS.
     pub fn start(pids: Vec<u32>) -> RssSampler {
+        RssSampler::start_with_ram(pids, None)
+    }
+
+    /// [`RssSampler::start`], and each guest's RAM RSS where its RAM is `ram`.
+    pub fn start_with_ram(pids: Vec<u32>, ram: Option<Kib>) -> RssSampler {
         use std::sync::atomic::Ordering;
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = stop.clone();
@@ -374,8 +414,12 @@ impl RssSampler {
             let mut samples = Vec::new();
             while !flag.load(Ordering::Relaxed) {
                 let each: Vec<Option<f64>> = pids.iter().map(|&p| rss_of(p).map(|k| k.mib_f64())).collect();
+                let ram_mib = match ram {
+                    Some(r) => pids.iter().map(|&p| guest_ram_rss_of(p, r).map(|k| k.mib_f64())).collect(),
+                    None => Vec::new(),
+                };
                 if each.iter().any(Option::is_some) {
-                    samples.push(RssSample { t_s: t0.elapsed().as_secs_f64(), each_mib: each });
+                    samples.push(RssSample { t_s: t0.elapsed().as_secs_f64(), each_mib: each, ram_mib });
                 }
                 std::thread::sleep(Duration::from_millis(500));
             }
@@ -433,6 +477,17 @@ mod tests {
         assert_eq!(status_kib(s, "VmHWM"), Some(9876));
         assert_eq!(status_kib(s, "Threads"), None, "no kB unit");
         assert_eq!(status_kib(s, "VmRS"), None, "the whole key");
+    }
+
+    #[test]
+    fn the_guest_ram_block_is_told_apart_from_tcgs_code_buffer() {
+        // A QEMU 10 with `-m 2048 -accel tcg -S` (a part of its smaps): the guest's RAM
+        // not touched yet, TCG's 1 GiB code buffer 2 MiB in.
+        let smaps = include_str!("../fixtures/qemu10-2g-tcg.smaps");
+        assert_eq!(smaps_rss_of_size(smaps, Kib(2 << 20)), Some(Kib(0)));
+        assert_eq!(smaps_rss_of_size(smaps, Kib(1_048_572)), Some(Kib(2048)), "the code buffer");
+        assert_eq!(smaps_rss_of_size(smaps, Kib(1 << 20)), None, "no guest of 1 GiB here");
+        assert_eq!(smaps_rss_of_size("", Kib(2 << 20)), None);
     }
 
     #[test]

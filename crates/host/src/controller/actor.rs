@@ -224,6 +224,9 @@ impl Actor {
                     return Some(End::Retarget);
                 }
                 Ok(Msg::Command(VmCommand::Pause)) => {
+                    if let Some(h) = hv {
+                        self.stop_shrink(h, EventKind::Pause, "for the pause");
+                    }
                     self.paused = true;
                     *lock(&self.shared.mailbox) = None;
                     self.set_state(VmState::Paused);

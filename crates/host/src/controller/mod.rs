@@ -308,3 +308,25 @@ pub(crate) fn offer(tx: &SyncSender<Msg>, m: Msg) -> Result<(), &'static str> {
         TrySendError::Disconnected(_) => "the VM's worker is gone",
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{BalancerKind, LogFormat};
+
+    /// A host with no VMs yet (the packaged default configuration): the controller runs,
+    /// every balancer steps over nothing, and it stops promptly.
+    #[test]
+    fn a_controller_with_no_vms_runs_and_stops() {
+        for balancer in [BalancerKind::Independent, BalancerKind::CapGrowth, BalancerKind::Iballoon, BalancerKind::Pressure, BalancerKind::Shares] {
+            let mut config = Config::parse("[controller]\ninterval_ms = 100\n").unwrap();
+            config.controller.balancer = balancer;
+            let ctl = Controller::start(&config, Logger::new(LogFormat::Json, false));
+            assert!(ctl.vms().is_empty());
+            std::thread::sleep(Duration::from_millis(350));
+            let asked = Instant::now();
+            ctl.stop();
+            assert!(asked.elapsed() < Duration::from_secs(2), "{balancer:?}: stop took {:?}", asked.elapsed());
+        }
+    }
+}

@@ -183,7 +183,7 @@ impl Actor {
                     self.note(EventKind::MigrationStarted, &format!("migration started ({})", self.migration_shrink), &[]);
                 } else {
                     self.note(EventKind::MigrationStarted, "migration started: no shrinking until it ends", &[]);
-                    self.freeze_shrink(hv);
+                    self.stop_shrink(hv, EventKind::MigrationStarted, "for the migration");
                 }
                 if ours {
                     self.migration_report(|r| r.status = phase.to_string());
@@ -218,9 +218,11 @@ impl Actor {
         false
     }
 
-    /// A shrink asked before the migration started would go on in the guest during it
-    /// (the driver inflates towards the last target): the balloon is stopped where it is.
-    fn freeze_shrink(&mut self, hv: &dyn Hypervisor) {
+    /// A shrink asked before now would go on in the guest (the driver inflates towards the
+    /// last target): the balloon is stopped where it is. Used when a migration starts (the
+    /// shrink would go on during it) and when the VM is paused (the operator asked for the
+    /// balloon to be left where it is); a growth under way completes, the guest may need it.
+    pub(super) fn stop_shrink(&mut self, hv: &dyn Hypervisor, kind: EventKind, why: &str) {
         // Paused: the balloon is not ours to touch (and our last target is stale).
         if self.paused {
             return;
@@ -236,7 +238,7 @@ impl Actor {
             lock(&self.shared.status).target = Some(stop.at);
             // The loop's last target is no longer QEMU's: it measures from the guest again.
             self.epoch += 1;
-            self.note(EventKind::MigrationStarted, &format!("the balloon was still shrinking towards {}: stopped at {} for the migration", stop.towards, stop.at), &[("size_kib", json!(stop.at.0))]);
+            self.note(kind, &format!("the balloon was still shrinking towards {}: stopped at {} {why}", stop.towards, stop.at), &[("size_kib", json!(stop.at.0))]);
         }
     }
 
