@@ -484,6 +484,8 @@ mod tests {
         let text = include_str!("../../../docs/example-host.toml");
         let c = Config::parse(text).unwrap();
         assert_eq!(c.vms.len(), 3);
+        assert_eq!(c.discovery, DiscoveryConfig::default());
+        assert_eq!(c.policy_for(&c.discovered(VmConfig::new("db-7", "/d/db-7.qmp"))).buffer_mib, 256);
         assert!(c.vms[2].libvirt_domain.is_some());
         assert_eq!(c.vms[0].balloon_device, "/machine/peripheral/balloon0");
         assert_eq!(c.policy_for(&c.vms[1]).buffer_mib, 128);
