@@ -173,6 +173,13 @@ mod tests {
     }
 
     #[test]
+    fn check_config_names_discovery_and_matches() {
+        assert_eq!(summary_discovery(&cfg("")), None);
+        let c = Config::parse("[discovery]\nsocket_dir='/run/vms'\nlibvirt=true\n[[match]]\nname='db-*'\n[[match]]\nname='*'\n").unwrap();
+        assert_eq!(summary_discovery(&c).unwrap(), "discovery: socket_dir=/run/vms (<name>.qmp and <name>.agent) libvirt=qemu:///system; matches (first wins): \"db-*\", \"*\"");
+    }
+
+    #[test]
     fn summary_has_one_line_per_vm() {
         let c = cfg("");
         let s = summary(&c);

@@ -23,12 +23,13 @@ fn check_config_summarises_a_valid_file_and_exits_2_on_an_invalid_one() {
     let (code, out, err) = run(&["host", "--check-config", "--config", example]);
     assert_eq!(code, 0, "{err}");
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines.len(), 5, "{out}");
+    assert_eq!(lines.len(), 6, "{out}");
     assert!(lines[0].starts_with("controller: interval_ms=1000 log_format=text log_level=info metrics_listen=127.0.0.1:9848 status_socket=/run/autoballoon/status.sock"), "{out}");
-    assert!(lines[1].starts_with("web1: qmp=/run/autoballoon/web1.qmp agent=/run/autoballoon/web1.agent policy=swapfree buffer=64 MiB"), "{out}");
-    assert!(lines[2].starts_with("db1: qmp=/run/autoballoon/db1.qmp agent=none (guest-stats) policy=swapfree buffer=128 MiB min=512 MiB ([defaults] with its [vm.policy])"), "{out}");
-    assert!(lines[3].starts_with("guest1: libvirt=autoballoon-guest on qemu:///system agent=from the domain XML policy=swapfree"), "{out}");
-    assert_eq!(lines[4], "configuration OK: 3 VM(s)");
+    assert_eq!(lines[1], "discovery: off; matches (first wins): \"db-*\"", "{out}");
+    assert!(lines[2].starts_with("web1: qmp=/run/autoballoon/web1.qmp agent=/run/autoballoon/web1.agent policy=swapfree buffer=64 MiB"), "{out}");
+    assert!(lines[3].starts_with("db1: qmp=/run/autoballoon/db1.qmp agent=none (guest-stats) policy=swapfree buffer=128 MiB min=512 MiB ([defaults] with its [vm.policy])"), "{out}");
+    assert!(lines[4].starts_with("guest1: libvirt=autoballoon-guest on qemu:///system agent=from the domain XML policy=swapfree"), "{out}");
+    assert_eq!(lines[5], "configuration OK: 3 VM(s)");
 
     let dir = tmp("check");
     let bad = dir.join("bad.toml");

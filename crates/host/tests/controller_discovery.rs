@@ -75,6 +75,9 @@ fn a_socket_that_appears_is_managed_within_two_seconds_and_leaves_with_it() {
     d.wait_samples("b", 4, Duration::from_secs(15));
     assert_eq!((a.fakes.requests().len(), a.q().connections(), old.snapshot().samples), (requests, connections, samples));
     assert!(d.ctl().vms().iter().map(|v| v.name.clone()).eq(["b".to_string()]));
+    let served: Vec<String> = autoballoon::metrics::snapshots_of(d.ctl())().into_iter().map(|v| v.name).collect();
+    assert_eq!(served, ["b"], "a's status and metrics are gone");
+    assert!(!autoballoon::metrics::render(&autoballoon::metrics::snapshots_of(d.ctl())()).contains("vm=\"a\""));
     // Only the leave line: no "lost QMP" or "cannot reach" for a VM that left.
     for e in ["disconnected", "unreachable"] {
         assert!(events_of(&d, "a", e).is_empty(), "{e}: {}", d.log.text());

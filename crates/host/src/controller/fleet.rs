@@ -31,8 +31,9 @@ pub(crate) enum Change {
     Balancer(Box<dyn Balancer + Send>),
 }
 
-/// A socket file's identity (device, inode): a new QEMU on the same path makes a new one.
-type FileId = (u64, u64);
+/// A socket file's identity (device, inode, change time in ns): a new QEMU on the same path
+/// makes a new one (the time tells a new file that got a freed inode number again).
+type FileId = (u64, u64, i128);
 
 /// How long one `virsh list` may take.
 const VIRSH_TIMEOUT: Duration = Duration::from_secs(5);
@@ -404,7 +405,7 @@ fn read_sockets(dir: &Path) -> std::io::Result<Vec<(VmConfig, FileId)>> {
         // Following a link: what QEMU listens on.
         let Ok(meta) = std::fs::metadata(&vm.qmp) else { continue };
         if meta.file_type().is_socket() {
-            out.push((vm, (meta.dev(), meta.ino())));
+            out.push((vm, (meta.dev(), meta.ino(), meta.ctime() as i128 * 1_000_000_000 + meta.ctime_nsec() as i128)));
         }
     }
     out.sort_by(|a, b| a.0.name.cmp(&b.0.name));
