@@ -135,8 +135,9 @@ struct HostArgs {
     /// Print a status table every this many seconds (0 = never).
     #[arg(long, default_value_t = 0)]
     status_every: u64,
-    /// Validate the configuration, print one line per VM and exit (0 if valid, 2 if not;
-    /// a file with no VM is valid).
+    /// Validate the configuration, print one line per configured VM (and one for
+    /// [discovery] and [[match]], if any) and exit (0 if valid, 2 if not; a file with no VM
+    /// is valid).
     #[arg(long)]
     check_config: bool,
     /// Serve Prometheus metrics on IP:PORT ("" = off); overrides controller.metrics_listen.
