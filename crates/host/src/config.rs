@@ -394,6 +394,17 @@ pub enum Origin {
     Libvirt,
 }
 
+impl Origin {
+    /// Its name in the status (`origin`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Config => "config",
+            Origin::SocketDir => "socket_dir",
+            Origin::Libvirt => "libvirt",
+        }
+    }
+}
+
 impl std::fmt::Display for Origin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {

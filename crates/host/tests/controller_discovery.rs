@@ -59,6 +59,7 @@ fn a_socket_that_appears_is_managed_within_two_seconds_and_leaves_with_it() {
     assert!(t.elapsed() <= Duration::from_secs(2), "first request {:?} after the socket appeared", t.elapsed());
     wait_for(Duration::from_secs(10), "a's estimate", || a.fakes.last_request() == Some(expected_target(1000)));
     assert_eq!(events_of(&d, "a", "vm_added").len(), 1, "{}", d.log.text());
+    assert_eq!(d.status("a").origin, "socket_dir");
     wait_for(Duration::from_secs(5), "a's agent", || a.p().is_connected());
 
     // Its socket goes: out of the status at once, its actor stopped.
@@ -148,6 +149,7 @@ fn a_reload_adds_changes_and_removes_vms() {
     // Added: started at once.
     let changes = d.ctl().reconfigure(&config(&config_text(200, &vm(""))));
     assert_eq!(changes, ["vm \"a\" added"]);
+    assert_eq!(d.status("a").origin, "config");
     wait_for(Duration::from_secs(10), "a at its estimate", || g.fakes.last_request() == Some(expected_target(1000)));
     // Its policy changed: applied from the next sample, the VM kept.
     let connections = g.q().connections();

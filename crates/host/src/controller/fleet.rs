@@ -337,7 +337,7 @@ impl Fleet {
             origin,
             agent_stale_ms: AtomicU64::new(policy.agent_stale_s.saturating_mul(1000)),
             gone: AtomicBool::new(false),
-            status: Mutex::new(VmStatus { name: name.clone(), ..Default::default() }),
+            status: Mutex::new(VmStatus { name: name.clone(), origin: origin.as_str(), ..Default::default() }),
             history: Mutex::default(),
             mailbox: Mutex::new(None),
             session: Mutex::new(None),
@@ -346,7 +346,7 @@ impl Fleet {
         let stop = Arc::new(AtomicBool::new(false));
         if announce {
             let agent = cfg.agent.as_ref().map_or("none".to_string(), |a| a.display().to_string());
-            self.log.event(&name, EventKind::VmAdded, &format!("added ({origin}): {} (agent {agent})", cfg.endpoint()), &[("origin", json!(origin.to_string()))]);
+            self.log.event(&name, EventKind::VmAdded, &format!("added ({origin}): {} (agent {agent})", cfg.endpoint()), &[("origin", json!(origin.as_str()))]);
         }
         let a = actor::Actor::new(cfg.clone(), self.interval, self.started, self.log.clone(), (tx.clone(), rx), stop.clone(), self.bell.clone(), shared.clone())
             .with_migration_shrink(self.shrink);
@@ -360,11 +360,12 @@ impl Fleet {
     /// Stops a VM's actor (without waiting for it), takes it out of the status and the
     /// decider; one log line.
     fn remove(&self, st: &mut State, m: Managed, why: &str) {
+        // The line first: whoever sees the VM gone from the status finds it in the log.
+        self.log.event(&m.handle.name, EventKind::VmRemoved, &format!("removed: {why}; no longer managed"), &[("origin", json!(m.origin.as_str()))]);
         stop_actor(&m);
         *lock(&m.handle.shared.mailbox) = None;
         lock(&self.registry).retain(|h| h.shared.id != m.id());
         self.tell(Change::Remove(m.id()));
-        self.log.event(&m.handle.name, EventKind::VmRemoved, &format!("removed: {why}; no longer managed"), &[("origin", json!(m.origin.to_string()))]);
         st.retired.push(m.worker);
     }
 
