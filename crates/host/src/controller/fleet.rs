@@ -231,6 +231,10 @@ impl Fleet {
             return Vec::new();
         }
         let mut guard = lock(&self.state);
+        // Again under the lock: a pass that waited for the controller's stop adds nothing.
+        if self.shutdown.load(Ordering::SeqCst) {
+            return Vec::new();
+        }
         let st = &mut *guard;
         let mut changes = Vec::new();
         // A socket whose QEMU is gone stays out until another socket takes its path.
