@@ -1,4 +1,4 @@
-//! virsh's output (dominfo, dommemstat, domjobinfo, domstate, dumpxml, and QMP through
+//! virsh's output (dominfo, dommemstat, domjobinfo, domstate, list --name, dumpxml, and QMP through
 //! qemu-monitor-command).
 #![no_main]
 use autoballoon::libvirt::parse;
@@ -12,6 +12,7 @@ fuzz_target!(|data: &[u8]| {
         let _ = (j.is_migration(), j.is_running());
     }
     let _ = parse::parse_domstate(text);
+    let _ = parse::parse_domain_names(text);
     let _ = parse::agent_socket_in_xml(text, "org.autoballoon.agent.0");
     let _ = parse::parse_query_version(text);
     let _ = parse::parse_query_kvm(text);

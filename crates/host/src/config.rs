@@ -11,7 +11,7 @@ pub use crate::log::Level;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     #[serde(default)]
@@ -21,6 +21,12 @@ pub struct Config {
     pub defaults: PolicyConfig,
     #[serde(default, rename = "vm")]
     pub vms: Vec<VmConfig>,
+    /// Where the daemon finds VMs by itself, besides `[[vm]]` (docs/configuration.md).
+    #[serde(default)]
+    pub discovery: DiscoveryConfig,
+    /// Settings of discovered VMs by name, first match wins.
+    #[serde(default, rename = "match")]
+    pub matches: Vec<MatchConfig>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -239,7 +245,7 @@ impl Config {
             }
         }
         // Every key and type checked, with the file's line numbers in the errors.
-        let mut c: Config = toml::from_str(text).map_err(syntax)?;
+        let mut c: Config = toml::from_str::<Config>(text).map_err(syntax)?.with_match_policies(text)?;
         let defaults = raw.get("defaults").and_then(toml::Value::as_table).cloned().unwrap_or_default();
         for (vm, raw_vm) in c.vms.iter_mut().zip(raw_vms) {
             let Some(own) = raw_vm.get("policy").and_then(toml::Value::as_table) else { continue };
@@ -287,7 +293,7 @@ impl Config {
         }
         // No VMs is a valid configuration (a host before its first VM, the package's
         // default file): the daemon runs and manages nothing.
-        Ok(())
+        self.validate_discovery()
     }
 
     /// The `shares` balancer's settings: each VM's `[vm.shares]`, by its position, with
@@ -310,6 +316,176 @@ impl Config {
     }
 }
 
+/// `[discovery]`: where the daemon finds VMs by itself, besides `[[vm]]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DiscoveryConfig {
+    /// A directory of QMP sockets: `<name>.qmp` is a VM's QMP socket, `<name>.agent` its
+    /// agent port's (optional). Read every [`SOCKET_SCAN`]; empty = off.
+    pub socket_dir: PathBuf,
+    /// Manage every running domain of `libvirt_uri` (`virsh list`, every [`LIBVIRT_SCAN`]).
+    pub libvirt: bool,
+    /// libvirt's connection URI for `libvirt = true`.
+    pub libvirt_uri: String,
+}
+
+impl Default for DiscoveryConfig {
+    fn default() -> Self {
+        DiscoveryConfig { socket_dir: PathBuf::new(), libvirt: false, libvirt_uri: default_libvirt_uri() }
+    }
+}
+
+/// How often `[discovery] socket_dir` is read (one `readdir`).
+pub const SOCKET_SCAN: std::time::Duration = std::time::Duration::from_millis(500);
+/// How often libvirt's running domains are listed (one `virsh list`).
+pub const LIBVIRT_SCAN: std::time::Duration = std::time::Duration::from_secs(2);
+/// A discovered VM's QMP socket in `socket_dir`: `<name>` + this.
+pub const QMP_SUFFIX: &str = ".qmp";
+/// A discovered VM's agent socket in `socket_dir`: `<name>` + this.
+pub const AGENT_SUFFIX: &str = ".agent";
+
+/// One `[[match]]` table: settings of the discovered VMs whose name matches `name`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MatchConfig {
+    /// A glob over VM names: `*` any characters, `?` one.
+    pub name: String,
+    /// The policy of the VMs it matches: `[defaults]` with the keys this table sets
+    /// replaced; `None` = `[defaults]`.
+    #[serde(default)]
+    pub policy: Option<PolicyConfig>,
+    /// Their shares, for `balancer = "shares"`.
+    #[serde(default)]
+    pub shares: Option<SharesKeys>,
+}
+
+/// Whether `name` matches the glob `pattern` (`*` any run of characters, `?` one).
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    let (mut i, mut j) = (0, 0);
+    // Where the last `*` was, and where in `name` it was tried up to.
+    let mut star: Option<(usize, usize)> = None;
+    while j < n.len() {
+        if i < p.len() && (p[i] == '?' || p[i] == n[j]) {
+            i += 1;
+            j += 1;
+        } else if i < p.len() && p[i] == '*' {
+            star = Some((i, j));
+            i += 1;
+        } else if let Some((si, sj)) = star {
+            i = si + 1;
+            j = sj + 1;
+            star = Some((si, sj + 1));
+        } else {
+            return false;
+        }
+    }
+    p[i..].iter().all(|&c| c == '*')
+}
+
+/// How a managed VM came to be managed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Origin {
+    /// A `[[vm]]` table or a `--vm` flag.
+    Config,
+    /// A QMP socket in `[discovery] socket_dir`.
+    SocketDir,
+    /// A running domain of `[discovery] libvirt_uri`.
+    Libvirt,
+}
+
+impl Origin {
+    /// Its name in the status (`origin`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Config => "config",
+            Origin::SocketDir => "socket_dir",
+            Origin::Libvirt => "libvirt",
+        }
+    }
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Origin::Config => "configured",
+            Origin::SocketDir => "discovered socket",
+            Origin::Libvirt => "discovered libvirt domain",
+        })
+    }
+}
+
+impl Config {
+    /// `[[match]]` policies inherit `[defaults]` key by key: each is `[defaults]` with the
+    /// keys its table sets replaced.
+    fn with_match_policies(mut self, text: &str) -> Result<Config, ConfigError> {
+        let syntax = |e: toml::de::Error| ConfigError::Syntax(PathBuf::from("config"), e.to_string());
+        let raw: toml::Table = toml::from_str(text).map_err(syntax)?;
+        let defaults = raw.get("defaults").and_then(toml::Value::as_table).cloned().unwrap_or_default();
+        let raw_matches = raw.get("match").and_then(toml::Value::as_array).map(Vec::as_slice).unwrap_or_default();
+        for (m, r) in self.matches.iter_mut().zip(raw_matches) {
+            let Some(own) = r.get("policy").and_then(toml::Value::as_table) else { continue };
+            let mut merged = defaults.clone();
+            merged.extend(own.iter().map(|(k, v)| (k.clone(), v.clone())));
+            m.policy = Some(merged.try_into().map_err(syntax)?);
+        }
+        Ok(self)
+    }
+
+    fn validate_discovery(&self) -> Result<(), ConfigError> {
+        let dir = &self.discovery.socket_dir;
+        if !dir.as_os_str().is_empty() && !dir.is_absolute() {
+            return Err(ConfigError::Invalid { key: "discovery.socket_dir".into(), why: "must be an absolute path (e.g. \"/run/autoballoon/vms\"), or \"\" for off".into() });
+        }
+        if self.discovery.libvirt && self.discovery.libvirt_uri.is_empty() {
+            return Err(ConfigError::Invalid { key: "discovery.libvirt_uri".into(), why: "must be a libvirt URI (e.g. \"qemu:///system\")".into() });
+        }
+        for (i, m) in self.matches.iter().enumerate() {
+            if m.name.is_empty() {
+                return Err(ConfigError::Invalid { key: format!("match[{i}].name"), why: "must be a non-empty glob (e.g. \"db-*\")".into() });
+            }
+            if let Some(p) = &m.policy {
+                p.validate(&format!("match[{i}].policy."))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The first `[[match]]` whose glob matches `name`.
+    pub fn match_for(&self, name: &str) -> Option<&MatchConfig> {
+        self.matches.iter().find(|m| glob_match(&m.name, name))
+    }
+
+    /// A discovered VM with its settings: the first `[[match]]` for its name, else `[defaults]`.
+    pub fn discovered(&self, vm: VmConfig) -> VmConfig {
+        match self.match_for(&vm.name) {
+            Some(m) => VmConfig { policy: m.policy.clone(), shares: m.shares, ..vm },
+            None => vm,
+        }
+    }
+
+    /// Every VM to manage: the `[[vm]]` tables, then the discovered VMs in `found` that no
+    /// `[[vm]]` names or reaches at the same endpoint (the first of a name wins), with the
+    /// settings of their `[[match]]`.
+    pub fn managed(&self, found: &[(VmConfig, Origin)]) -> Vec<(VmConfig, Origin)> {
+        let mut out: Vec<(VmConfig, Origin)> = self.vms.iter().map(|v| (v.clone(), Origin::Config)).collect();
+        for (vm, origin) in found {
+            if out.iter().any(|(o, _)| o.name == vm.name || o.endpoint() == vm.endpoint()) {
+                continue;
+            }
+            out.push((self.discovered(vm.clone()), *origin));
+        }
+        out
+    }
+}
+
+/// The VM a socket `file_name` in `dir` names, by the naming convention: `<name>.qmp` is
+/// the QMP socket of the VM `<name>`, whose agent socket is `<name>.agent` beside it.
+pub fn vm_of_socket(dir: &Path, file_name: &str) -> Option<VmConfig> {
+    let name = file_name.strip_suffix(QMP_SUFFIX).filter(|n| !n.is_empty() && !n.starts_with('.'))?;
+    Some(VmConfig { agent: Some(dir.join(format!("{name}{AGENT_SUFFIX}"))), ..VmConfig::new(name, dir.join(file_name)) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -319,6 +495,8 @@ mod tests {
         let text = include_str!("../../../docs/example-host.toml");
         let c = Config::parse(text).unwrap();
         assert_eq!(c.vms.len(), 3);
+        assert_eq!(c.discovery, DiscoveryConfig::default());
+        assert_eq!(c.policy_for(&c.discovered(VmConfig::new("db-7", "/d/db-7.qmp"))).buffer_mib, 256);
         assert!(c.vms[2].libvirt_domain.is_some());
         assert_eq!(c.vms[0].balloon_device, "/machine/peripheral/balloon0");
         assert_eq!(c.policy_for(&c.vms[1]).buffer_mib, 128);
@@ -395,5 +573,74 @@ mod tests {
         assert_eq!(c.vms[1].endpoint(), Endpoint::Libvirt { uri: "qemu+ssh://h/system", domain: "db" });
         assert_eq!(c.vms[0], VmConfig::libvirt("a", "web1"));
         assert_eq!(VmConfig::new("q", "/q.qmp").endpoint(), Endpoint::Qmp(Path::new("/q.qmp")));
+    }
+
+    #[test]
+    fn globs_match_names() {
+        for (p, n) in [("db-*", "db-1"), ("db-*", "db-"), ("*", "x"), ("*", ""), ("web?", "web1"), ("*-prod", "a-b-prod"), ("a*b*c", "aXbYc"), ("exact", "exact"), ("*a*", "banana")] {
+            assert!(glob_match(p, n), "{p} ~ {n}");
+        }
+        for (p, n) in [("db-*", "web-1"), ("web?", "web12"), ("web?", "web"), ("*-prod", "prod-a"), ("exact", "exactly"), ("a*b*c", "aXbY")] {
+            assert!(!glob_match(p, n), "{p} !~ {n}");
+        }
+    }
+
+    #[test]
+    fn discovery_and_matches_parse_and_the_first_match_wins() {
+        let c = Config::parse(
+            "[defaults]\nbuffer_mib = 100\nmin_mib = 256\n[discovery]\nsocket_dir = '/run/autoballoon/vms'\nlibvirt = true\n\
+             [[match]]\nname = 'db-*'\n[match.policy]\nbuffer_mib = 512\n[match.shares]\nshares = 3000\n\
+             [[match]]\nname = '*'\n[match.policy]\nhold_off_s = 9\n",
+        )
+        .unwrap();
+        assert!(c.vms.is_empty(), "discovery alone: no [[vm]] needed");
+        assert_eq!(c.discovery.socket_dir, Path::new("/run/autoballoon/vms"));
+        assert_eq!(c.discovery.libvirt_uri, "qemu:///system");
+        let db = c.discovered(VmConfig::new("db-1", "/run/autoballoon/vms/db-1.qmp"));
+        let p = c.policy_for(&db);
+        assert_eq!((p.buffer_mib, p.min_mib, p.hold_off_s), (512, 256, PolicyConfig::default().hold_off_s), "[defaults] per key, the first match's keys");
+        assert_eq!(db.shares.map(|s| s.shares), Some(3000));
+        let web = c.policy_for(&c.discovered(VmConfig::new("web", "/w.qmp")));
+        assert_eq!((web.buffer_mib, web.hold_off_s), (100, 9));
+        let none = Config::parse("[defaults]\nbuffer_mib = 100\n").unwrap();
+        assert_eq!(none.policy_for(&none.discovered(VmConfig::new("x", "/x.qmp"))), none.defaults);
+        let e = Config::parse("[[match]]\nname = 'a'\n[match.policy]\nalign_mib = 0\n").unwrap_err();
+        assert!(e.to_string().contains("match[0].policy.align_mib"), "{e}");
+        let e = Config::parse("[[match]]\nname = 'a'\n[match.policy]\nbufer_mib = 1\n").unwrap_err();
+        assert!(e.to_string().contains("bufer_mib"), "{e}");
+        let e = Config::parse("[[match]]\nname = ''\n").unwrap_err();
+        assert!(e.to_string().contains("match[0].name"), "{e}");
+        let e = Config::parse("[discovery]\nsocket_dir = 'vms'\n").unwrap_err();
+        assert!(e.to_string().contains("discovery.socket_dir"), "{e}");
+        let e = Config::parse("[discovery]\nsocket_dir = '/x'\nsocket = 1\n").unwrap_err();
+        assert!(e.to_string().contains("socket"), "{e}");
+    }
+
+    #[test]
+    fn configured_vms_win_over_discovered_ones() {
+        let c = Config::parse("[[vm]]\nname='a'\nqmp='/other/a.qmp'\n[[vm]]\nname='b'\nqmp='/d/bee.qmp'\n[[vm]]\nname='g'\nlibvirt_domain='guest'\n").unwrap();
+        let dir = Path::new("/d");
+        let found = vec![
+            (vm_of_socket(dir, "a.qmp").unwrap(), Origin::SocketDir),
+            (vm_of_socket(dir, "bee.qmp").unwrap(), Origin::SocketDir),
+            (vm_of_socket(dir, "c.qmp").unwrap(), Origin::SocketDir),
+            (VmConfig::libvirt("guest", "guest"), Origin::Libvirt),
+            (VmConfig::libvirt("c", "c"), Origin::Libvirt),
+        ];
+        let m = c.managed(&found);
+        let names: Vec<_> = m.iter().map(|(v, o)| (v.name.as_str(), *o)).collect();
+        assert_eq!(names, [("a", Origin::Config), ("b", Origin::Config), ("g", Origin::Config), ("c", Origin::SocketDir)], "same name or same endpoint: the [[vm]]; then the first of a name");
+        assert_eq!(m[0].0.qmp, Path::new("/other/a.qmp"));
+        assert_eq!(m[3].0.agent.as_deref(), Some(Path::new("/d/c.agent")));
+    }
+
+    #[test]
+    fn the_socket_naming_convention() {
+        let d = Path::new("/run/autoballoon/vms");
+        let vm = vm_of_socket(d, "web-1.qmp").unwrap();
+        assert_eq!((vm.name.as_str(), vm.qmp.as_path(), vm.agent.as_deref()), ("web-1", d.join("web-1.qmp").as_path(), Some(d.join("web-1.agent").as_path())));
+        for bad in ["web-1.agent", ".qmp", ".hidden.qmp", "web", "web.qmp.old"] {
+            assert!(vm_of_socket(d, bad).is_none(), "{bad}");
+        }
     }
 }

@@ -43,6 +43,10 @@ pub enum EventKind {
     Reload,
     /// The metrics endpoint or the status socket.
     Endpoint,
+    /// A VM came under control (discovered, or added by a reload).
+    VmAdded,
+    /// A VM left control (its socket or domain gone, its QEMU gone, removed by a reload).
+    VmRemoved,
     Debug,
 }
 
@@ -115,7 +119,9 @@ impl EventKind {
             | EventKind::MigratedAway
             | EventKind::AgentConnected
             | EventKind::Reload
-            | EventKind::Endpoint => Level::Info,
+            | EventKind::Endpoint
+            | EventKind::VmAdded
+            | EventKind::VmRemoved => Level::Info,
             EventKind::Debug => Level::Debug,
         }
     }
@@ -146,6 +152,8 @@ impl EventKind {
             EventKind::WorkerPanicked => "worker_panicked",
             EventKind::HostShort => "host_short",
             EventKind::Reload => "reload",
+            EventKind::VmAdded => "vm_added",
+            EventKind::VmRemoved => "vm_removed",
             EventKind::Endpoint => "endpoint",
             EventKind::Debug => "debug",
         }

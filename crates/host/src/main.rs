@@ -42,7 +42,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Manage the balloons of QEMU VMs over QMP until SIGINT/SIGTERM; SIGHUP re-reads --config.
+    /// Manage the balloons of QEMU VMs over QMP (or libvirt) until SIGINT/SIGTERM: the
+    /// configured VMs and those [discovery] finds; SIGHUP re-reads --config and applies
+    /// VMs added, removed or changed at once.
     #[command(after_help = EXIT_STATUS)]
     Host(HostArgs),
     /// Show the running daemon's VMs (read from its status socket).
@@ -133,8 +135,9 @@ struct HostArgs {
     /// Print a status table every this many seconds (0 = never).
     #[arg(long, default_value_t = 0)]
     status_every: u64,
-    /// Validate the configuration, print one line per VM and exit (0 if valid, 2 if not;
-    /// a file with no VM is valid).
+    /// Validate the configuration, print one line per configured VM (and one for
+    /// [discovery] and [[match]], if any) and exit (0 if valid, 2 if not; a file with no VM
+    /// is valid).
     #[arg(long)]
     check_config: bool,
     /// Serve Prometheus metrics on IP:PORT ("" = off); overrides controller.metrics_listen.
@@ -173,7 +176,7 @@ fn load(a: &HostArgs) -> Result<Config, String> {
                 return Err("nothing to manage: give --config FILE (a file with no [[vm]] runs with none) or --vm NAME=QMP_SOCKET".into());
             }
             let vms = a.vms.iter().map(|s| parse_vm_flag(s)).collect::<Result<Vec<_>, _>>()?;
-            let c = Config { controller: ControllerConfig::default(), defaults: PolicyConfig::default(), vms };
+            let c = Config { controller: ControllerConfig::default(), defaults: PolicyConfig::default(), vms, ..Default::default() };
             c.validate().map_err(|e| format!("{e} (give --config FILE or --vm NAME=QMP_SOCKET)"))?;
             c
         }
@@ -203,6 +206,9 @@ fn host(a: HostArgs) -> Result<(), Failure> {
     let mut running = load(&a).map_err(Cfg)?;
     if a.check_config {
         println!("{}", autoballoon::ops::summary_controller(&running));
+        if let Some(d) = autoballoon::ops::summary_discovery(&running) {
+            println!("{d}");
+        }
         for line in autoballoon::ops::summary(&running) {
             println!("{line}");
         }
@@ -220,7 +226,7 @@ fn host(a: HostArgs) -> Result<(), Failure> {
     let ctl = Controller::start(&running, logger.clone());
     let (metrics, status) = start_endpoints(&running, &ctl, &logger);
     // systemd (Type=notify): up once the configuration is loaded and every VM's worker runs.
-    let _ = notify.ready(&format!("managing {} VM(s)", running.vms.len()));
+    let _ = notify.ready(&format!("managing {} VM(s)", ctl.vms().len()));
     if let Some(every) = notify.watchdog_every() {
         logger.debug("-", &format!("systemd watchdog: a ping every {} ms", every.as_millis()));
     }
@@ -231,12 +237,12 @@ fn host(a: HostArgs) -> Result<(), Failure> {
         if autoballoon::signals::take_reload() {
             let _ = notify.send("RELOADING=1");
             reload(&a, &mut running, &ctl, &logger);
-            let _ = notify.ready(&format!("managing {} VM(s)", running.vms.len()));
+            let _ = notify.ready(&format!("managing {} VM(s)", ctl.vms().len()));
         }
         since_status += Duration::from_millis(200);
         if a.status_every > 0 && since_status >= Duration::from_secs(a.status_every) {
             since_status = Duration::ZERO;
-            let rows: Vec<_> = ctl.vms.iter().map(|v| v.snapshot()).collect();
+            let rows: Vec<_> = ctl.vms().iter().map(|v| v.snapshot()).collect();
             eprint!("{}", autoballoon::status_table(&rows));
         }
     }
@@ -289,8 +295,9 @@ fn start_endpoints(config: &Config, ctl: &Controller, log: &Logger) -> (Option<M
     (metrics, status)
 }
 
-/// SIGHUP: re-reads the configuration; applies the log settings and changed VM sockets,
-/// and names every other changed key as needing a restart. An invalid file changes nothing.
+/// SIGHUP: re-reads the configuration; applies the log settings and every VM change
+/// (VMs added, removed or changed, policies, matches, discovery), and names every other
+/// changed key as needing a restart. An invalid file changes nothing.
 fn reload(a: &HostArgs, running: &mut Config, ctl: &Controller, log: &Logger) {
     let Some(path) = &a.config else {
         log.event("-", EventKind::Reload, "SIGHUP: no --config file to re-read; nothing changed", &[]);
@@ -304,7 +311,6 @@ fn reload(a: &HostArgs, running: &mut Config, ctl: &Controller, log: &Logger) {
         }
     };
     let plan = autoballoon::ops::plan_reload(running, &new, a.json, a.level());
-    let failed = autoballoon::ops::apply_reload(&plan, ctl, log);
     let mut applied = Vec::new();
     if plan.log.is_some() {
         running.controller.log_format = new.controller.log_format;
@@ -312,21 +318,13 @@ fn reload(a: &HostArgs, running: &mut Config, ctl: &Controller, log: &Logger) {
         running.controller.log_level = new.controller.log_level;
         applied.push("log settings".to_string());
     }
-    for vm in &plan.retarget {
-        if failed.contains(&vm.name) {
-            continue;
-        }
-        if let Some(r) = running.vms.iter_mut().find(|r| r.name == vm.name) {
-            r.qmp = vm.qmp.clone();
-            r.agent = vm.agent.clone();
-        }
-        applied.push(format!("vm {:?} sockets", vm.name));
-    }
+    applied.extend(autoballoon::ops::apply_reload(&plan, &new, ctl, log));
+    running.defaults = new.defaults.clone();
+    running.vms = new.vms.clone();
+    running.matches = new.matches.clone();
+    running.discovery = new.discovery.clone();
     let mut msg = format!("reloaded {}: ", path.display());
     msg.push_str(&if applied.is_empty() { "nothing to apply".into() } else { format!("applied {}", applied.join(", ")) });
-    if !failed.is_empty() {
-        msg.push_str(&format!("; could not retarget {} (worker busy; send SIGHUP again)", failed.join(", ")));
-    }
     if !plan.restart_needed.is_empty() {
         msg.push_str(&format!("; RESTART NEEDED for: {} (still running with the old values)", plan.restart_needed.join(", ")));
     }

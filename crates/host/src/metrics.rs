@@ -19,10 +19,14 @@ use std::time::Duration;
 /// Where the servers get the VMs' status from: a fresh snapshot of every VM per call.
 pub type Snapshots = Arc<dyn Fn() -> Vec<VmStatus> + Send + Sync>;
 
-/// Snapshots of a running controller's VMs (for [`MetricsServer`] and the status socket).
+/// Snapshots of a running controller's VMs (for [`MetricsServer`] and the status socket):
+/// the VMs managed at each call (a VM that left has no series any more).
 pub fn snapshots_of(ctl: &crate::controller::Controller) -> Snapshots {
-    let views: Vec<_> = ctl.vms.iter().map(|v| v.status_view()).collect();
-    Arc::new(move || views.iter().map(|v| v.snapshot()).collect())
+    let registry = ctl.registry();
+    Arc::new(move || {
+        let vms = crate::controller::lock(&registry).clone();
+        vms.iter().map(|v| v.snapshot()).collect()
+    })
 }
 
 /// The content type of the text exposition format 0.0.4.

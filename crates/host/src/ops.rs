@@ -2,8 +2,8 @@
 //! apply to a running controller and what needs a restart (docs/configuration.md,
 //! "Reloading").
 
-use crate::config::{Config, Level, LogFormat, VmConfig};
-use crate::controller::{Controller, VmCommand};
+use crate::config::{Config, Level, LogFormat};
+use crate::controller::Controller;
 
 /// One line per VM: what the daemon would manage and with which settings.
 pub fn summary(config: &Config) -> Vec<String> {
@@ -48,20 +48,39 @@ pub fn summary_controller(config: &Config) -> String {
     )
 }
 
-/// What a reload found: changes it applied, and keys whose change needs a restart.
+/// The `--check-config` line of `[discovery]` and `[[match]]`, if discovery is on.
+pub fn summary_discovery(config: &Config) -> Option<String> {
+    let d = &config.discovery;
+    let mut parts = Vec::new();
+    if !d.socket_dir.as_os_str().is_empty() {
+        parts.push(format!("socket_dir={} (<name>{} and <name>{})", d.socket_dir.display(), crate::config::QMP_SUFFIX, crate::config::AGENT_SUFFIX));
+    }
+    if d.libvirt {
+        parts.push(format!("libvirt={}", d.libvirt_uri));
+    }
+    if parts.is_empty() && config.matches.is_empty() {
+        return None;
+    }
+    if parts.is_empty() {
+        parts.push("off".into());
+    }
+    let matches: Vec<String> = config.matches.iter().map(|m| format!("{:?}", m.name)).collect();
+    Some(format!("discovery: {}; matches (first wins): {}", parts.join(" "), if matches.is_empty() { "none".into() } else { matches.join(", ") }))
+}
+
+/// What a reload found: changes it applies, and keys whose change needs a restart.
 #[derive(Debug, Default, PartialEq)]
 pub struct ReloadPlan {
     /// Log format and level, as the running logger should now have them.
     pub log: Option<(LogFormat, Level)>,
-    /// VMs whose QMP or agent socket changed: retargeted live (`VmCommand::Retarget`).
-    pub retarget: Vec<VmConfig>,
     /// Changed keys that take effect only after a restart, one phrase each.
     pub restart_needed: Vec<String>,
 }
 
 /// Compares the running configuration with a freshly loaded, valid one. `cli_json` and
 /// `cli_level` are the command line's `--json` and `--log-level` (or `-v`), which win over
-/// the file.
+/// the file. `[defaults]`, `[[vm]]`, `[[match]]` and `[discovery]` are not in the plan:
+/// the controller applies them whatever changed ([`Controller::reconfigure`]).
 pub fn plan_reload(old: &Config, new: &Config, cli_json: bool, cli_level: Option<Level>) -> ReloadPlan {
     let mut plan = ReloadPlan::default();
     let effective = |c: &Config| (if cli_json { LogFormat::Json } else { c.controller.log_format }, cli_level.unwrap_or(c.controller.level()));
@@ -93,50 +112,17 @@ pub fn plan_reload(old: &Config, new: &Config, cli_json: bool, cli_level: Option
             plan.restart_needed.push(format!("controller.{key}"));
         }
     }
-    if old.defaults != new.defaults {
-        plan.restart_needed.push("[defaults]".into());
-    }
-    for vm in &new.vms {
-        match old.vms.iter().find(|o| o.name == vm.name) {
-            None => plan.restart_needed.push(format!("vm {:?} added", vm.name)),
-            Some(o) => {
-                if o.qmp != vm.qmp || o.agent != vm.agent {
-                    plan.retarget.push(vm.clone());
-                }
-                if o.libvirt_domain != vm.libvirt_domain || o.libvirt_uri != vm.libvirt_uri {
-                    plan.restart_needed.push(format!("vm {:?} libvirt_domain/libvirt_uri", vm.name));
-                }
-                if o.balloon_device != vm.balloon_device {
-                    plan.restart_needed.push(format!("vm {:?} balloon_device", vm.name));
-                }
-                if o.policy != vm.policy {
-                    plan.restart_needed.push(format!("vm {:?} policy", vm.name));
-                }
-            }
-        }
-    }
-    for o in &old.vms {
-        if !new.vms.iter().any(|v| v.name == o.name) {
-            plan.restart_needed.push(format!("vm {:?} removed", o.name));
-        }
-    }
     plan
 }
 
-/// Applies what a reload can apply to a running controller; returns the VMs it could not
-/// retarget (their worker's queue was full), which are then left as they were.
-pub fn apply_reload(plan: &ReloadPlan, ctl: &Controller, log: &crate::log::Logger) -> Vec<String> {
+/// Applies a reload to a running controller: the log settings of `plan`, and `new`'s VMs,
+/// policies, matches and discovery ([`Controller::reconfigure`]). Returns the changes to
+/// the VMs, one phrase each (`vm "c" added`, `vm "a" policy`, ...).
+pub fn apply_reload(plan: &ReloadPlan, new: &Config, ctl: &Controller, log: &crate::log::Logger) -> Vec<String> {
     if let Some((format, level)) = plan.log {
         log.reconfigure(format, level);
     }
-    let mut failed = Vec::new();
-    for vm in &plan.retarget {
-        let sent = ctl.vm(&vm.name).is_some_and(|h| h.command(VmCommand::Retarget { qmp: vm.qmp.clone(), agent: vm.agent.clone() }));
-        if !sent {
-            failed.push(vm.name.clone());
-        }
-    }
-    failed
+    ctl.reconfigure(new)
 }
 
 #[cfg(test)]
@@ -164,19 +150,15 @@ mod tests {
     }
 
     #[test]
-    fn sockets_retarget_and_the_rest_needs_a_restart() {
+    fn vms_policies_and_discovery_are_no_restart() {
         let old = cfg("");
         let new = Config::parse(
-            "[controller]\ninterval_ms=500\nmetrics_listen=''\n[defaults]\nbuffer_mib=32\n\
-             [[vm]]\nname='a'\nqmp='/a2.qmp'\nagent='/a.agent'\n[[vm]]\nname='c'\nqmp='/c.qmp'\n",
+            "[controller]\ninterval_ms=500\nmetrics_listen=''\n[defaults]\nbuffer_mib=32\n[discovery]\nsocket_dir='/run/vms'\n\
+             [[match]]\nname='*'\n[[vm]]\nname='a'\nqmp='/a2.qmp'\nagent='/a.agent'\n[[vm]]\nname='c'\nqmp='/c.qmp'\n",
         )
         .unwrap();
         let p = plan_reload(&old, &new, false, None);
-        assert_eq!(p.retarget.iter().map(|v| v.name.as_str()).collect::<Vec<_>>(), ["a"]);
-        assert_eq!(
-            p.restart_needed,
-            ["controller.interval_ms", "controller.metrics_listen", "[defaults]", "vm \"c\" added", "vm \"b\" removed"]
-        );
+        assert_eq!(p.restart_needed, ["controller.interval_ms", "controller.metrics_listen"]);
     }
 
     #[test]
@@ -188,6 +170,13 @@ mod tests {
             ["controller.balancer", "controller.capacity_mib", "controller.host_reserve_mib", "controller.pressure_file", "controller.memory_cgroup"]
         );
         assert!(Config::parse("[controller]\nmemory_cgroup='machine.slice'\n[[vm]]\nname='a'\nqmp='/a.qmp'\n").and_then(|c| c.validate()).is_err(), "a relative memory_cgroup");
+    }
+
+    #[test]
+    fn check_config_names_discovery_and_matches() {
+        assert_eq!(summary_discovery(&cfg("")), None);
+        let c = Config::parse("[discovery]\nsocket_dir='/run/vms'\nlibvirt=true\n[[match]]\nname='db-*'\n[[match]]\nname='*'\n").unwrap();
+        assert_eq!(summary_discovery(&c).unwrap(), "discovery: socket_dir=/run/vms (<name>.qmp and <name>.agent) libvirt=qemu:///system; matches (first wins): \"db-*\", \"*\"");
     }
 
     #[test]

@@ -43,11 +43,12 @@ pub type Commands = Arc<dyn Fn(&str, VmCommand) -> Result<(), String> + Send + S
 
 /// The commands of a running controller's VMs.
 pub fn commands_of(ctl: &crate::controller::Controller) -> Commands {
-    use crate::controller::{StatusView, VmCommander, VmState};
-    let vms: Vec<(String, VmCommander, StatusView)> = ctl.vms.iter().map(|v| (v.name.clone(), v.commander(), v.status_view())).collect();
+    use crate::controller::VmState;
+    // The VMs managed at each request (discovery and reloads change them).
+    let registry = ctl.registry();
     Arc::new(move |name: &str, c: VmCommand| {
-        let (_, vm, status) = vms.iter().find(|(n, _, _)| n == name).ok_or_else(|| format!("no VM named {name:?}"))?;
-        let st = status.snapshot();
+        let vm = crate::controller::lock(&registry).iter().find(|v| v.name == name).cloned().ok_or_else(|| format!("no VM named {name:?}"))?;
+        let st = vm.snapshot();
         if let VmCommand::Migrate { .. } = c {
             if st.state != VmState::Running {
                 return Err(format!("{name} is {}: it can be migrated only while running under autoballoon", st.state));

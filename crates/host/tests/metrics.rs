@@ -27,7 +27,7 @@ fn vm(name: &str, qmp: std::path::PathBuf) -> VmConfig {
 
 fn controller(dir: &std::path::Path, names: &[&str]) -> Controller {
     let vms = names.iter().map(|n| vm(n, dir.join(format!("{n}.qmp")))).collect();
-    let config = Config { controller: ControllerConfig { interval_ms: 100, log_format: LogFormat::Json, ..Default::default() }, defaults: PolicyConfig::default(), vms };
+    let config = Config { controller: ControllerConfig { interval_ms: 100, log_format: LogFormat::Json, ..Default::default() }, defaults: PolicyConfig::default(), vms, ..Default::default() };
     let logger = Logger::new(LogFormat::Json, false).to_file(&dir.join("log")).unwrap();
     Controller::start(&config, logger)
 }
@@ -100,7 +100,7 @@ fn a_live_scrape_of_a_real_controller_is_valid_exposition_text() {
 
     // The VMs' QMP sockets do not exist: both become unreachable.
     let t = Instant::now();
-    while !ctl.vms.iter().all(|v| v.snapshot().state == VmState::Unreachable) {
+    while !ctl.vms().iter().all(|v| v.snapshot().state == VmState::Unreachable) {
         assert!(t.elapsed() < Duration::from_secs(20), "VMs never became unreachable");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -145,7 +145,7 @@ fn a_live_scrape_of_a_real_controller_is_valid_exposition_text() {
     let silent = TcpStream::connect(addr).unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let t = Instant::now();
-    for v in &ctl.vms {
+    for v in &ctl.vms() {
         assert_eq!(v.snapshot().state, VmState::Unreachable);
     }
     assert!(t.elapsed() < Duration::from_millis(500), "the VMs' status is not held by a stuck scrape");

@@ -23,10 +23,10 @@ fn controller(dir: &Path, names: &[&str]) -> Controller {
         .iter()
         .map(|n| VmConfig::new(n, dir.join(format!("{n}.qmp"))))
         .collect();
-    let config = Config { controller: ControllerConfig { interval_ms: 100, log_format: LogFormat::Json, ..Default::default() }, defaults: PolicyConfig::default(), vms };
+    let config = Config { controller: ControllerConfig { interval_ms: 100, log_format: LogFormat::Json, ..Default::default() }, defaults: PolicyConfig::default(), vms, ..Default::default() };
     let ctl = Controller::start(&config, Logger::new(LogFormat::Json, false).to_file(&dir.join("log")).unwrap());
     let t = Instant::now();
-    while !ctl.vms.iter().all(|v| v.snapshot().state == VmState::Unreachable) {
+    while !ctl.vms().iter().all(|v| v.snapshot().state == VmState::Unreachable) {
         assert!(t.elapsed() < Duration::from_secs(20), "VMs never became unreachable");
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -286,12 +286,14 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
         controller: ControllerConfig::default(),
         defaults: PolicyConfig::default(),
         vms: vec![VmConfig { agent: Some(vm_a.agent.clone()), ..VmConfig::new("demo", vm_a.qmp.clone()) }],
+
+        ..Default::default()
     };
     let logger = Logger::new(LogFormat::Text, false).to_file(&out.join("controller.log")).map_err(|e| format!("cannot write the controller log: {e}"))?;
     // The controller's history is timed from its start; the phases from the demo's.
     let ctl_t0 = live.t0.elapsed().as_secs_f64();
     let ctl = Controller::start(&config, logger);
-    let vm = ctl.vm("demo").expect("the demo VM is configured");
+    let vm = &ctl.vm("demo").expect("the demo VM is configured");
     let view = spawn_live_view(vm.status_view(), live.phases.clone(), live.t0, live.stop.clone());
 
     let result = (|| -> Result<(Vec<MigrationRow>, Summary), String> {

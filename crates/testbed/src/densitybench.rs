@@ -137,7 +137,7 @@ fn one(a: &DensityArgs, image: &GuestImage, qemu: &std::path::Path, c: Config) -
             Some(t) => toml::from_str::<PolicyConfig>(t).map_err(|e| format!("--policy: {e}"))?,
             None => PolicyConfig::default(),
         };
-        let config = CtlConfig { controller: ControllerConfig::default(), defaults, vms };
+        let config = CtlConfig { controller: ControllerConfig::default(), defaults, vms, ..Default::default() };
         config.validate().map_err(|e| e.to_string())?;
         let logger = Logger::new(LogFormat::Text, false).to_file(&out.join("controller.log")).map_err(|e| e.to_string())?;
         Some(Controller::start(&config, logger))

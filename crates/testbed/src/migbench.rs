@@ -183,6 +183,8 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         controller: ControllerConfig::default(),
         defaults: policy.clone(),
         vms: guests.iter().map(|g| VmConfig { agent: Some(g.q.agent.clone()), ..VmConfig::new(g.name, g.q.qmp.clone()) }).collect(),
+
+        ..Default::default()
     };
     let logger = Logger::new(LogFormat::Text, false).to_file(&out.join("controller.log")).map_err(|e| e.to_string())?;
     let ctl = Controller::start(&config, logger);
@@ -194,7 +196,7 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
             for &m in &moments {
                 for &row in &rows {
                     let g = guests.iter_mut().find(|g| g.name == if row.fpr_guest() { "f" } else { "p" }).expect("booted");
-                    let vm = ctl.vm(g.name).expect("configured");
+                    let vm = &ctl.vm(g.name).expect("configured");
                     println!("==> run {run}, {m}, {}", row.key());
                     let r = point(&image, &out, &a, configured, g, vm, m, row)?;
                     println!("    {:.2} s (+{:.2} s prepare), {:.1} MiB sent, downtime {:?} ms, size {:.0} MiB, healthy {}",

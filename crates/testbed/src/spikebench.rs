@@ -247,7 +247,7 @@ fn one_spike(q: &crate::Qemu, ctl: &Qmp, shape: Shape, hold_s: u64) -> Result<Wa
 /// the others at their full size (deflate-on-oom's and FPR's guests are never ballooned).
 fn settle(fleet: &Fleet, c: Config, ctl: &Qmp, memory: Kib) -> Result<(), String> {
     if let Some(vm) = fleet.vm(c) {
-        if let Err(e) = wait_vm_settled(vm, Duration::from_secs(90)) {
+        if let Err(e) = wait_vm_settled(&vm, Duration::from_secs(90)) {
             println!("[spikes]   note: {}: {e}; measuring anyway", c.key());
         }
     } else if !c.ballooning() {

@@ -47,7 +47,7 @@ fn cache_read_again_stays_and_cache_read_once_goes() {
     let lean = boot_with_disk("lean");
     let off = PolicyConfig { refault_keep_max_mib: 0, ..PolicyConfig::default() };
     let ctl = common::controller(vec![common::vm_config("keep", &keep), VmConfig { policy: Some(off), ..common::vm_config("lean", &lean) }]);
-    let (vk, vl) = (ctl.vm("keep").unwrap(), ctl.vm("lean").unwrap());
+    let (vk, vl) = (&ctl.vm("keep").unwrap(), &ctl.vm("lean").unwrap());
     let small = Kib::from_mib_saturating(400);
     for vm in [vk, vl] {
         assert!(wait_for(Duration::from_secs(60), Duration::from_millis(200), || common::size(vm) <= small).is_some(), "not shrunk: {}", vm.snapshot().size);

@@ -18,7 +18,7 @@ fn destination(name: &str) -> (Qemu, u16) {
 fn migration_with_autoballoon_sends_70_percent_fewer_bytes() {
     let mut a = common::boot("migration_bytes", "src", 1024);
     let ctl = common::controller(vec![common::vm_config("m", &a)]);
-    let vm = ctl.vm("m").unwrap();
+    let vm = &ctl.vm("m").unwrap();
     let full = Kib::from_mib_saturating(1024);
 
     // The same state for both runs: the guest at full size with 700 MiB of dirty free memory.

@@ -11,7 +11,7 @@ fn controller_survives_agent_and_qemu_deaths() {
     let mut one = common::boot("resilience", "one", 768);
     let two = common::boot("resilience", "two", 768);
     let ctl = common::controller(vec![common::vm_config("one", &one), common::vm_config("two", &two)]);
-    let (v1, v2) = (ctl.vm("one").unwrap(), ctl.vm("two").unwrap());
+    let (v1, v2) = (&ctl.vm("one").unwrap(), &ctl.vm("two").unwrap());
     let agent_seen = |v: &autoballoon::controller::VmHandle| wait_for(Duration::from_secs(30), Duration::from_millis(200), || v.snapshot().source == autoballoon_core::sample::SampleSource::Agent);
     assert!(agent_seen(v1).is_some() && agent_seen(v2).is_some(), "agents report");
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 fn idle_guest_shrinks_to_a_quarter_within_30s() {
     let q = common::boot("shrink_idle", "idle", 1024);
     let ctl = common::controller(vec![common::vm_config("idle", &q)]);
-    let vm = ctl.vm("idle").unwrap();
+    let vm = &ctl.vm("idle").unwrap();
     let quarter = Kib::from_mib_saturating(256);
     let took = wait_for(Duration::from_secs(30), Duration::from_millis(100), || common::size(vm) <= quarter);
     let s = vm.snapshot();

@@ -12,7 +12,7 @@ use std::time::Duration;
 fn spike_grows_the_guest_without_oom() {
     let q = common::boot("spike_growth", "spike", 1536);
     let ctl = common::controller(vec![common::vm_config("spike", &q)]);
-    let vm = ctl.vm("spike").unwrap();
+    let vm = &ctl.vm("spike").unwrap();
     assert!(wait_for(Duration::from_secs(60), Duration::from_millis(200), || common::size(vm) <= Kib::from_mib_saturating(384)).is_some(), "shrinks first: {}", common::size(vm));
     let before = wait_settled(Duration::from_secs(30), || common::size(vm)).expect("settles");
 

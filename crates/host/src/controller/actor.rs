@@ -43,7 +43,6 @@ enum End {
 
 pub(crate) struct Actor {
     cfg: VmConfig,
-    agent_stale: Duration,
     interval: Duration,
     started: Instant,
     log: Logger,
@@ -86,8 +85,10 @@ struct Session {
 
 impl Actor {
     #[allow(clippy::too_many_arguments)]
-    pub fn new(cfg: VmConfig, agent_stale_s: u64, interval: Duration, started: Instant, log: Logger, (wake, inbox): (SyncSender<Msg>, Receiver<Msg>), shutdown: Arc<AtomicBool>, bell: Arc<Bell>, shared: Arc<VmShared>) -> Actor {
-        Actor { cfg, agent_stale: Duration::from_secs(agent_stale_s), interval, started, log, inbox, wake, shutdown, bell, shared, paused: false, epoch: 0, limits: HashMap::new(), prep: None, resample: false, agent_path: None, shrink_setting: ShrinkSetting::Auto, migration_shrink: MigrationShrink::HeldUnknown }
+    /// `shutdown` stops this actor (the controller's stop sets it, and so does the VM's
+    /// removal); its agent staleness is the shared one ([`VmShared::agent_stale`]).
+    pub fn new(cfg: VmConfig, interval: Duration, started: Instant, log: Logger, (wake, inbox): (SyncSender<Msg>, Receiver<Msg>), shutdown: Arc<AtomicBool>, bell: Arc<Bell>, shared: Arc<VmShared>) -> Actor {
+        Actor { cfg, interval, started, log, inbox, wake, shutdown, bell, shared, paused: false, epoch: 0, limits: HashMap::new(), prep: None, resample: false, agent_path: None, shrink_setting: ShrinkSetting::Auto, migration_shrink: MigrationShrink::HeldUnknown }
     }
 
     pub fn with_migration_shrink(mut self, setting: ShrinkSetting) -> Actor {

@@ -4,8 +4,8 @@
 //! bounded queue without waiting. It logs one line per action, with its reason.
 
 use super::sync::{lock, panic_message};
-use super::{offer, Bell, Msg, Observation, VmShared};
-use crate::config::PolicyConfig;
+use super::fleet::Change;
+use super::{offer, Bell, Msg, Observation};
 use crate::log::{EventKind, Logger, RateLimit};
 use autoballoon_core::host::{host_step, Balancer, HostLoop, HostSample, HostView, VmId, World};
 use autoballoon_core::policy::{MemView, SwapFree};
@@ -16,13 +16,13 @@ use std::path::PathBuf;
 use serde_json::json;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::SyncSender;
+use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// One managed VM as the decider sees it.
 struct Vm {
-    shared: Arc<VmShared>,
+    shared: Arc<super::VmShared>,
     tx: SyncSender<Msg>,
     /// The epoch of the last observation used; a new one makes the loop forget its target.
     epoch: u64,
@@ -111,6 +111,10 @@ impl Vm {
 }
 
 impl QemuHost {
+    fn find(&self, id: VmId) -> Option<&Vm> {
+        self.vms.iter().find(|v| v.shared.id == id)
+    }
+
     /// Whether every VM that has a sample has a new one since the last step, and no VM
     /// is still waiting for its first during the start-up grace.
     fn all_fresh(&self, starting: bool) -> bool {
@@ -152,12 +156,15 @@ impl World for QemuHost {
     }
 
     fn set_guest_size(&mut self, vm: VmId, guest_size: Kib) -> Result<(), &'static str> {
-        offer(&self.vms[vm.0 as usize].tx, Msg::Set(guest_size))
+        let v = self.find(vm).ok_or("the VM is no longer managed")?;
+        offer(&v.tx, Msg::Set(guest_size))
     }
 }
 
 pub(crate) struct Decider {
     world: QemuHost,
+    /// VMs added and removed, policies and the balancer replaced.
+    changes: Receiver<Change>,
     hl: HostLoop<SwapFree, Box<dyn Balancer + Send>>,
     /// The host is short of memory (an episode runs): warned once at its start.
     short: Option<Kib>,
@@ -169,20 +176,47 @@ pub(crate) struct Decider {
 
 impl Decider {
     #[allow(clippy::too_many_arguments)]
-    pub fn new(vms: Vec<(Arc<VmShared>, SyncSender<Msg>, PolicyConfig)>, balancer: Box<dyn Balancer + Send>, memory: HostMemory, interval: Duration, started: Instant, log: Logger, shutdown: Arc<AtomicBool>, bell: Arc<Bell>) -> Decider {
-        let mut hl = HostLoop::new(balancer);
-        let mut list = Vec::new();
-        for (shared, tx, policy) in vms {
-            hl.add_vm(shared.id, policy.control_loop(interval));
-            list.push(Vm { shared, tx, epoch: 0, source: SampleSource::None, used: None, refused: RateLimit::default() });
+    pub fn new(changes: Receiver<Change>, balancer: Box<dyn Balancer + Send>, memory: HostMemory, interval: Duration, started: Instant, log: Logger, shutdown: Arc<AtomicBool>, bell: Arc<Bell>) -> Decider {
+        let world = QemuHost { vms: Vec::new(), started, max_age: interval * 3, memory };
+        Decider { world, changes, hl: HostLoop::new(balancer), short: None, interval, log, shutdown, bell }
+    }
+
+    /// Takes the changes to the set of VMs made since the last call.
+    fn apply_changes(&mut self) {
+        while let Ok(c) = self.changes.try_recv() {
+            match c {
+                Change::Add { shared, tx, policy } => {
+                    self.hl.add_vm(shared.id, policy.control_loop(self.interval));
+                    self.world.vms.push(Vm { shared, tx, epoch: 0, source: SampleSource::None, used: None, refused: RateLimit::default() });
+                }
+                Change::Remove(id) => {
+                    self.hl.remove_vm(id);
+                    self.world.vms.retain(|v| v.shared.id != id);
+                }
+                Change::Policy(id, policy) => {
+                    // The new loop measures from the VM's next sample.
+                    if self.world.find(id).is_some() {
+                        self.hl.add_vm(id, policy.control_loop(self.interval));
+                    }
+                }
+                Change::Balancer(b) => {
+                    let mut hl = HostLoop::new(b);
+                    for v in &self.world.vms {
+                        if let Some(lp) = self.hl.remove_vm(v.shared.id) {
+                            hl.add_vm(v.shared.id, lp);
+                        }
+                    }
+                    self.hl = hl;
+                }
+            }
         }
-        let world = QemuHost { vms: list, started, max_age: interval * 3, memory };
-        Decider { world, hl, short: None, interval, log, shutdown, bell }
     }
 
     pub fn run(mut self) {
         while !self.shutdown.load(Ordering::SeqCst) {
+            self.apply_changes();
             self.bell.wait(self.interval);
+            self.apply_changes();
             // The actors sample on the same tick: give the others a moment to publish, so
             // the balancer decides for every VM in one step. At start-up, wait (up to two
             // intervals) for VMs that have not published at all yet.
@@ -199,6 +233,7 @@ impl Decider {
             if self.shutdown.load(Ordering::SeqCst) {
                 return;
             }
+            self.apply_changes();
             // A bug in a policy must not stop the control of every VM: log and go on.
             if let Err(p) = catch_unwind(AssertUnwindSafe(|| self.step())) {
                 let what = panic_message(&*p);
@@ -210,7 +245,7 @@ impl Decider {
     fn step(&mut self) {
         let step = host_step(&mut self.hl, &mut self.world);
         for t in &step.ticks {
-            let vm = &self.world.vms[t.vm.0 as usize];
+            let Some(vm) = self.world.find(t.vm) else { continue };
             let name = &vm.shared.name;
             let lp = self.hl.vm(t.vm).expect("every VM has a loop");
             let mut st = lock(&vm.shared.status);
@@ -238,7 +273,7 @@ impl Decider {
         }
         self.watch_short(&step.sample.host);
         for (id, why) in step.errors {
-            let vm = &mut self.world.vms[id.0 as usize];
+            let Some(vm) = self.world.vms.iter_mut().find(|v| v.shared.id == id) else { continue };
             lock(&vm.shared.status).errors += 1;
             let name = vm.shared.name.clone();
             self.log.limited(&mut vm.refused, &name, EventKind::ActuatorFailed, &format!("target not applied: {why}"), &[]);

@@ -16,6 +16,7 @@
 mod actor;
 mod agent_link;
 mod decider;
+mod fleet;
 mod status;
 mod sync;
 
@@ -23,13 +24,13 @@ pub use agent_link::{AgentLink, MAX_SAMPLES_PER_SEC};
 pub use status::{History, LinkStats, MigrationReport, Point, StartedBy, VmState, VmStatus, HISTORY};
 pub use sync::lock;
 
-use crate::config::Config;
+use crate::config::{Config, Origin};
 use crate::log::Logger;
 use autoballoon_core::host::VmId;
 use autoballoon_core::Kib;
 use autoballoon_core::sample::{Sample, SampleSource};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -86,12 +87,25 @@ pub(crate) struct Observation {
 pub(crate) struct VmShared {
     pub name: String,
     pub id: VmId,
+    /// How the VM came to be managed.
+    pub origin: Origin,
+    /// The policy's `agent_stale_s`, in ms (a reload may change it).
+    pub agent_stale_ms: AtomicU64,
+    /// A discovered VM's QEMU is gone (its socket refuses connections): the controller
+    /// removes the VM.
+    pub gone: AtomicBool,
     pub status: Mutex<VmStatus>,
     pub history: Mutex<History>,
     pub mailbox: Mutex<Option<Observation>>,
     /// The actor's QMP session while it has one, so `stop` can cut a command QEMU never
     /// answers instead of waiting out its timeout.
     pub session: Mutex<Option<Arc<dyn crate::hypervisor::Hypervisor>>>,
+}
+
+impl VmShared {
+    pub fn agent_stale(&self) -> Duration {
+        Duration::from_millis(self.agent_stale_ms.load(Ordering::Relaxed))
+    }
 }
 
 /// Wakes the decider when an actor has published a sample.
@@ -115,6 +129,7 @@ impl Bell {
 }
 
 /// A running VM, as seen from outside: its status and a way to steer it.
+#[derive(Clone)]
 pub struct VmHandle {
     pub name: String,
     shared: Arc<VmShared>,
@@ -171,8 +186,29 @@ struct Worker {
     done: Receiver<()>,
 }
 
+impl Worker {
+    /// Whether the thread has ended.
+    fn finished(&self) -> bool {
+        matches!(self.done.try_recv(), Err(std::sync::mpsc::TryRecvError::Disconnected))
+    }
+
+    /// Waits for the thread until `deadline`; a thread still running then is left behind.
+    fn wait(self, deadline: Instant) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        // `done`'s sender is dropped when the thread ends.
+        if let Err(std::sync::mpsc::RecvTimeoutError::Disconnected) = self.done.recv_timeout(left) {
+            let _ = self.thread.join();
+        }
+    }
+}
+
+/// The VMs managed now, as the status socket and the metrics endpoint read them.
+pub type Registry = Arc<Mutex<Vec<VmHandle>>>;
+
+/// The host controller: one actor per managed VM, the decider, and the threads that keep
+/// the set of VMs in line with the configuration and what discovery finds.
 pub struct Controller {
-    pub vms: Vec<VmHandle>,
+    fleet: Arc<fleet::Fleet>,
     shutdown: Arc<AtomicBool>,
     bell: Arc<Bell>,
     workers: Vec<Worker>,
@@ -182,26 +218,19 @@ pub struct Controller {
 const STOP_WAIT: Duration = Duration::from_secs(15);
 
 impl Controller {
-    /// Starts one actor per configured VM and the decider.
+    /// Starts one actor per configured VM (and per VM `[discovery]` finds, from its first
+    /// scan on), the decider, and discovery.
     pub fn start(config: &Config, logger: Logger) -> Controller {
         let shutdown = Arc::new(AtomicBool::new(false));
         let bell = Arc::new(Bell::default());
         let started = Instant::now();
         let interval = Duration::from_millis(config.controller.interval_ms);
-        let mut vms = Vec::new();
-        let mut workers = Vec::new();
-        let mut inboxes = Vec::new();
-        for (i, vm) in config.vms.iter().enumerate() {
-            let status = VmStatus { name: vm.name.clone(), ..Default::default() };
-            let shared = Arc::new(VmShared { name: vm.name.clone(), id: VmId(i as u32), status: Mutex::new(status), history: Mutex::default(), mailbox: Mutex::new(None), session: Mutex::new(None) });
-            let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
-            let policy = config.policy_for(vm);
-            let a = actor::Actor::new(vm.clone(), policy.agent_stale_s, interval, started, logger.clone(), (tx.clone(), rx), shutdown.clone(), bell.clone(), shared.clone())
-                .with_migration_shrink(config.controller.migration_shrink);
-            workers.push(spawn(&format!("vm-{}", vm.name), move || a.run()));
-            inboxes.push((shared.clone(), tx.clone(), policy));
-            vms.push(VmHandle { name: vm.name.clone(), shared, commands: tx });
-        }
+        let (changes_tx, changes) = std::sync::mpsc::channel();
+        let fleet = Arc::new(fleet::Fleet::new(config, logger.clone(), changes_tx, shutdown.clone(), bell.clone(), started));
+        // The configured VMs, and the socket directory as it is now, before the decider's
+        // first step.
+        fleet.scan_sockets();
+        fleet.reconcile();
         let c = &config.controller;
         let memory = decider::HostMemory {
             proc_dir: PathBuf::from("/proc"),
@@ -210,13 +239,36 @@ impl Controller {
             reserve: Kib::from_mib_saturating(c.host_reserve_mib),
             cgroup: (!c.memory_cgroup.as_os_str().is_empty()).then(|| c.memory_cgroup.clone()),
         };
-        let d = decider::Decider::new(inboxes, c.balancer.build(config.shares()), memory, interval, started, logger, shutdown.clone(), bell.clone());
-        workers.push(spawn("decider", move || d.run()));
-        Controller { vms, shutdown, bell, workers }
+        let d = decider::Decider::new(changes, c.balancer.build(Default::default()), memory, interval, started, logger, shutdown.clone(), bell.clone());
+        let mut workers = vec![spawn("decider", move || d.run())];
+        let f = fleet.clone();
+        workers.push(spawn("discovery", move || f.watch_sockets()));
+        let f = fleet.clone();
+        workers.push(spawn("discovery-libvirt", move || f.watch_libvirt()));
+        Controller { fleet, shutdown, bell, workers }
     }
 
-    pub fn vm(&self, name: &str) -> Option<&VmHandle> {
-        self.vms.iter().find(|v| v.name == name)
+    /// The VMs managed now, in the order they were added.
+    pub fn vms(&self) -> Vec<VmHandle> {
+        lock(&self.fleet.registry).clone()
+    }
+
+    pub fn vm(&self, name: &str) -> Option<VmHandle> {
+        lock(&self.fleet.registry).iter().find(|v| v.name == name).cloned()
+    }
+
+    /// The managed VMs, as they change (for the status socket and the metrics endpoint).
+    pub fn registry(&self) -> Registry {
+        self.fleet.registry.clone()
+    }
+
+    /// Applies a reloaded configuration's `[defaults]`, `[[vm]]`, `[[match]]` and
+    /// `[discovery]` at once: removed VMs are stopped, new ones started, changed ones
+    /// updated (sockets retargeted, policies replaced; a VM whose libvirt domain, URI or
+    /// balloon device changed is restarted). The `[controller]` keys stay as they were
+    /// at start. Returns one phrase per change.
+    pub fn reconfigure(&self, config: &Config) -> Vec<String> {
+        self.fleet.reconfigure(config)
     }
 
     pub fn shutdown_flag(&self) -> Arc<AtomicBool> {
@@ -227,21 +279,12 @@ impl Controller {
     /// in a system call is left behind rather than hang the daemon's exit.
     pub fn stop(self) {
         self.shutdown.store(true, Ordering::SeqCst);
-        for v in &self.vms {
-            let _ = v.commands.try_send(Msg::Command(VmCommand::Wake));
-            // A worker waiting on a silent QEMU sees its command fail at once.
-            if let Some(q) = lock(&v.shared.session).as_ref() {
-                q.close();
-            }
-        }
+        let vm_workers = self.fleet.stop_all();
         self.bell.ring();
+        self.fleet.wake.ring();
         let deadline = Instant::now() + STOP_WAIT;
-        for w in self.workers {
-            let left = deadline.saturating_duration_since(Instant::now());
-            // `done`'s sender is dropped when the thread ends.
-            if let Err(std::sync::mpsc::RecvTimeoutError::Disconnected) = w.done.recv_timeout(left) {
-                let _ = w.thread.join();
-            }
+        for w in vm_workers.into_iter().chain(self.workers) {
+            w.wait(deadline);
         }
     }
 }
@@ -279,7 +322,7 @@ mod tests {
             let mut config = Config::parse("[controller]\ninterval_ms = 100\n").unwrap();
             config.controller.balancer = balancer;
             let ctl = Controller::start(&config, Logger::new(LogFormat::Json, false));
-            assert!(ctl.vms.is_empty());
+            assert!(ctl.vms().is_empty());
             std::thread::sleep(Duration::from_millis(350));
             let asked = Instant::now();
             ctl.stop();

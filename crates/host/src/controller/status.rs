@@ -137,6 +137,9 @@ pub struct VmStatus {
     pub migration_shrink: Option<String>,
     /// QEMU's own switches on the balloon device, as read at the session's start.
     pub balloon_features: Option<crate::hypervisor::BalloonFeatures>,
+    /// How the VM came to be managed: `config` (`[[vm]]`, `--vm`), `socket_dir` or
+    /// `libvirt` (discovered).
+    pub origin: &'static str,
 }
 
 /// Who started a migration.

@@ -41,6 +41,16 @@ impl HypervisorError {
             HypervisorError::Libvirt(e) => e.is_no_balloon(),
         }
     }
+
+    /// Nothing listens on the VM's QMP socket (refused, or no such file): its QEMU is gone.
+    pub fn nobody_listens(&self) -> bool {
+        match self {
+            HypervisorError::Qmp(QmpError::Connect { source, .. }) => {
+                matches!(source.kind(), std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound)
+            }
+            _ => false,
+        }
+    }
 }
 
 pub(crate) type Result<T> = std::result::Result<T, HypervisorError>;

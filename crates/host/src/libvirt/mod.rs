@@ -148,6 +148,16 @@ impl Domain {
     }
 }
 
+/// The names of the active (running or paused) domains on `uri`: `virsh -c URI list --name`.
+pub fn active_domains(uri: &str, timeout: Duration) -> Result<Vec<String>, VirshError> {
+    let out = run_virsh(&["-c", uri, "list", "--name"], timeout).map_err(|e| match e {
+        RunError::Spawn(program, source) => VirshError::Spawn { program, source },
+        RunError::Timeout => VirshError::Timeout { command: "list".into(), after: timeout },
+        RunError::Failed(message) => VirshError::Failed { command: "list".into(), message },
+    })?;
+    Ok(parse::parse_domain_names(&out))
+}
+
 enum RunError {
     Spawn(String, std::io::Error),
     Timeout,

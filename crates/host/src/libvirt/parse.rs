@@ -106,6 +106,11 @@ pub fn parse_domjobinfo(text: &str) -> Result<JobInfo, String> {
 }
 
 /// `virsh domstate DOMAIN`: the first line (`running`, `paused`, `shut off`, ...).
+/// `virsh list --name`: one domain name a line, then an empty line.
+pub fn parse_domain_names(text: &str) -> Vec<String> {
+    text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect()
+}
+
 pub fn parse_domstate(text: &str) -> Result<String, String> {
     text.lines().map(str::trim).find(|l| !l.is_empty()).map(str::to_string).ok_or_else(|| "empty output".into())
 }
@@ -193,6 +198,12 @@ mod qmp_passthrough_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn domain_names_one_a_line() {
+        assert_eq!(parse_domain_names("autoballoon-guest\ndb-1\n\n"), ["autoballoon-guest", "db-1"]);
+        assert!(parse_domain_names("\n").is_empty());
+    }
 
     fn fixture(name: &str) -> String {
         let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/virsh").join(name);

@@ -96,7 +96,15 @@ impl Daemon {
 
     /// With these controller settings (the log is always JSON, to a file).
     pub fn start_with(controller: ControllerConfig, vms: Vec<VmConfig>) -> Daemon {
-        let config = Config { controller: ControllerConfig { log_format: LogFormat::Json, ..controller }, defaults: PolicyConfig::default(), vms };
+        let config = Config { controller: ControllerConfig { log_format: LogFormat::Json, ..controller }, defaults: PolicyConfig::default(), vms, ..Default::default() };
+        config.validate().unwrap();
+        let (log, logger) = LogFile::new();
+        Daemon { ctl: Some(Controller::start(&config, logger)), log }
+    }
+
+    /// With this whole configuration (the log is always JSON, to a file).
+    pub fn start_config(mut config: Config) -> Daemon {
+        config.controller.log_format = LogFormat::Json;
         config.validate().unwrap();
         let (log, logger) = LogFile::new();
         Daemon { ctl: Some(Controller::start(&config, logger)), log }

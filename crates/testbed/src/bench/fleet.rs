@@ -160,7 +160,7 @@ impl Fleet {
         if vms.is_empty() {
             return Ok(());
         }
-        let config = CtlConfig { controller: ControllerConfig { migration_shrink: self.migration_shrink, ..ControllerConfig::default() }, defaults: PolicyConfig::default(), vms };
+        let config = CtlConfig { controller: ControllerConfig { migration_shrink: self.migration_shrink, ..ControllerConfig::default() }, defaults: PolicyConfig::default(), vms, ..Default::default() };
         config.validate().map_err(|e| e.to_string())?;
         let log = self.out.join(format!("controller-{}.log", self.line_key()));
         let logger = Logger::new(LogFormat::Text, false).to_file(&log).map_err(|e| e.to_string())?;
@@ -180,7 +180,7 @@ impl Fleet {
     }
 
     /// The controller's handle of a controlled configuration's VM.
-    pub fn vm(&self, c: Config) -> Option<&VmHandle> {
+    pub fn vm(&self, c: Config) -> Option<VmHandle> {
         self.ctl.as_ref().and_then(|ctl| ctl.vm(c.key()))
     }
 

@@ -61,7 +61,7 @@ fn mib(bytes: u64) -> f64 {
 /// does not settle is measured anyway (with a note).
 fn settle(fleet: &Fleet, c: Config, ctl: &Qmp) {
     let r = match fleet.vm(c) {
-        Some(vm) => wait_vm_settled(vm, Duration::from_secs(90)).map(|_| ()),
+        Some(vm) => wait_vm_settled(&vm, Duration::from_secs(90)).map(|_| ()),
         None if c.ballooning() => wait_settled(Duration::from_secs(90), || Kib(ctl.query_balloon().unwrap_or(0) / 1024)).map(|_| ()).ok_or_else(|| "did not settle in 90 s".to_string()),
         None => Ok(()),
     };

@@ -37,7 +37,7 @@ pub fn vm_config(name: &str, q: &Qemu) -> VmConfig {
 
 /// A controller managing the given VMs, logging to stderr (shown on failure).
 pub fn controller(vms: Vec<VmConfig>) -> Controller {
-    let config = Config { controller: ControllerConfig::default(), defaults: PolicyConfig::default(), vms };
+    let config = Config { controller: ControllerConfig::default(), defaults: PolicyConfig::default(), vms, ..Default::default() };
     config.validate().unwrap();
     Controller::start(&config, Logger::new(LogFormat::Text, false))
 }

@@ -6,6 +6,7 @@ use super::{Actor, End, Session};
 use crate::controller::agent_link::AgentLink;
 use crate::controller::status::VmState;
 use crate::controller::sync::lock;
+use crate::config::Origin;
 use crate::controller::Msg;
 use crate::hypervisor::{self, Hypervisor, HypervisorError};
 use crate::log::EventKind;
@@ -23,6 +24,9 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 const HEALTHY_SESSION: Duration = Duration::from_secs(30);
 /// How often a missing agent socket is tried again.
 const AGENT_RETRY: Duration = Duration::from_secs(5);
+/// A VM found in the socket directory whose QMP socket has refused connections (or is
+/// missing) for this long is gone: its QEMU ended and left the socket file behind.
+pub(crate) const GONE_AFTER: Duration = Duration::from_secs(1);
 
 impl Actor {
     /// A session with the VM's hypervisor (and the agent's socket it names).
@@ -33,21 +37,47 @@ impl Actor {
     }
 
     /// Sessions, one after the other, until shutdown: every reconnect backs off.
+    ///
+    /// A VM found in the socket directory leaves when its QEMU is gone: once nothing has
+    /// listened on its QMP socket for [`GONE_AFTER`], the actor says so in
+    /// [`VmShared::gone`](crate::controller::VmShared) and the controller removes the VM
+    /// with one log line; until then the actor logs nothing about the lost session.
     pub(super) fn serve(&mut self) {
         let mut backoff = Backoff::default();
+        let leaves = self.shared.origin == Origin::SocketDir;
+        // A lost session's line, held back while the QEMU may be gone (a leaving VM).
+        let mut lost: Option<String> = None;
+        let mut refused_since: Option<Instant> = None;
         while !self.shutdown.load(Ordering::SeqCst) {
             let hv = match self.connect() {
                 Ok(h) => h,
                 Err(e) => {
-                    let msg = format!("cannot reach {}: {e}; retrying", self.cfg.endpoint());
-                    self.note(EventKind::Unreachable, &msg, &[]);
-                    self.set_state(VmState::Unreachable);
+                    if leaves && e.nobody_listens() {
+                        let since = *refused_since.get_or_insert_with(Instant::now);
+                        if since.elapsed() >= GONE_AFTER {
+                            self.shared.gone.store(true, Ordering::SeqCst);
+                        }
+                        self.set_state(VmState::Unreachable);
+                    } else {
+                        refused_since = None;
+                        if let Some(m) = lost.take() {
+                            self.note(EventKind::Disconnected, &m, &[]);
+                        }
+                        let msg = format!("cannot reach {}: {e}; retrying", self.cfg.endpoint());
+                        self.note(EventKind::Unreachable, &msg, &[]);
+                        self.set_state(VmState::Unreachable);
+                    }
                     if let Some(End::Shutdown) = self.idle(backoff.next_delay()) {
                         return;
                     }
                     continue;
                 }
             };
+            refused_since = None;
+            self.shared.gone.store(false, Ordering::SeqCst);
+            if let Some(m) = lost.take() {
+                self.note(EventKind::Disconnected, &m, &[]);
+            }
             *lock(&self.shared.session) = Some(hv.clone());
             // `stop` may have looked for the session just before it was published.
             if self.shutdown.load(Ordering::SeqCst) {
@@ -64,7 +94,12 @@ impl Actor {
                 End::Shutdown => return,
                 End::Retarget => backoff.reset(),
                 End::Error(e) => {
-                    self.note(EventKind::Disconnected, &format!("lost QMP: {e}; retrying"), &[]);
+                    let msg = format!("lost QMP: {e}; retrying");
+                    if leaves {
+                        lost = Some(msg);
+                    } else {
+                        self.note(EventKind::Disconnected, &msg, &[]);
+                    }
                     lock(&self.shared.status).errors += 1;
                     self.set_state(VmState::Unreachable);
                     // Every reconnect backs off, after a failed session too; a session

@@ -52,7 +52,7 @@ impl Actor {
             actual,
             previous_actual: s.prev_actual,
             agent: report.as_ref().map(|(at, v)| (now.saturating_duration_since(*at), v)),
-            agent_stale_after: self.agent_stale,
+            agent_stale_after: self.shared.agent_stale(),
             guest_stats: None,
         };
         if views.wants_guest_stats() {
