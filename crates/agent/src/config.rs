@@ -64,6 +64,14 @@ pub struct PolicyArgs {
     /// Seconds over which it is then given back [default: 240].
     #[arg(long, value_name = "S")]
     pub refault_fade_s: Option<u64>,
+    /// Seconds the target must have been steady before the buffer is rinsed (lowered by
+    /// it for one tick, so the host discards the free memory the guest touched); 0: off
+    /// [default: 0].
+    #[arg(long, value_name = "S")]
+    pub rinse_after_s: Option<u64>,
+    /// The least seconds between two rinses [default: 300].
+    #[arg(long, value_name = "S")]
+    pub rinse_every_s: Option<u64>,
 }
 
 /// MiB from a MiB flag or its KiB spelling, rounded up.
@@ -91,6 +99,8 @@ impl PolicyArgs {
             refault_keep_max_mib: self.refault_keep_max_mib.unwrap_or(d.refault_keep_max_mib),
             refault_hold_s: self.refault_hold_s.unwrap_or(d.refault_hold_s),
             refault_fade_s: self.refault_fade_s.unwrap_or(d.refault_fade_s),
+            rinse_after_s: self.rinse_after_s.unwrap_or(d.rinse_after_s),
+            rinse_every_s: self.rinse_every_s.unwrap_or(d.rinse_every_s),
             ..d
         };
         c.validate("").map_err(|e| format!("{e} (flag --{})", e.key.replace('_', "-")))?;
@@ -102,7 +112,7 @@ impl PolicyArgs {
         self.adaptive
             || [self.buffer_mib, self.buffer_kb, self.cache_buffer_mib, self.cache_buffer_kb, self.min_mib, self.max_shrink_mib_per_tick,
                 self.dead_band_mib, self.hold_off_s, self.align_mib, self.outlier_delay_ms, self.outlier_threshold_mib, self.outlier_threshold_kb,
-                self.spike_hold_s, self.spike_fade_s, self.refault_keep_max_mib, self.refault_hold_s, self.refault_fade_s]
+                self.spike_hold_s, self.spike_fade_s, self.refault_keep_max_mib, self.refault_hold_s, self.refault_fade_s, self.rinse_after_s, self.rinse_every_s]
                 .iter()
                 .any(Option::is_some)
     }

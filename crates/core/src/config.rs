@@ -6,7 +6,7 @@ use crate::control::ControlLoop;
 use crate::guard::GuardRails;
 use crate::interval::{AdaptiveInterval, Interval};
 use crate::outlier::{Filtered, OutlierFilter};
-use crate::policy::{CacheKeep, CacheKeepRule, Headroom, HeadroomRule, Policy, SwapFree};
+use crate::policy::{CacheKeep, CacheKeepRule, Headroom, HeadroomRule, Policy, Rinse, RinseRule, SwapFree};
 use crate::units::Kib;
 use serde::Deserialize;
 use std::time::Duration;
@@ -58,6 +58,12 @@ pub struct PolicyConfig {
     pub refault_hold_s: u64,
     /// Seconds over which it is then given back, a quarter at a time.
     pub refault_fade_s: u64,
+    /// Seconds a guest's target must have been steady (within `dead_band_mib`) before its
+    /// buffer is rinsed: lowered by the buffer for one tick, so the host discards the
+    /// free memory the guest had touched, then given back clean; 0: off.
+    pub rinse_after_s: u64,
+    /// The least seconds between two rinses of one guest.
+    pub rinse_every_s: u64,
 }
 
 impl Default for PolicyConfig {
@@ -81,6 +87,8 @@ impl Default for PolicyConfig {
             refault_keep_max_mib: 512,
             refault_hold_s: 120,
             refault_fade_s: 240,
+            rinse_after_s: 0,
+            rinse_every_s: 300,
         }
     }
 }
@@ -128,6 +136,8 @@ impl PolicyConfig {
                     time: HeadroomRule { hold: Duration::from_secs(self.refault_hold_s), fade: Duration::from_secs(self.refault_fade_s) },
                 },
                 cache_keep: CacheKeep::default(),
+                rinse_rule: RinseRule { after: Duration::from_secs(self.rinse_after_s), every: Duration::from_secs(self.rinse_every_s), band: Kib::from_mib_saturating(self.dead_band_mib) },
+                rinse: Rinse::default(),
             },
         }
     }
@@ -166,7 +176,7 @@ impl PolicyConfig {
                          ("max_shrink_mib_per_tick", self.max_shrink_mib_per_tick), ("dead_band_mib", self.dead_band_mib),
                          ("align_mib", self.align_mib), ("outlier_threshold_mib", self.outlier_threshold_mib),
                          ("spike_hold_s", self.spike_hold_s), ("spike_fade_s", self.spike_fade_s), ("refault_keep_max_mib", self.refault_keep_max_mib),
-                         ("refault_hold_s", self.refault_hold_s), ("refault_fade_s", self.refault_fade_s)] {
+                         ("refault_hold_s", self.refault_hold_s), ("refault_fade_s", self.refault_fade_s), ("rinse_after_s", self.rinse_after_s), ("rinse_every_s", self.rinse_every_s)] {
             if v > 1 << 30 {
                 return bad(key, "must be at most 1073741824 (1 PiB)");
             }

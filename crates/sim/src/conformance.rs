@@ -80,6 +80,7 @@ pub fn conformance(results_json: &str) -> Result<Vec<Row>, SimError> {
                 refault_keep_max_mib: 0,
                 refault_hold_s: 0,
                 refault_fade_s: 0,
+                rinse_after_s: 0,
                 ..s.policy.unwrap_or_default()
             });
         }

@@ -6,11 +6,13 @@
 mod cachekeep;
 mod headroom;
 mod memview;
+mod rinse;
 mod swapfree;
 
 pub use cachekeep::{CacheKeep, CacheKeepRule};
 pub use headroom::{Headroom, HeadroomRule};
 pub use memview::MemView;
+pub use rinse::{Rinse, RinseRule};
 pub use swapfree::{estimate, Estimate, SwapFree};
 /// Policies see the sample type of [`crate::sample`].
 pub use crate::sample::Sample;
@@ -50,6 +52,9 @@ impl fmt::Display for Reason {
                 }
                 if e.cache_kept > crate::units::Kib::ZERO {
                     write!(f, " + cache kept {} (read again after eviction)", e.cache_kept)?;
+                }
+                if e.rinsed > crate::units::Kib::ZERO {
+                    write!(f, " - rinse {} (the settled guest's buffer given back to the host, back clean next tick)", e.rinsed)?;
                 }
                 Ok(())
             }

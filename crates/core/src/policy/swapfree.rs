@@ -1,4 +1,4 @@
-use super::{CacheKeep, CacheKeepRule, Decision, Headroom, HeadroomRule, MemView, Policy, Reason, Sample};
+use super::{CacheKeep, CacheKeepRule, Decision, Headroom, HeadroomRule, MemView, Policy, Reason, Rinse, RinseRule, Sample};
 use crate::units::Kib;
 
 /// The inputs and result of one run of the swap-free estimator, all in KiB.
@@ -16,6 +16,9 @@ pub struct Estimate {
     /// Kept on top for page cache the guest read again after it was evicted
     /// ([`super::CacheKeep`]); zero from [`estimate`].
     pub cache_kept: Kib,
+    /// Taken off for one tick to rinse a settled guest's buffer ([`super::Rinse`]); zero
+    /// from [`estimate`].
+    pub rinsed: Kib,
 }
 
 /// The continuous self-ballooning estimator of the swap-free ballooning design:
@@ -49,6 +52,7 @@ pub fn estimate(mem: &MemView, current: Kib, max: Kib, buffer: Kib) -> Estimate 
         buffer,
         headroom: Kib::ZERO,
         cache_kept: Kib::ZERO,
+        rinsed: Kib::ZERO,
     }
 }
 
@@ -73,6 +77,10 @@ pub struct SwapFree {
     /// not while a migration is prepared.
     pub cache_keep_rule: CacheKeepRule,
     pub cache_keep: CacheKeep,
+    /// When a settled guest's buffer is rinsed ([`super::Rinse`]); never while a migration
+    /// runs or is prepared.
+    pub rinse_rule: RinseRule,
+    pub rinse: Rinse,
 }
 
 impl SwapFree {
@@ -87,6 +95,8 @@ impl SwapFree {
             headroom: Headroom::default(),
             cache_keep_rule: CacheKeepRule::OFF,
             cache_keep: CacheKeep::default(),
+            rinse_rule: RinseRule::OFF,
+            rinse: Rinse::default(),
         }
     }
 }
@@ -113,6 +123,8 @@ impl Policy for SwapFree {
             e.cache_kept = kept;
             e.target = e.target.saturating_add(kept).min(s.max);
         }
+        e.rinsed = self.rinse.observe(&self.rinse_rule, e.target, e.buffer, s.migrating || s.preparing_migration, s.at).min(e.target.saturating_sub(Kib::ONE_PAGE));
+        e.target = e.target.saturating_sub(e.rinsed);
         Some(Decision { target: e.target, reason: Reason::Estimate(e) })
     }
 }
@@ -131,6 +143,30 @@ mod tests {
             inactive: Kib(inactive),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_settled_guest_has_its_buffer_rinsed_for_one_tick() {
+        use std::time::Duration;
+        let mut p = SwapFree {
+            rinse_rule: RinseRule { after: Duration::from_secs(20), every: Duration::from_secs(300), band: Kib::from_mib_saturating(16) },
+            ..SwapFree::new(Kib::from_mib_saturating(64))
+        };
+        let at = |s: u64, size: u64| Sample { guest_size: Kib::from_mib_saturating(size), max: Kib::from_mib_saturating(2048), mem: Some(view(64 * 1024, 0, 0, 0)), at: Duration::from_secs(s), ..Sample::default() };
+        let t = |p: &mut SwapFree, s: u64, size: u64| p.decide(&at(s, size)).unwrap().target;
+        assert_eq!(t(&mut p, 0, 300), Kib::from_mib_saturating(300));
+        assert_eq!(t(&mut p, 10, 300), Kib::from_mib_saturating(300));
+        let d = p.decide(&at(20, 300)).unwrap();
+        assert_eq!(d.target, Kib::from_mib_saturating(236), "rinsed by the buffer");
+        assert!(d.reason.to_string().contains("- rinse 64.0 MiB"), "{}", d.reason);
+        // The guest shrank by the buffer, and its available memory with it: back to 300.
+        let mut s = at(21, 236);
+        s.mem = Some(view(0, 0, 0, 0));
+        assert_eq!(p.decide(&s).unwrap().target, Kib::from_mib_saturating(300), "back the next tick");
+        assert_eq!(t(&mut p, 60, 300), Kib::from_mib_saturating(300), "not again before rinse_every");
+        let mut m = at(400, 300);
+        m.migrating = true;
+        assert_eq!(p.decide(&m).unwrap().target, Kib::from_mib_saturating(300), "never during a migration");
     }
 
     #[test]

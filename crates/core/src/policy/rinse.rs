@@ -1,0 +1,129 @@
+//! Buffer rinse: the free memory a lean guest keeps is given back to the host once it has
+//! settled, and returned to the guest clean.
+//!
+//! Why: the buffer (the memory kept free on top of the estimate) is memory the guest has
+//! touched: what a job allocated and freed while the guest was lean. It stays backed in
+//! the host, and free page reporting cannot give it back, because it reports only free
+//! blocks of 2 MiB and the buffer of a guest whose balloon took 4 KiB pages is in smaller
+//! pieces (four guests over a job sequence held a quarter more than with free page
+//! reporting alone, all of it guest memory; docs/spikes.md). A balloon that inflates by the
+//! buffer takes those pieces first (order-0 allocations come from the smallest free
+//! blocks), the host discards them, and deflating the next tick hands the guest the same
+//! amount of memory the host no longer backs: the guest keeps its buffer, the host stops
+//! paying for it. A migration that starts afterwards does not send it either.
+//!
+//! The rule, pure (time comes with each sample): once the policy's target has stayed
+//! within `band` for `after`, the target is lowered by the buffer for one tick; then it is
+//! back, and the next rinse waits for another `after` of steadiness and at least `every`
+//! since the last one. Never while a migration runs or is prepared.
+
+use crate::units::Kib;
+use std::time::Duration;
+
+/// When a settled guest's buffer is rinsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RinseRule {
+    /// How long the target must have been steady; zero: off.
+    pub after: Duration,
+    /// The least time between two rinses of one guest.
+    pub every: Duration,
+    /// How far the target may move and still count as steady.
+    pub band: Kib,
+}
+
+impl RinseRule {
+    pub const OFF: RinseRule = RinseRule { after: Duration::ZERO, every: Duration::ZERO, band: Kib::ZERO };
+
+    pub fn is_off(&self) -> bool {
+        self.after.is_zero()
+    }
+}
+
+/// One VM's rinse state.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rinse {
+    /// The target the steadiness is measured from, and since when.
+    steady: Option<(Kib, Duration)>,
+    /// When the last rinse was.
+    last: Option<Duration>,
+    /// The last tick was a rinse: this one brings the buffer back.
+    dipped: bool,
+}
+
+impl Rinse {
+    /// Takes the policy's `target` at `at` (with its `buffer`); returns how much to take
+    /// off it this tick: the buffer on a rinse, else nothing. `busy`: a migration runs or
+    /// is prepared (no rinse, and the steadiness starts again after it).
+    pub fn observe(&mut self, rule: &RinseRule, target: Kib, buffer: Kib, busy: bool, at: Duration) -> Kib {
+        if rule.is_off() || buffer == Kib::ZERO || busy {
+            *self = Rinse { last: self.last, ..Rinse::default() };
+            return Kib::ZERO;
+        }
+        if self.dipped {
+            self.dipped = false;
+            self.steady = Some((target, at));
+            return Kib::ZERO;
+        }
+        let since = match self.steady {
+            Some((t, since)) if t.abs_diff(target) <= rule.band => since,
+            _ => {
+                self.steady = Some((target, at));
+                return Kib::ZERO;
+            }
+        };
+        let settled = at.saturating_sub(since) >= rule.after;
+        let due = self.last.is_none_or(|l| at.saturating_sub(l) >= rule.every);
+        if settled && due {
+            self.dipped = true;
+            self.last = Some(at);
+            return buffer;
+        }
+        Kib::ZERO
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mib(n: u64) -> Kib {
+        Kib::from_mib_saturating(n)
+    }
+    fn s(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+    const RULE: RinseRule = RinseRule { after: Duration::from_secs(20), every: Duration::from_secs(300), band: Kib(16 * 1024) };
+
+    #[test]
+    fn a_settled_guest_is_rinsed_once_for_one_tick() {
+        let mut r = Rinse::default();
+        let b = mib(64);
+        assert_eq!(r.observe(&RULE, mib(300), b, false, s(0)), Kib::ZERO);
+        assert_eq!(r.observe(&RULE, mib(305), b, false, s(10)), Kib::ZERO, "steady, not long enough");
+        assert_eq!(r.observe(&RULE, mib(310), b, false, s(20)), b, "steady for 20 s: rinsed");
+        assert_eq!(r.observe(&RULE, mib(300), b, false, s(21)), Kib::ZERO, "back the next tick");
+        assert_eq!(r.observe(&RULE, mib(300), b, false, s(60)), Kib::ZERO, "not again before `every`");
+        assert_eq!(r.observe(&RULE, mib(300), b, false, s(320)), b, "again after `every`");
+    }
+
+    #[test]
+    fn a_moving_target_or_a_migration_restarts_the_wait() {
+        let mut r = Rinse::default();
+        let b = mib(64);
+        r.observe(&RULE, mib(300), b, false, s(0));
+        assert_eq!(r.observe(&RULE, mib(400), b, false, s(15)), Kib::ZERO, "moved by more than the band");
+        assert_eq!(r.observe(&RULE, mib(400), b, false, s(30)), Kib::ZERO, "steady for 15 s only");
+        assert_eq!(r.observe(&RULE, mib(400), b, true, s(35)), Kib::ZERO, "a migration");
+        assert_eq!(r.observe(&RULE, mib(400), b, false, s(50)), Kib::ZERO, "steady again from 50 s");
+        assert_eq!(r.observe(&RULE, mib(400), b, false, s(70)), b);
+    }
+
+    #[test]
+    fn off_or_no_buffer_never_rinses() {
+        let mut r = Rinse::default();
+        for t in 0..100 {
+            assert_eq!(r.observe(&RinseRule::OFF, mib(300), mib(64), false, s(t)), Kib::ZERO);
+            assert_eq!(r.observe(&RULE, mib(300), Kib::ZERO, false, s(t)), Kib::ZERO);
+        }
+    }
+}
