@@ -167,7 +167,7 @@ impl PolicyName {
                 | PolicyName::ContinuousStockFpr
                 | PolicyName::Iballoon
                 | PolicyName::Pressure
-                | PolicyName::Shares => SimPolicy::SwapFree(cfg.policy()),
+                | PolicyName::Shares => SimPolicy::SwapFree(Box::new(cfg.policy())),
                 PolicyName::Dsb95 => SimPolicy::Dsb95,
                 PolicyName::OneShot => SimPolicy::OneShot {
                     buffer: Kib::from_mib_saturating(cfg.buffer_mib),
@@ -203,7 +203,7 @@ pub struct GuestSide {
 /// The per-VM policy of a run: core's swap-free estimator, or a baseline.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SimPolicy {
-    SwapFree(SwapFree),
+    SwapFree(Box<SwapFree>),
     /// Never an opinion: the balloon is never moved.
     Static,
     /// `size − 0.95 · MemFree`.
