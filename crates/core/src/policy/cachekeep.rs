@@ -75,13 +75,7 @@ impl CacheKeep {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn mib(n: u64) -> Kib {
-        Kib::from_mib_saturating(n)
-    }
-    fn s(n: u64) -> Duration {
-        Duration::from_secs(n)
-    }
+    use crate::policy::test_units::{mib, s};
     /// Pages in `n` MiB.
     fn pages(n: u64) -> u64 {
         n * 256

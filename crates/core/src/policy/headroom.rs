@@ -84,13 +84,7 @@ impl Headroom {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn mib(n: u64) -> Kib {
-        Kib::from_mib_saturating(n)
-    }
-    fn s(n: u64) -> Duration {
-        Duration::from_secs(n)
-    }
+    use crate::policy::test_units::{mib, s};
     const RULE: HeadroomRule = HeadroomRule { hold: Duration::from_secs(30), fade: Duration::from_secs(60) };
 
     #[test]

@@ -71,3 +71,18 @@ pub trait Policy {
     /// The guest size this policy wants now; `None` means "no opinion, change nothing".
     fn decide(&mut self, sample: &Sample) -> Option<Decision>;
 }
+
+/// Units the policies' tests write their cases in.
+#[cfg(test)]
+pub(crate) mod test_units {
+    use crate::units::Kib;
+    use std::time::Duration;
+
+    pub fn mib(n: u64) -> Kib {
+        Kib::from_mib_saturating(n)
+    }
+
+    pub fn s(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+}

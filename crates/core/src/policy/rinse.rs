@@ -85,13 +85,7 @@ impl Rinse {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn mib(n: u64) -> Kib {
-        Kib::from_mib_saturating(n)
-    }
-    fn s(n: u64) -> Duration {
-        Duration::from_secs(n)
-    }
+    use crate::policy::test_units::{mib, s};
     const RULE: RinseRule = RinseRule { after: Duration::from_secs(20), every: Duration::from_secs(300), band: Kib(16 * 1024) };
 
     #[test]
