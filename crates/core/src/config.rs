@@ -59,8 +59,9 @@ pub struct PolicyConfig {
     /// Seconds over which it is then given back, a quarter at a time.
     pub refault_fade_s: u64,
     /// Seconds a guest's target must have been steady (within `dead_band_mib`) before its
-    /// buffer is rinsed: lowered by the buffer for one tick, so the host discards the
-    /// free memory the guest had touched, then given back clean; 0: off.
+    /// buffer is rinsed: lowered by the buffer until the balloon got there (10 s at most),
+    /// so the host discards the free memory the guest had touched, then given back clean;
+    /// 0: off.
     pub rinse_after_s: u64,
     /// The least seconds between two rinses of one guest.
     pub rinse_every_s: u64,

@@ -8,17 +8,22 @@
 //! pieces (four guests over a job sequence held a quarter more than with free page
 //! reporting alone, all of it guest memory; docs/spikes.md). A balloon that inflates by the
 //! buffer takes those pieces first (order-0 allocations come from the smallest free
-//! blocks), the host discards them, and deflating the next tick hands the guest the same
+//! blocks), the host discards them, and deflating right after hands the guest the same
 //! amount of memory the host no longer backs: the guest keeps its buffer, the host stops
 //! paying for it. A migration that starts afterwards does not send it either.
 //!
-//! The rule, pure (time comes with each sample): once the policy's target has stayed
-//! within `band` for `after`, the target is lowered by the buffer for one tick; then it is
-//! back, and the next rinse waits for another `after` of steadiness and at least `every`
-//! since the last one. Never while a migration runs or is prepared.
+//! The rule, pure (time and the guest's size come with each sample): once the policy's
+//! target has stayed within `band` for `after`, the target is lowered by the buffer until
+//! the guest's size has come within `band` of the lowered target (a busy guest's balloon
+//! may take more than a tick), or [`MAX_DIP`] at the most; then it is back, and the next
+//! rinse waits for another `after` of steadiness and at least `every` since the last one.
+//! Never while a migration runs or is prepared.
 
 use crate::units::Kib;
 use std::time::Duration;
+
+/// The longest a rinse keeps the target lowered, reached or not.
+pub const MAX_DIP: Duration = Duration::from_secs(10);
 
 /// When a settled guest's buffer is rinsed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,21 +51,26 @@ pub struct Rinse {
     steady: Option<(Kib, Duration)>,
     /// When the last rinse was.
     last: Option<Duration>,
-    /// The last tick was a rinse: this one brings the buffer back.
-    dipped: bool,
+    /// A rinse under way: since when.
+    dipped: Option<Duration>,
 }
 
 impl Rinse {
-    /// Takes the policy's `target` at `at` (with its `buffer`); returns how much to take
-    /// off it this tick: the buffer on a rinse, else nothing. `busy`: a migration runs or
-    /// is prepared (no rinse, and the steadiness starts again after it).
-    pub fn observe(&mut self, rule: &RinseRule, target: Kib, buffer: Kib, busy: bool, at: Duration) -> Kib {
+    /// Takes the policy's `target` at `at` (with its `buffer`, and the guest's size
+    /// `current`); returns how much to take off it this tick: the buffer while a rinse is
+    /// under way, else nothing. `busy`: a migration runs or is prepared (no rinse, and the
+    /// steadiness starts again after it).
+    pub fn observe(&mut self, rule: &RinseRule, target: Kib, buffer: Kib, current: Kib, busy: bool, at: Duration) -> Kib {
         if rule.is_off() || buffer == Kib::ZERO || busy {
             *self = Rinse { last: self.last, ..Rinse::default() };
             return Kib::ZERO;
         }
-        if self.dipped {
-            self.dipped = false;
+        if let Some(since) = self.dipped {
+            let reached = current <= target.saturating_sub(buffer).saturating_add(rule.band);
+            if !reached && at.saturating_sub(since) < MAX_DIP {
+                return buffer;
+            }
+            self.dipped = None;
             self.steady = Some((target, at));
             return Kib::ZERO;
         }
@@ -74,7 +84,7 @@ impl Rinse {
         let settled = at.saturating_sub(since) >= rule.after;
         let due = self.last.is_none_or(|l| at.saturating_sub(l) >= rule.every);
         if settled && due {
-            self.dipped = true;
+            self.dipped = Some(at);
             self.last = Some(at);
             return buffer;
         }
@@ -89,35 +99,41 @@ mod tests {
     const RULE: RinseRule = RinseRule { after: Duration::from_secs(20), every: Duration::from_secs(300), band: Kib(16 * 1024) };
 
     #[test]
-    fn a_settled_guest_is_rinsed_once_for_one_tick() {
+    fn a_settled_guest_is_rinsed_until_the_balloon_gets_there() {
         let mut r = Rinse::default();
         let b = mib(64);
-        assert_eq!(r.observe(&RULE, mib(300), b, false, s(0)), Kib::ZERO);
-        assert_eq!(r.observe(&RULE, mib(305), b, false, s(10)), Kib::ZERO, "steady, not long enough");
-        assert_eq!(r.observe(&RULE, mib(310), b, false, s(20)), b, "steady for 20 s: rinsed");
-        assert_eq!(r.observe(&RULE, mib(300), b, false, s(21)), Kib::ZERO, "back the next tick");
-        assert_eq!(r.observe(&RULE, mib(300), b, false, s(60)), Kib::ZERO, "not again before `every`");
-        assert_eq!(r.observe(&RULE, mib(300), b, false, s(320)), b, "again after `every`");
+        let at300 = mib(300);
+        assert_eq!(r.observe(&RULE, mib(300), b, at300, false, s(0)), Kib::ZERO);
+        assert_eq!(r.observe(&RULE, mib(305), b, at300, false, s(10)), Kib::ZERO, "steady, not long enough");
+        assert_eq!(r.observe(&RULE, mib(310), b, at300, false, s(20)), b, "steady for 20 s: rinsed");
+        assert_eq!(r.observe(&RULE, mib(300), b, mib(290), false, s(21)), b, "the balloon is not there yet: still lowered");
+        assert_eq!(r.observe(&RULE, mib(300), b, mib(240), false, s(22)), Kib::ZERO, "reached: back");
+        assert_eq!(r.observe(&RULE, mib(300), b, at300, false, s(60)), Kib::ZERO, "not again before `every`");
+        assert_eq!(r.observe(&RULE, mib(300), b, at300, false, s(320)), b, "again after `every`");
+        assert_eq!(r.observe(&RULE, mib(300), b, at300, false, s(325)), b, "never reached ...");
+        assert_eq!(r.observe(&RULE, mib(300), b, at300, false, s(330)), Kib::ZERO, "... back after MAX_DIP");
     }
 
     #[test]
     fn a_moving_target_or_a_migration_restarts_the_wait() {
         let mut r = Rinse::default();
         let b = mib(64);
-        r.observe(&RULE, mib(300), b, false, s(0));
-        assert_eq!(r.observe(&RULE, mib(400), b, false, s(15)), Kib::ZERO, "moved by more than the band");
-        assert_eq!(r.observe(&RULE, mib(400), b, false, s(30)), Kib::ZERO, "steady for 15 s only");
-        assert_eq!(r.observe(&RULE, mib(400), b, true, s(35)), Kib::ZERO, "a migration");
-        assert_eq!(r.observe(&RULE, mib(400), b, false, s(50)), Kib::ZERO, "steady again from 50 s");
-        assert_eq!(r.observe(&RULE, mib(400), b, false, s(70)), b);
+        let c = mib(400);
+        r.observe(&RULE, mib(300), b, c, false, s(0));
+        assert_eq!(r.observe(&RULE, mib(400), b, c, false, s(15)), Kib::ZERO, "moved by more than the band");
+        assert_eq!(r.observe(&RULE, mib(400), b, c, false, s(30)), Kib::ZERO, "steady for 15 s only");
+        assert_eq!(r.observe(&RULE, mib(400), b, c, true, s(35)), Kib::ZERO, "a migration");
+        assert_eq!(r.observe(&RULE, mib(400), b, c, false, s(50)), Kib::ZERO, "steady again from 50 s");
+        assert_eq!(r.observe(&RULE, mib(400), b, c, false, s(70)), b);
+        assert_eq!(r.observe(&RULE, mib(400), b, c, true, s(71)), Kib::ZERO, "a migration ends a rinse under way");
     }
 
     #[test]
     fn off_or_no_buffer_never_rinses() {
         let mut r = Rinse::default();
         for t in 0..100 {
-            assert_eq!(r.observe(&RinseRule::OFF, mib(300), mib(64), false, s(t)), Kib::ZERO);
-            assert_eq!(r.observe(&RULE, mib(300), Kib::ZERO, false, s(t)), Kib::ZERO);
+            assert_eq!(r.observe(&RinseRule::OFF, mib(300), mib(64), mib(300), false, s(t)), Kib::ZERO);
+            assert_eq!(r.observe(&RULE, mib(300), Kib::ZERO, mib(300), false, s(t)), Kib::ZERO);
         }
     }
 }

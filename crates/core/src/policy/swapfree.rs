@@ -16,7 +16,7 @@ pub struct Estimate {
     /// Kept on top for page cache the guest read again after it was evicted
     /// ([`super::CacheKeep`]); zero from [`estimate`].
     pub cache_kept: Kib,
-    /// Taken off for one tick to rinse a settled guest's buffer ([`super::Rinse`]); zero
+    /// Taken off while a settled guest's buffer is rinsed ([`super::Rinse`]); zero
     /// from [`estimate`].
     pub rinsed: Kib,
 }
@@ -123,7 +123,7 @@ impl Policy for SwapFree {
             e.cache_kept = kept;
             e.target = e.target.saturating_add(kept).min(s.max);
         }
-        e.rinsed = self.rinse.observe(&self.rinse_rule, e.target, e.buffer, s.migrating || s.preparing_migration, s.at).min(e.target.saturating_sub(Kib::ONE_PAGE));
+        e.rinsed = self.rinse.observe(&self.rinse_rule, e.target, e.buffer, s.guest_size, s.migrating || s.preparing_migration, s.at).min(e.target.saturating_sub(Kib::ONE_PAGE));
         e.target = e.target.saturating_sub(e.rinsed);
         Some(Decision { target: e.target, reason: Reason::Estimate(e) })
     }
@@ -160,9 +160,12 @@ mod tests {
         assert_eq!(d.target, Kib::from_mib_saturating(236), "rinsed by the buffer");
         assert!(d.reason.to_string().contains("- rinse 64.0 MiB"), "{}", d.reason);
         // The guest shrank by the buffer, and its available memory with it: back to 300.
-        let mut s = at(21, 236);
+        let mut s = at(22, 236);
         s.mem = Some(view(0, 0, 0, 0));
-        assert_eq!(p.decide(&s).unwrap().target, Kib::from_mib_saturating(300), "back the next tick");
+        let mut half = at(21, 270);
+        half.mem = Some(view(34 * 1024, 0, 0, 0));
+        assert_eq!(p.decide(&half).unwrap().target, Kib::from_mib_saturating(236), "lowered until the balloon gets there");
+        assert_eq!(p.decide(&s).unwrap().target, Kib::from_mib_saturating(300), "back once it did");
         assert_eq!(t(&mut p, 60, 300), Kib::from_mib_saturating(300), "not again before rinse_every");
         let mut m = at(400, 300);
         m.migrating = true;
