@@ -65,8 +65,8 @@ pub struct PolicyArgs {
     #[arg(long, value_name = "S")]
     pub refault_fade_s: Option<u64>,
     /// Seconds the target must have been steady before the buffer is rinsed (lowered by
-    /// it until the balloon got there, so the host discards the free memory the guest touched); 0: off
-    /// [default: 0].
+    /// it until the balloon got there, so the host discards the free memory the guest
+    /// touched); 0: off [default: 0].
     #[arg(long, value_name = "S")]
     pub rinse_after_s: Option<u64>,
     /// The least seconds between two rinses [default: 300].
