@@ -58,7 +58,7 @@ pub struct PolicyConfig {
     pub refault_hold_s: u64,
     /// Seconds over which it is then given back, a quarter at a time.
     pub refault_fade_s: u64,
-    /// Seconds a guest's target must have been steady (within `dead_band_mib`) before its
+    /// Seconds a guest's target must not have grown (by more than `dead_band_mib`) before its
     /// buffer is rinsed: lowered by the buffer until the balloon got there (10 s at most),
     /// so the host discards the free memory the guest had touched, then given back clean;
     /// 0: off.
@@ -89,7 +89,7 @@ impl Default for PolicyConfig {
             refault_hold_s: 120,
             refault_fade_s: 240,
             rinse_after_s: 0,
-            rinse_every_s: 300,
+            rinse_every_s: 60,
         }
     }
 }

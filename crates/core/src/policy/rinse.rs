@@ -13,7 +13,7 @@
 //! paying for it. A migration that starts afterwards does not send it either.
 //!
 //! The rule, pure (time and the guest's size come with each sample): once the policy's
-//! target has stayed within `band` for `after`, the target is lowered by the buffer until
+//! target has not grown by more than `band` for `after` (shrinks do not count), the target is lowered by the buffer until
 //! the guest's size has come within `band` of the lowered target (a busy guest's balloon
 //! may take more than a tick), or [`MAX_DIP`] at the most; then it is back, and the next
 //! rinse waits for another `after` of steadiness and at least `every` since the last one.
@@ -28,11 +28,11 @@ pub const MAX_DIP: Duration = Duration::from_secs(10);
 /// When a settled guest's buffer is rinsed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RinseRule {
-    /// How long the target must have been steady; zero: off.
+    /// How long the target must not have grown; zero: off.
     pub after: Duration,
     /// The least time between two rinses of one guest.
     pub every: Duration,
-    /// How far the target may move and still count as steady.
+    /// How far the target may grow and still count as steady.
     pub band: Kib,
 }
 
@@ -74,8 +74,13 @@ impl Rinse {
             self.steady = Some((target, at));
             return Kib::ZERO;
         }
+        // Steady: no growth beyond the band for `after`. A shrink (a headroom fading, a need
+        // gone) keeps the wait going from the lower target: the balloon took pieces then too.
         let since = match self.steady {
-            Some((t, since)) if t.abs_diff(target) <= rule.band => since,
+            Some((t, since)) if target <= t.saturating_add(rule.band) => {
+                self.steady = Some((t.min(target), since));
+                since
+            }
             _ => {
                 self.steady = Some((target, at));
                 return Kib::ZERO;
@@ -120,12 +125,22 @@ mod tests {
         let b = mib(64);
         let c = mib(400);
         r.observe(&RULE, mib(300), b, c, false, s(0));
-        assert_eq!(r.observe(&RULE, mib(400), b, c, false, s(15)), Kib::ZERO, "moved by more than the band");
+        assert_eq!(r.observe(&RULE, mib(400), b, c, false, s(15)), Kib::ZERO, "grew by more than the band");
         assert_eq!(r.observe(&RULE, mib(400), b, c, false, s(30)), Kib::ZERO, "steady for 15 s only");
         assert_eq!(r.observe(&RULE, mib(400), b, c, true, s(35)), Kib::ZERO, "a migration");
         assert_eq!(r.observe(&RULE, mib(400), b, c, false, s(50)), Kib::ZERO, "steady again from 50 s");
         assert_eq!(r.observe(&RULE, mib(400), b, c, false, s(70)), b);
         assert_eq!(r.observe(&RULE, mib(400), b, c, true, s(71)), Kib::ZERO, "a migration ends a rinse under way");
+    }
+
+    #[test]
+    fn a_shrinking_target_is_steady() {
+        let mut r = Rinse::default();
+        let b = mib(64);
+        r.observe(&RULE, mib(900), b, mib(900), false, s(0));
+        assert_eq!(r.observe(&RULE, mib(700), b, mib(900), false, s(10)), Kib::ZERO, "a headroom fading");
+        assert_eq!(r.observe(&RULE, mib(710), b, mib(700), false, s(15)), Kib::ZERO, "within the band of the lower target");
+        assert_eq!(r.observe(&RULE, mib(500), b, mib(700), false, s(20)), b, "no growth for 20 s");
     }
 
     #[test]
