@@ -36,15 +36,8 @@ fn pause_leaves_the_balloon_alone_and_resume_takes_control_again() {
 
 #[test]
 fn pause_stops_a_shrink_in_flight_where_the_balloon_is() {
-    use autoballoon_fakes::{BalloonMotion, FakeQemuConfig};
-    // The balloon moves at 600 MiB/s, like a guest under TCG.
-    let g = Guest::start(Fakes::start_with(FakeQemuConfig { motion: BalloonMotion::PerSecond(mib(600)), ..FakeQemuConfig::new(configured()) }), 1900);
-    let d = Daemon::start(vec![g.fakes.vm("a", Some(quick_policy()))], 200);
-    wait_for(T, "the balloon at about 1964 MiB", || g.fakes.last_request().is_some_and(|r| r.abs_diff(expected_target(1900)) <= mib(8) && g.q().actual() == r));
-    g.set_used(100);
-    wait_for(T, "a shrink asked", || g.fakes.last_request().is_some_and(|r| r < mib(1500)));
-    assert!(g.q().actual() > mib(1500), "still in flight");
-    let asked = g.fakes.last_request().unwrap();
+    let (g, d) = Guest::slow_balloon();
+    let asked = g.shrink_in_flight();
 
     assert!(d.ctl().vm("a").unwrap().command(VmCommand::Pause));
     wait_for(T, "the balloon stopped for the pause", || g.fakes.last_request().is_some_and(|r| r > asked));

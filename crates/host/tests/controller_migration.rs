@@ -179,16 +179,8 @@ fn autoballoon_migrate_asks_the_daemon_and_reports_the_end() {
 
 #[test]
 fn a_shrink_still_in_flight_when_another_tool_starts_a_migration_is_stopped_where_the_balloon_is() {
-    use autoballoon_fakes::{BalloonMotion, FakeQemuConfig};
-    // The balloon moves at 600 MiB/s, like a guest under TCG.
-    let g = Guest::start(Fakes::start_with(FakeQemuConfig { motion: BalloonMotion::PerSecond(mib(600)), ..FakeQemuConfig::new(configured()) }), 1900);
-    let d = Daemon::start(vec![g.fakes.vm("a", Some(quick_policy()))], 200);
-    // About 1964 MiB (a report taken while the balloon moves is off by a MiB or so).
-    wait_for(T, "the balloon at about 1964 MiB", || g.fakes.last_request().is_some_and(|r| r.abs_diff(expected_target(1900)) <= mib(8) && g.q().actual() == r));
-    g.set_used(100);
-    wait_for(T, "a shrink asked", || g.fakes.last_request().is_some_and(|r| r < mib(1500)));
-    assert!(g.q().actual() > mib(1500), "still in flight");
-    let asked = g.fakes.last_request().unwrap();
+    let (g, d) = Guest::slow_balloon();
+    let asked = g.shrink_in_flight();
     g.q().start_migration();
     wait_for(T, "the balloon stopped for the migration", || g.fakes.last_request().is_some_and(|r| r > asked));
     let stopped = g.fakes.last_request().unwrap();

@@ -192,6 +192,28 @@ pub struct Guest {
 }
 
 impl Guest {
+    /// A guest of 1900 MiB used on a fake QEMU whose balloon moves at 600 MiB/s (like a
+    /// guest under TCG), controlled by a daemon ticking every 200 ms with `quick_policy`.
+    pub fn slow_balloon() -> (Guest, Daemon) {
+        use autoballoon_fakes::BalloonMotion;
+        let g = Guest::start(Fakes::start_with(FakeQemuConfig { motion: BalloonMotion::PerSecond(mib(600)), ..FakeQemuConfig::new(configured()) }), 1900);
+        let d = Daemon::start(vec![g.fakes.vm("a", Some(quick_policy()))], 200);
+        (g, d)
+    }
+
+    /// On a [`Guest::slow_balloon`]: waits for the balloon at about 1964 MiB, then frees the
+    /// guest's memory and waits for the shrink to be asked; returns the size asked, with
+    /// the balloon still on its way there.
+    pub fn shrink_in_flight(&self) -> Kib {
+        let t = Duration::from_secs(10);
+        // About 1964 MiB (a report taken while the balloon moves is off by a MiB or so).
+        wait_for(t, "the balloon at about 1964 MiB", || self.fakes.last_request().is_some_and(|r| r.abs_diff(expected_target(1900)) <= mib(8) && self.q().actual() == r));
+        self.set_used(100);
+        wait_for(t, "a shrink asked", || self.fakes.last_request().is_some_and(|r| r < mib(1500)));
+        assert!(self.q().actual() > mib(1500), "still in flight");
+        self.fakes.last_request().unwrap()
+    }
+
     pub fn start(fakes: Arc<Fakes>, used_mib: u64) -> Guest {
         let used = Arc::new(AtomicU64::new(used_mib));
         let agent_on = Arc::new(AtomicBool::new(true));
