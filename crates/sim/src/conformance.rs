@@ -3,6 +3,7 @@
 //! side by side.
 
 use crate::error::SimError;
+use crate::fit::BenchCell;
 use crate::policies::PolicyName;
 use crate::run::{run, Options};
 use crate::scenario::Scenario;
@@ -11,16 +12,7 @@ use std::fmt::Write as _;
 
 #[derive(Debug, Deserialize)]
 struct Results {
-    cells: Vec<Cell>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Cell {
-    config: String,
-    moment: serde_json::Value,
-    qemu: String,
-    sent_mib: f64,
-    total_s: f64,
+    cells: Vec<BenchCell>,
 }
 
 /// One cell: measured and simulated.

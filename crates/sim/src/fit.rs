@@ -43,18 +43,20 @@ pub struct Fitted {
 
 #[derive(Debug, Deserialize)]
 struct Results {
-    cells: Vec<Cell>,
+    cells: Vec<BenchCell>,
     kernel: Kernel,
 }
 
+/// One migration cell of make bench's bench/results.json, as the fit and the conformance
+/// check read it.
 #[derive(Debug, Deserialize)]
-struct Cell {
-    config: String,
-    moment: serde_json::Value,
-    qemu: String,
-    sent_mib: f64,
-    total_s: f64,
-    downtime_ms: f64,
+pub(crate) struct BenchCell {
+    pub config: String,
+    pub moment: serde_json::Value,
+    pub qemu: String,
+    pub sent_mib: f64,
+    pub total_s: f64,
+    pub downtime_ms: f64,
 }
 
 #[derive(Debug, Deserialize)]
