@@ -29,4 +29,4 @@ pub mod protocol;
 pub mod sample;
 pub mod units;
 
-pub use units::{Bytes, Kib, Pages};
+pub use units::{Bytes, Kib, Pages, Percent};

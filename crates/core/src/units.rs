@@ -119,6 +119,43 @@ impl Pages {
     }
 }
 
+/// A whole percentage, 0 to 100: a share of the host's memory (`host_target_pct`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Percent(u8);
+
+impl Percent {
+    /// `p` %, or `None` above 100.
+    pub const fn new_checked(p: u64) -> Option<Percent> {
+        if p <= 100 {
+            Some(Percent(p as u8))
+        } else {
+            None
+        }
+    }
+    /// The number of percent.
+    pub const fn get(self) -> u8 {
+        self.0
+    }
+    /// This share of `k`, rounded down (never overflows).
+    pub const fn of_floor(self, k: Kib) -> Kib {
+        Kib((k.0 as u128 * self.0 as u128 / 100) as u64)
+    }
+    /// How much of `whole` `part` is, in percent (rounded down, at most 100; 0 of nothing),
+    /// for logs and status only.
+    pub fn share_floor(part: Kib, whole: Kib) -> Percent {
+        if whole.0 == 0 {
+            return Percent(0);
+        }
+        Percent((part.0.min(whole.0) as u128 * 100 / whole.0 as u128) as u8)
+    }
+}
+
+impl fmt::Display for Percent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} %", self.0)
+    }
+}
+
 impl fmt::Display for Kib {
     /// Human form: MiB with one decimal, the scale an operator reasons in.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -155,6 +192,12 @@ mod tests {
         assert_eq!(Kib(5).align_up_saturating(Kib(0)), Kib(5));
         assert_eq!(Kib(5).clamp(Kib(10), Kib(3)), Kib(3));
         assert_eq!(Kib::from_mib_saturating(3).to_string(), "3.0 MiB");
+        assert_eq!(Percent::new_checked(80).map(|p| p.of_floor(Kib(1000))), Some(Kib(800)));
+        assert_eq!(Percent::new_checked(101), None);
+        assert_eq!(Percent::new_checked(100).unwrap().of_floor(Kib::MAX), Kib::MAX, "no overflow at the edge");
+        assert_eq!(Percent::share_floor(Kib(5), Kib(0)), Percent::new_checked(0).unwrap());
+        assert_eq!(Percent::share_floor(Kib(7), Kib(5)).get(), 100);
+        assert_eq!(Percent::share_floor(Kib(859), Kib(1000)).to_string(), "85 %");
     }
 
     #[test]

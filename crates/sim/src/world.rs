@@ -377,6 +377,7 @@ impl SimWorld {
         HostView {
             capacity: self.host_memory,
             pressure,
+            memory: None,
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Balancers: given every VM's wish and room at one instant, the targets. Pure.
 
-use super::{HostView, VmId};
+use super::{HostView, ReclaimStep, VmId};
 use crate::guard::Room;
 use crate::sample::Sample;
 use crate::units::Kib;
@@ -36,6 +36,11 @@ pub trait Balancer {
     fn short(&self) -> Option<Kib> {
         None
     }
+    /// What the reclaim mode around this balancer found at the last step (the host's use
+    /// against its target), for the log line of each action; `None` in `lean` mode.
+    fn reclaim_step(&self) -> Option<ReclaimStep> {
+        None
+    }
 }
 
 impl<B: Balancer + ?Sized> Balancer for Box<B> {
@@ -50,6 +55,9 @@ impl<B: Balancer + ?Sized> Balancer for Box<B> {
     }
     fn short(&self) -> Option<Kib> {
         (**self).short()
+    }
+    fn reclaim_step(&self) -> Option<ReclaimStep> {
+        (**self).reclaim_step()
     }
 }
 

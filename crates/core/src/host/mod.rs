@@ -19,6 +19,7 @@ mod iballoon;
 mod one_vm;
 mod pressure;
 mod rate;
+mod reclaim;
 mod shares;
 #[cfg(test)]
 mod testkit;
@@ -30,6 +31,7 @@ pub use iballoon::{IBalloon, IBalloonConfig, IBalloonStep};
 pub use one_vm::{one_vm_step, OneStep, ONE};
 pub use pressure::{Level, LevelThresholds, PressureBalancer, PressureConfig};
 pub use rate::RateRail;
+pub use reclaim::{share_out, HostMemoryUse, HostNeed, Reclaim, ReclaimMode, ReclaimStep};
 pub use shares::{shares_per_kib, Shares, SharesConfig, VmShares};
 
 use crate::control::{ControlLoop, Tick};
@@ -60,6 +62,9 @@ pub struct HostView {
     pub capacity: Option<Kib>,
     /// The host's memory pressure (/proc/pressure/memory), if read.
     pub pressure: Option<Pressure>,
+    /// The host's memory and its use (/proc/meminfo), if read: what the `host-need`
+    /// reclaim mode compares with its target.
+    pub memory: Option<HostMemoryUse>,
 }
 
 /// Every VM of the host at one instant. VMs without a fresh sample are left out: they

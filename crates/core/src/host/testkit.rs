@@ -37,7 +37,7 @@ pub fn claim(vm: u32, size: u64, used: u64, floor: u64, ceiling: u64) -> Claim {
 
 /// A host view with `capacity` MiB and optional PSI.
 pub fn view(capacity: Option<u64>, pressure: Option<Pressure>) -> HostView {
-    HostView { capacity: capacity.map(mib), pressure }
+    HostView { capacity: capacity.map(mib), pressure, memory: None }
 }
 
 /// The sizes in MiB (rounded down).

@@ -21,7 +21,7 @@ fn vm(at: u64, size: u64, used: u64) -> Sample {
 }
 fn host(at: u64, capacity: Option<u64>, vms: Vec<Sample>) -> HostSample {
     let vms = vms.into_iter().enumerate().map(|(i, s)| (VmId(i as u32), s)).collect();
-    HostSample { at: Duration::from_secs(at), host: HostView { capacity: capacity.map(mib), pressure: None }, vms, forget: vec![] }
+    HostSample { at: Duration::from_secs(at), host: HostView { capacity: capacity.map(mib), pressure: None, memory: None }, vms, forget: vec![] }
 }
 fn targets(ticks: &[VmTick]) -> Vec<Option<u64>> {
     ticks.iter().map(|t| t.tick.outcome.as_ref().ok().map(|a| a.target.0 / 1024)).collect()

@@ -201,7 +201,7 @@ proptest! {
     fn answers_stay_in_rooms_and_capacity(steps in proptest::collection::vec((proptest::collection::vec(arb_claim(), 0..6), proptest::option::of(any::<u64>()), 0.0f64..100.0), 1..4)) {
         let mut b = PressureBalancer::default();
         for (claims, cap, some) in steps {
-            let t = b.balance(&HostView { capacity: cap.map(Kib), pressure: Some(psi(some, some / 4.0)) }, &claims);
+            let t = b.balance(&HostView { capacity: cap.map(Kib), pressure: Some(psi(some, some / 4.0)), memory: None }, &claims);
             prop_assert_eq!(t.len(), claims.len());
             for (c, k) in claims.iter().zip(&t) {
                 prop_assert!(*k >= c.room.floor && *k <= c.room.ceiling);

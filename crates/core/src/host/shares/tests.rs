@@ -143,7 +143,7 @@ proptest! {
     fn answers_stay_in_rooms_and_capacity(cfg in arb_cfg(), steps in proptest::collection::vec((proptest::collection::vec(arb_claim(), 0..6), proptest::option::of(any::<u64>())), 1..4)) {
         let mut b = Shares::new(cfg.clone());
         for (claims, cap) in steps {
-            let t = b.balance(&HostView { capacity: cap.map(Kib), pressure: None }, &claims);
+            let t = b.balance(&HostView { capacity: cap.map(Kib), pressure: None, memory: None }, &claims);
             prop_assert_eq!(t.len(), claims.len());
             for (c, k) in claims.iter().zip(&t) {
                 prop_assert!(*k >= c.room.floor && *k <= c.room.ceiling);
