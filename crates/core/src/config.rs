@@ -24,8 +24,13 @@ pub struct PolicyConfig {
     pub migration_buffer_mib: u64,
     /// Page cache the guest may keep on top of the estimate, MiB.
     pub cache_buffer_mib: u64,
-    /// Never shrink a guest below this size, MiB.
+    /// Never shrink a guest below this size, MiB: the VM's one floor.
     pub min_mib: u64,
+    /// Never grow a guest above this size, MiB: the VM's one ceiling; 0 = its configured size.
+    pub max_mib: u64,
+    /// The VM's relative entitlement when memory is reclaimed for the host (the `shares`
+    /// balancer, the `host-need` reclaim mode): more shares, less taken. Host only.
+    pub shares: u64,
     /// Largest shrink (balloon inflation) per tick, MiB; 0 = unlimited.
     pub max_shrink_mib_per_tick: u64,
     /// Changes smaller than this are ignored, MiB.
@@ -75,6 +80,8 @@ impl Default for PolicyConfig {
             migration_buffer_mib: 0,
             cache_buffer_mib: 0,
             min_mib: 128,
+            max_mib: 0,
+            shares: 1000,
             max_shrink_mib_per_tick: 1024,
             dead_band_mib: 16,
             hold_off_s: 0,
@@ -114,13 +121,18 @@ impl PolicyConfig {
     pub fn rails(&self) -> GuardRails {
         GuardRails {
             min: Kib::from_mib_saturating(self.min_mib),
-            max: Kib::MAX,
+            max: self.ceiling().unwrap_or(Kib::MAX),
             max_shrink_per_tick: Kib::from_mib_saturating(self.max_shrink_mib_per_tick),
             max_grow_per_tick: Kib::ZERO,
             dead_band: Kib::from_mib_saturating(self.dead_band_mib),
             hold_off: Duration::from_secs(self.hold_off_s),
             align: Kib::from_mib_saturating(self.align_mib),
         }
+    }
+
+    /// The VM's ceiling, `max_mib`; `None` for 0 (the VM's configured size).
+    pub fn ceiling(&self) -> Option<Kib> {
+        (self.max_mib > 0).then(|| Kib::from_mib_saturating(self.max_mib))
     }
 
     /// The policy this configuration names.
@@ -169,11 +181,14 @@ impl PolicyConfig {
         if self.min_mib == 0 {
             return bad("min_mib", "must be at least 1: a guest of size 0 cannot run");
         }
+        if self.max_mib != 0 && self.max_mib < self.min_mib {
+            return bad("max_mib", "must be 0 (the VM's configured size) or at least `min_mib`: a VM's ceiling cannot be below its floor");
+        }
         if self.agent_stale_s == 0 {
             return bad("agent_stale_s", "must be at least 1");
         }
         // Beyond a PiB the MiB-to-KiB conversions would saturate: a typo, not a wish.
-        for (key, v) in [("buffer_mib", self.buffer_mib), ("migration_buffer_mib", self.migration_buffer_mib), ("cache_buffer_mib", self.cache_buffer_mib), ("min_mib", self.min_mib),
+        for (key, v) in [("buffer_mib", self.buffer_mib), ("migration_buffer_mib", self.migration_buffer_mib), ("cache_buffer_mib", self.cache_buffer_mib), ("min_mib", self.min_mib), ("max_mib", self.max_mib),
                          ("max_shrink_mib_per_tick", self.max_shrink_mib_per_tick), ("dead_band_mib", self.dead_band_mib),
                          ("align_mib", self.align_mib), ("outlier_threshold_mib", self.outlier_threshold_mib),
                          ("spike_hold_s", self.spike_hold_s), ("spike_fade_s", self.spike_fade_s), ("refault_keep_max_mib", self.refault_keep_max_mib),
@@ -198,6 +213,10 @@ mod tests {
         assert_eq!(c.validate("vm[0].policy.").unwrap_err().to_string(), "invalid value for `vm[0].policy.min_mib`: must be at least 1: a guest of size 0 cannot run");
         assert!(PolicyConfig { buffer_mib: u64::MAX, ..Default::default() }.validate("").is_err());
         assert!(PolicyConfig::default().validate("").is_ok());
+        let c = PolicyConfig { min_mib: 512, max_mib: 256, ..Default::default() };
+        assert!(c.validate("defaults.").unwrap_err().to_string().contains("`defaults.max_mib`"));
+        assert_eq!(PolicyConfig { max_mib: 2048, ..Default::default() }.rails().max, Kib::from_mib_saturating(2048), "the ceiling is a rail");
+        assert_eq!(PolicyConfig::default().rails().max, Kib::MAX, "0: the VM's configured size");
         let c = PolicyConfig { outlier_delay_ms: 500, adaptive_interval: true, ..Default::default() };
         let mut lp = c.control_loop(Duration::from_secs(1));
         let s = Sample { guest_size: Kib::from_gib_saturating(2), max: Kib::from_gib_saturating(2), mem: Some(MemView { total: Kib::from_gib_saturating(2), available: Kib::from_gib_saturating(1), ..Default::default() }), ..Default::default() };

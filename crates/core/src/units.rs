@@ -124,6 +124,8 @@ impl Pages {
 pub struct Percent(u8);
 
 impl Percent {
+    /// 100 %.
+    pub const FULL: Percent = Percent(100);
     /// `p` %, or `None` above 100.
     pub const fn new_checked(p: u64) -> Option<Percent> {
         if p <= 100 {

@@ -3,10 +3,10 @@
 //! keys are core's [`PolicyConfig`], shared with the guest agent.
 
 pub use autoballoon_core::config::{InvalidKey, PolicyConfig, PolicyKind};
-pub use autoballoon_core::host::BalancerKind;
+pub use autoballoon_core::host::{BalancerKind, Reclaim, ReclaimMode};
 pub use autoballoon_core::migration::ShrinkSetting;
 use autoballoon_core::host::{SharesConfig, VmId, VmShares};
-use autoballoon_core::Kib;
+use autoballoon_core::{Kib, Percent};
 pub use crate::log::Level;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -61,6 +61,12 @@ pub struct ControllerConfig {
     /// Shrinking while a migration runs: `auto` (where the hypervisor keeps it correct:
     /// KVM, or QEMU 9.0 or later), `always`, `never` (docs/migration.md).
     pub migration_shrink: ShrinkSetting,
+    /// How far guests are shrunk: `lean` (toward each estimate at once) or `host-need`
+    /// (guests keep their memory until the host's use passes `host_target_pct`).
+    pub reclaim: ReclaimMode,
+    /// `host-need`: the share of the host's memory (`MemTotal − MemAvailable` against
+    /// `MemTotal`) below which guests keep their memory, percent (1 to 100).
+    pub host_target_pct: u64,
 }
 
 /// The Prometheus endpoint's default address (loopback only).
@@ -75,6 +81,15 @@ impl ControllerConfig {
             Level::Debug
         } else {
             self.log_level
+        }
+    }
+
+    /// The reclaim mode with its target (a target out of range, which `validate` refuses,
+    /// is taken as 100 %).
+    pub fn reclaim(&self) -> Reclaim {
+        match self.reclaim {
+            ReclaimMode::Lean => Reclaim::Lean,
+            ReclaimMode::HostNeed => Reclaim::HostNeed { target: Percent::new_checked(self.host_target_pct).unwrap_or(Percent::FULL) },
         }
     }
 }
@@ -94,6 +109,8 @@ impl Default for ControllerConfig {
             metrics_listen: DEFAULT_METRICS_LISTEN.into(),
             status_socket: DEFAULT_STATUS_SOCKET.into(),
             migration_shrink: ShrinkSetting::Auto,
+            reclaim: ReclaimMode::Lean,
+            host_target_pct: 80,
         }
     }
 }
@@ -132,7 +149,8 @@ pub struct VmConfig {
     /// replaced, key by key ([`Config::parse`] merges them); `None` = `[defaults]`.
     #[serde(default)]
     pub policy: Option<PolicyConfig>,
-    /// The VM's shares, for `balancer = "shares"`.
+    /// The older spelling of the VM's `shares` and `max_mib` (now policy keys, inherited
+    /// from `[defaults]` key by key); still read, and it wins over `[defaults]`.
     #[serde(default)]
     pub shares: Option<SharesKeys>,
 }
@@ -178,8 +196,9 @@ pub fn default_libvirt_uri() -> String {
     crate::libvirt::DEFAULT_URI.into()
 }
 
-/// One VM's `[vm.shares]` table (the ESX balancer's proportional shares). Its
-/// reservation (never reclaimed below) is the VM's one floor, the policy's `min_mib`.
+/// One VM's `[vm.shares]` table, the older spelling of its policy's `shares` and
+/// `max_mib`. Its reservation (never reclaimed below) is the VM's one floor, the policy's
+/// `min_mib`.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SharesKeys {
@@ -244,6 +263,19 @@ impl Config {
                 });
             }
         }
+        let raw_matches = raw.get("match").and_then(toml::Value::as_array).map(Vec::as_slice).unwrap_or_default();
+        for (table, list) in [("vm", raw_vms), ("match", raw_matches)] {
+            for (i, t) in list.iter().enumerate() {
+                let own = t.get("policy").and_then(toml::Value::as_table);
+                let twice = ["shares", "max_mib"].into_iter().find(|k| t.get("shares").and_then(|s| s.get(k)).is_some() && own.is_some_and(|p| p.contains_key(*k)));
+                if let Some(k) = twice {
+                    return Err(ConfigError::Invalid {
+                        key: format!("{table}[{i}].shares.{k}"),
+                        why: "is also in the table's [policy]: give a VM's floor, ceiling and shares in one place, its policy table (`min_mib`, `max_mib`, `shares`)".into(),
+                    });
+                }
+            }
+        }
         // Every key and type checked, with the file's line numbers in the errors.
         let mut c: Config = toml::from_str::<Config>(text).map_err(syntax)?.with_match_policies(text)?;
         let defaults = raw.get("defaults").and_then(toml::Value::as_table).cloned().unwrap_or_default();
@@ -271,6 +303,9 @@ impl Config {
         if !sock.as_os_str().is_empty() && (!sock.is_absolute() || sock.file_name().is_none()) {
             return Err(ConfigError::Invalid { key: "controller.status_socket".into(), why: "must be an absolute path, or \"\" for off".into() });
         }
+        if !(1..=100).contains(&self.controller.host_target_pct) {
+            return Err(ConfigError::Invalid { key: "controller.host_target_pct".into(), why: "must be 1 to 100 (percent of the host's memory in use below which guests keep theirs)".into() });
+        }
         let cg = &self.controller.memory_cgroup;
         if !cg.as_os_str().is_empty() && !cg.is_absolute() {
             return Err(ConfigError::Invalid { key: "controller.memory_cgroup".into(), why: "must be an absolute path (the cgroup's directory, e.g. \"/sys/fs/cgroup/machine.slice\"), or \"\" for none".into() });
@@ -296,18 +331,30 @@ impl Config {
         self.validate_discovery()
     }
 
-    /// The `shares` balancer's settings: each VM's `[vm.shares]`, by its position, with
-    /// its policy's `min_mib` as the reservation.
+    /// The shares of every VM, by its position (the `shares` balancer and the
+    /// `host-need` reclaim mode weigh VMs by them): [`Config::vm_shares`].
     pub fn shares(&self) -> SharesConfig {
         let mut c = SharesConfig::default();
         for (i, vm) in self.vms.iter().enumerate() {
-            if let Some(k) = vm.shares {
-                let max = if k.max_mib == 0 { Kib::MAX } else { Kib::from_mib_saturating(k.max_mib) };
-                let min = Kib::from_mib_saturating(self.policy_for(vm).min_mib);
-                c.vms.insert(VmId(i as u32), VmShares { shares: k.shares, min, max });
-            }
+            c.vms.insert(VmId(i as u32), self.vm_shares(vm));
         }
         c
+    }
+
+    /// One VM's floor, ceiling and shares, from the one place they are set: its policy's
+    /// `min_mib`, `max_mib` and `shares` (`[defaults]` with its own table's keys). An
+    /// older `[vm.shares]` table's `shares` wins over the policy's (which then comes from
+    /// `[defaults]`: both in the VM's own tables are refused), and of two ceilings the
+    /// lower holds.
+    pub fn vm_shares(&self, vm: &VmConfig) -> VmShares {
+        let p = self.policy_for(vm);
+        let ceiling = |mib: u64| (mib > 0).then(|| Kib::from_mib_saturating(mib));
+        let (shares, old_max) = vm.shares.map_or((p.shares, None), |k| (k.shares, ceiling(k.max_mib)));
+        let max = match (p.ceiling(), old_max) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b).unwrap_or(Kib::MAX),
+        };
+        VmShares { shares, min: Kib::from_mib_saturating(p.min_mib), max }
     }
 
     /// The policy settings in force for one VM.
@@ -501,6 +548,9 @@ mod tests {
         assert_eq!(c.vms[0].balloon_device, "/machine/peripheral/balloon0");
         assert_eq!(c.policy_for(&c.vms[1]).buffer_mib, 128);
         assert_eq!(c.policy_for(&c.vms[0]).buffer_mib, 64);
+        assert_eq!((c.controller.reclaim, c.controller.host_target_pct), (ReclaimMode::Lean, 80), "every key at its default");
+        assert_eq!(c.defaults, PolicyConfig::default(), "every key at its default");
+        assert_eq!(c.vm_shares(&c.vms[1]), VmShares { shares: 2000, min: Kib::from_mib_saturating(512), max: Kib::MAX });
     }
 
     #[test]
@@ -556,6 +606,90 @@ mod tests {
         let s = c.shares();
         assert_eq!(s.vms[&VmId(0)], VmShares { shares: 2000, min: Kib::from_mib_saturating(300), max: Kib::MAX });
         assert_eq!(s.vms[&VmId(1)], VmShares { shares: 1000, min: Kib::from_mib_saturating(900), max: Kib::from_mib_saturating(4096) });
+    }
+
+    #[test]
+    fn reclaim_is_lean_unless_asked_and_host_need_has_a_target() {
+        let c = Config::parse("").unwrap();
+        assert_eq!((c.controller.reclaim, c.controller.host_target_pct, c.controller.reclaim()), (ReclaimMode::Lean, 80, Reclaim::Lean), "existing files: nothing changes");
+        let c = Config::parse("[controller]\nreclaim = 'host-need'\n").unwrap();
+        assert_eq!(c.controller.reclaim(), Reclaim::HostNeed { target: Percent::new_checked(80).unwrap() }, "Proxmox's 80 % by default");
+        let c = Config::parse("[controller]\nreclaim = 'host-need'\nhost_target_pct = 65\n").unwrap();
+        assert_eq!(c.controller.reclaim(), Reclaim::HostNeed { target: Percent::new_checked(65).unwrap() });
+        // Unknown modes are refused with the valid names; targets outside 1-100 with the key.
+        let e = Config::parse("[controller]\nreclaim = 'greedy'\n").unwrap_err().to_string();
+        assert!(e.contains("greedy") && e.contains("`lean`") && e.contains("`host-need`"), "{e}");
+        let e = Config::parse("[controller]\nreclaim = 'host_need'\n").unwrap_err().to_string();
+        assert!(e.contains("`host-need`"), "{e}");
+        for bad in ["0", "101", "1000"] {
+            let e = Config::parse(&format!("[controller]\nreclaim = 'host-need'\nhost_target_pct = {bad}\n")).unwrap_err().to_string();
+            assert!(e.contains("controller.host_target_pct") && e.contains("1 to 100"), "{e}");
+        }
+        let e = Config::parse("[controller]\nhost_target_pct = -5\n").unwrap_err().to_string();
+        assert!(e.contains("host_target_pct"), "{e}");
+    }
+
+    #[test]
+    fn floor_ceiling_and_shares_are_policy_keys_inherited_from_defaults() {
+        let c = Config::parse(
+            "[controller]\nreclaim = 'host-need'\n[defaults]\nmin_mib = 256\nmax_mib = 8192\nshares = 500\n\
+             [[vm]]\nname='a'\nqmp='/a'\n[vm.policy]\nshares = 2000\n\
+             [[vm]]\nname='b'\nqmp='/b'\n[vm.policy]\nmax_mib = 4096\n\
+             [[vm]]\nname='c'\nqmp='/c'\n[vm.shares]\nshares = 3000\nmax_mib = 6144\n\
+             [[vm]]\nname='d'\nqmp='/d'\n",
+        )
+        .unwrap();
+        let mib = Kib::from_mib_saturating;
+        let s = c.shares();
+        assert_eq!(s.vms[&VmId(0)], VmShares { shares: 2000, min: mib(256), max: mib(8192) }, "its own shares, [defaults]' floor and ceiling");
+        assert_eq!(s.vms[&VmId(1)], VmShares { shares: 500, min: mib(256), max: mib(4096) });
+        assert_eq!(s.vms[&VmId(2)], VmShares { shares: 3000, min: mib(256), max: mib(6144) }, "the older [vm.shares] is still read");
+        assert_eq!(s.vms[&VmId(3)], VmShares { shares: 500, min: mib(256), max: mib(8192) });
+        assert_eq!(c.policy_for(&c.vms[1]).rails().max, mib(4096), "the ceiling is the rails' for every balancer and mode");
+        // A discovered VM takes them from its [[match]], key by key.
+        let c = Config::parse("[defaults]\nshares = 700\n[[match]]\nname='db-*'\n[match.policy]\nmax_mib = 2048\n").unwrap();
+        let db = c.vm_shares(&c.discovered(VmConfig::new("db-1", "/d/db-1.qmp")));
+        assert_eq!((db.shares, db.max), (700, mib(2048)));
+        assert_eq!(c.vm_shares(&VmConfig::new("x", "/x.qmp")), VmShares { shares: 700, min: mib(128), max: Kib::MAX });
+        // Bad values and two places for one key are refused, naming the key.
+        let e = Config::parse("[defaults]\nmin_mib = 512\nmax_mib = 256\n").unwrap_err().to_string();
+        assert!(e.contains("defaults.max_mib"), "{e}");
+        let e = Config::parse("[[vm]]\nname='a'\nqmp='/a'\n[vm.policy]\nshares = 1\n[vm.shares]\nshares = 2\n").unwrap_err().to_string();
+        assert!(e.contains("vm[0].shares.shares") && e.contains("one place"), "{e}");
+        let e = Config::parse("[[match]]\nname='*'\n[match.policy]\nmax_mib = 1024\n[match.shares]\nmax_mib = 2048\n").unwrap_err().to_string();
+        assert!(e.contains("match[0].shares.max_mib"), "{e}");
+        let e = Config::parse("[defaults]\nshares = 'many'\n").unwrap_err().to_string();
+        assert!(e.contains("shares"), "{e}");
+    }
+
+    #[test]
+    fn the_packaged_file_parses_with_and_without_its_commented_examples() {
+        let text = include_str!("../../../packaging/host.toml");
+        assert!(Config::parse(text).unwrap().vms.is_empty(), "as installed: no VM");
+        // Every commented setting (`# key = value`, `# [table]`) taken in.
+        let on: String = text
+            .lines()
+            .map(|l| match l.strip_prefix("# ") {
+                Some(r) if r.starts_with('[') || r.split_once(" = ").is_some_and(|(k, _)| !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')) => r,
+                _ => l,
+            })
+            .fold(String::new(), |a, l| a + l + "\n");
+        let c = Config::parse(&on).unwrap_or_else(|e| panic!("{e}\n{on}"));
+        assert_eq!((c.vms.len(), c.matches.len()), (1, 1));
+        assert_eq!(c.discovery.socket_dir, Path::new("/run/autoballoon/vms"));
+        assert!(c.discovery.libvirt);
+        assert_eq!(c.controller.reclaim, ReclaimMode::Lean);
+        assert_eq!(c.defaults, PolicyConfig::default(), "the commented values are the defaults");
+    }
+
+    #[test]
+    fn every_toml_example_in_the_configuration_reference_parses() {
+        let doc = include_str!("../../../docs/configuration.md");
+        let blocks: Vec<&str> = doc.split("```toml\n").skip(1).filter_map(|b| b.split("```").next()).collect();
+        assert!(blocks.len() >= 3, "{} blocks", blocks.len());
+        for b in blocks {
+            Config::parse(b).unwrap_or_else(|e| panic!("{e}\n{b}"));
+        }
     }
 
     #[test]

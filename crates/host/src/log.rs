@@ -39,6 +39,8 @@ pub enum EventKind {
     EventsDropped,
     WorkerPanicked,
     HostShort,
+    /// The `host-need` reclaim mode started or stopped reclaiming for the host.
+    Reclaim,
     /// SIGHUP: the configuration was re-read (or could not be).
     Reload,
     /// The metrics endpoint or the status socket.
@@ -119,6 +121,7 @@ impl EventKind {
             | EventKind::MigratedAway
             | EventKind::AgentConnected
             | EventKind::Reload
+            | EventKind::Reclaim
             | EventKind::Endpoint
             | EventKind::VmAdded
             | EventKind::VmRemoved => Level::Info,
@@ -151,6 +154,7 @@ impl EventKind {
             EventKind::EventsDropped => "events_dropped",
             EventKind::WorkerPanicked => "worker_panicked",
             EventKind::HostShort => "host_short",
+            EventKind::Reclaim => "reclaim",
             EventKind::Reload => "reload",
             EventKind::VmAdded => "vm_added",
             EventKind::VmRemoved => "vm_removed",

@@ -18,14 +18,17 @@ pub fn summary(config: &Config) -> Vec<String> {
                 (None, None) => "none (guest-stats)".into(),
             };
             let from = if vm.policy.is_some() { "[defaults] with its [vm.policy]" } else { "[defaults]" };
+            let limits = config.vm_shares(vm);
+            let ceiling = if limits.max == autoballoon_core::Kib::MAX { "configured size".to_string() } else { format!("{} MiB", limits.max.0 / 1024) };
             format!(
-                "{}: {} agent={} policy={} buffer={} MiB min={} MiB ({from})",
+                "{}: {} agent={} policy={} buffer={} MiB min={} MiB ({from}) max={ceiling} shares={}",
                 vm.name,
                 vm.endpoint(),
                 agent,
                 format!("{:?}", p.policy).to_lowercase(),
                 p.buffer_mib,
-                p.min_mib
+                p.min_mib,
+                limits.shares
             )
         })
         .collect()
@@ -36,7 +39,7 @@ pub fn summary_controller(config: &Config) -> String {
     let c = &config.controller;
     let off = |s: &str| if s.is_empty() { "off".to_string() } else { s.to_string() };
     format!(
-        "controller: interval_ms={} log_format={} log_level={} metrics_listen={} status_socket={}",
+        "controller: interval_ms={} log_format={} log_level={} metrics_listen={} status_socket={} reclaim={}{}",
         c.interval_ms,
         match c.log_format {
             LogFormat::Text => "text",
@@ -44,7 +47,12 @@ pub fn summary_controller(config: &Config) -> String {
         },
         c.level(),
         off(&c.metrics_listen),
-        off(&c.status_socket.display().to_string())
+        off(&c.status_socket.display().to_string()),
+        c.reclaim,
+        match c.reclaim {
+            crate::config::ReclaimMode::Lean => String::new(),
+            crate::config::ReclaimMode::HostNeed => format!(" host_target_pct={}", c.host_target_pct),
+        }
     )
 }
 
@@ -107,6 +115,8 @@ pub fn plan_reload(old: &Config, new: &Config, cli_json: bool, cli_level: Option
         ("host_reserve_mib", o.host_reserve_mib != n.host_reserve_mib),
         ("pressure_file", o.pressure_file != n.pressure_file),
         ("memory_cgroup", o.memory_cgroup != n.memory_cgroup),
+        ("reclaim", o.reclaim != n.reclaim),
+        ("host_target_pct", o.host_target_pct != n.host_target_pct),
     ] {
         if changed {
             plan.restart_needed.push(format!("controller.{key}"));
@@ -163,12 +173,14 @@ mod tests {
 
     #[test]
     fn the_balancer_and_the_hosts_memory_need_a_restart() {
-        let new = cfg("[controller]\nbalancer='iballoon'\ncapacity_mib=2048\nhost_reserve_mib=0\npressure_file='/p'\nmemory_cgroup='/sys/fs/cgroup/machine.slice'");
+        let new = cfg("[controller]\nbalancer='iballoon'\ncapacity_mib=2048\nhost_reserve_mib=0\npressure_file='/p'\nmemory_cgroup='/sys/fs/cgroup/machine.slice'\nreclaim='host-need'\nhost_target_pct=70");
         let p = plan_reload(&cfg(""), &new, false, None);
         assert_eq!(
             p.restart_needed,
-            ["controller.balancer", "controller.capacity_mib", "controller.host_reserve_mib", "controller.pressure_file", "controller.memory_cgroup"]
+            ["controller.balancer", "controller.capacity_mib", "controller.host_reserve_mib", "controller.pressure_file", "controller.memory_cgroup", "controller.reclaim", "controller.host_target_pct"]
         );
+        assert!(summary_controller(&new).ends_with(" reclaim=host-need host_target_pct=70"), "{}", summary_controller(&new));
+        assert!(summary_controller(&cfg("")).ends_with(" reclaim=lean"));
         assert!(Config::parse("[controller]\nmemory_cgroup='machine.slice'\n[[vm]]\nname='a'\nqmp='/a.qmp'\n").and_then(|c| c.validate()).is_err(), "a relative memory_cgroup");
     }
 

@@ -213,7 +213,7 @@ pub fn share_out(need: Kib, slack: &[Kib], shares: &[u64]) -> Vec<Kib> {
         // The VMs whose part would exceed what they can give: capped, the rest shared again.
         let capped: Vec<usize> = open.iter().copied().filter(|&i| w == 0 || mul_div_ceil(left, weight(i), w) >= slack[i].0 as u128).collect();
         if capped.is_empty() {
-            left -= proportional(left, &open, slack, weight, &mut cut);
+            proportional(left, &open, slack, weight, &mut cut);
             break;
         }
         for &i in &capped {

@@ -7,7 +7,7 @@ use super::sync::{lock, panic_message};
 use super::fleet::Change;
 use super::{offer, Bell, Msg, Observation};
 use crate::log::{EventKind, Logger, RateLimit};
-use autoballoon_core::host::{host_step, Balancer, HostLoop, HostSample, HostView, VmId, World};
+use autoballoon_core::host::{host_step, Balancer, HostLoop, HostMemoryUse, HostSample, HostView, ReclaimStep, VmId, World};
 use autoballoon_core::policy::{MemView, SwapFree};
 use autoballoon_core::procfs::{parse_meminfo, parse_pressure, parse_vmstat};
 use autoballoon_core::sample::SampleSource;
@@ -77,11 +77,13 @@ impl HostMemory {
         let read = |f: &str| std::fs::read_to_string(self.proc_dir.join(f)).ok();
         let psi = self.pressure_file.clone().unwrap_or_else(|| self.proc_dir.join("pressure/memory"));
         let pressure = std::fs::read_to_string(psi).ok().and_then(|t| parse_pressure(&t).ok());
+        let meminfo = read("meminfo").and_then(|t| parse_meminfo(&t).ok());
+        // The host's memory and its use, for the reclaim mode (MemTotal and MemAvailable).
+        let memory = meminfo.as_ref().and_then(|m| HostMemoryUse::from_meminfo(m).ok());
         // Without a configured capacity: what the host has, and what the VMs' cgroup leaves,
         // each plus what the VMs hold (counted as if all of it were resident).
         let host = || {
-            let m = parse_meminfo(&read("meminfo")?).ok()?;
-            let available = MemView::from_meminfo(&m).ok()?.available;
+            let available = MemView::from_meminfo(meminfo.as_ref()?).ok()?.available;
             Some(available.saturating_add(vms_hold).saturating_sub(self.reserve))
         };
         let group = || self.cgroup.as_deref().and_then(|g| cgroup_capacity(g, vms_hold));
@@ -89,7 +91,7 @@ impl HostMemory {
             (Some(h), Some(g)) => Some(h.min(g)),
             (h, g) => h.or(g),
         });
-        HostView { capacity, pressure }
+        HostView { capacity, pressure, memory }
     }
 }
 
@@ -168,6 +170,8 @@ pub(crate) struct Decider {
     hl: HostLoop<SwapFree, Box<dyn Balancer + Send>>,
     /// The host is short of memory (an episode runs): warned once at its start.
     short: Option<Kib>,
+    /// What the `host-need` reclaim mode found at the last step: a line when it changes.
+    reclaim: Option<ReclaimStep>,
     interval: Duration,
     log: Logger,
     shutdown: Arc<AtomicBool>,
@@ -178,7 +182,7 @@ impl Decider {
     #[allow(clippy::too_many_arguments)]
     pub fn new(changes: Receiver<Change>, balancer: Box<dyn Balancer + Send>, memory: HostMemory, interval: Duration, started: Instant, log: Logger, shutdown: Arc<AtomicBool>, bell: Arc<Bell>) -> Decider {
         let world = QemuHost { vms: Vec::new(), started, max_age: interval * 3, memory };
-        Decider { world, changes, hl: HostLoop::new(balancer), short: None, interval, log, shutdown, bell }
+        Decider { world, changes, hl: HostLoop::new(balancer), short: None, reclaim: None, interval, log, shutdown, bell }
     }
 
     /// Takes the changes to the set of VMs made since the last call.
@@ -244,6 +248,7 @@ impl Decider {
 
     fn step(&mut self) {
         let step = host_step(&mut self.hl, &mut self.world);
+        let reclaim = self.hl.balancer().reclaim_step();
         for t in &step.ticks {
             let Some(vm) = self.world.find(t.vm) else { continue };
             let name = &vm.shared.name;
@@ -254,7 +259,14 @@ impl Decider {
             match &t.tick.outcome {
                 Ok(a) => {
                     let source = vm.source;
-                    let msg = format!("set size {} -> {}: {}{} [from {source}]", a.previous, a.target, a.reason, a.limits_note());
+                    // A shrink in `host-need` mode says why the host took the memory now.
+                    let migrating = step.sample.vms.iter().any(|(id, s)| *id == t.vm && (s.preparing_migration || s.migrating));
+                    let note = match reclaim.filter(|_| a.target < a.previous) {
+                        Some(_) if migrating => "; reclaim host-need: a migration, shrunk to the estimate whatever the host's use".to_string(),
+                        Some(r) => format!("; reclaim host-need: {r}"),
+                        None => String::new(),
+                    };
+                    let msg = format!("set size {} -> {}: {}{}{note} [from {source}]", a.previous, a.target, a.reason, a.limits_note());
                     self.log.event(name, EventKind::SetTarget, &msg, &[
                         ("target_kib", json!(a.target.0)), ("previous_kib", json!(a.previous.0)),
                         ("reason", json!(a.reason.to_string())), ("source", json!(source.to_string())),
@@ -272,12 +284,28 @@ impl Decider {
             }
         }
         self.watch_short(&step.sample.host);
+        self.watch_reclaim(reclaim);
         for (id, why) in step.errors {
             let Some(vm) = self.world.vms.iter_mut().find(|v| v.shared.id == id) else { continue };
             lock(&vm.shared.status).errors += 1;
             let name = vm.shared.name.clone();
             self.log.limited(&mut vm.refused, &name, EventKind::ActuatorFailed, &format!("target not applied: {why}"), &[]);
         }
+    }
+
+    /// One line when the `host-need` mode starts or stops reclaiming for the host (the
+    /// host's use passed its target, or fell below it, or its memory became unknown).
+    fn watch_reclaim(&mut self, now: Option<ReclaimStep>) {
+        let kind = |r: &ReclaimStep| std::mem::discriminant(r);
+        if let Some(r) = now.filter(|n| self.reclaim.as_ref().map(kind) != Some(kind(n))) {
+            let fields = match r {
+                ReclaimStep::Unknown => vec![("reclaiming", json!(true))],
+                ReclaimStep::Keep { used, total, .. } => vec![("reclaiming", json!(false)), ("host_used_kib", json!(used.0)), ("host_total_kib", json!(total.0))],
+                ReclaimStep::Reclaim { used, total, excess, .. } => vec![("reclaiming", json!(true)), ("host_used_kib", json!(used.0)), ("host_total_kib", json!(total.0)), ("excess_kib", json!(excess.0))],
+            };
+            self.log.event("-", EventKind::Reclaim, &format!("reclaim host-need: {r}"), &fields);
+        }
+        self.reclaim = now;
     }
 
     /// One warning when the host starts being short of memory for what the balancer wants

@@ -8,7 +8,7 @@
 
 use super::sync::lock;
 use super::{actor, spawn, Bell, Msg, Registry, VmCommand, VmHandle, VmShared, VmStatus, Worker, QUEUE};
-use crate::config::{vm_of_socket, BalancerKind, Config, Origin, PolicyConfig, ShrinkSetting, VmConfig, LIBVIRT_SCAN, SOCKET_SCAN};
+use crate::config::{vm_of_socket, BalancerKind, Config, Origin, PolicyConfig, Reclaim, ShrinkSetting, VmConfig, LIBVIRT_SCAN, SOCKET_SCAN};
 use crate::log::{EventKind, Logger, RateLimit};
 use autoballoon_core::host::{Balancer, SharesConfig, VmId};
 use serde_json::json;
@@ -88,6 +88,7 @@ pub(crate) struct Fleet {
     interval: Duration,
     shrink: ShrinkSetting,
     balancer: BalancerKind,
+    reclaim: Reclaim,
 }
 
 /// Wakes every thread sleeping in [`Wake::sleep`].
@@ -136,6 +137,7 @@ impl Fleet {
             interval: Duration::from_millis(config.controller.interval_ms),
             shrink: config.controller.migration_shrink,
             balancer: config.controller.balancer,
+            reclaim: config.controller.reclaim(),
         }
     }
 
@@ -313,10 +315,11 @@ impl Fleet {
         changes
     }
 
-    /// The shares balancer's settings follow the VMs' `[vm.shares]` (or `[match.shares]`);
-    /// when they change the balancer is replaced (its rate state starts over).
+    /// The VMs' shares (their policies' `shares` and `max_mib`, or the older
+    /// `[vm.shares]` / `[match.shares]`) for the shares balancer and the `host-need`
+    /// reclaim mode; when they change the balancer is replaced (its rate state starts over).
     fn update_shares(&self, st: &mut State) {
-        if self.balancer != BalancerKind::Shares {
+        if self.balancer != BalancerKind::Shares && self.reclaim == Reclaim::Lean {
             return;
         }
         let by_position = Config { defaults: st.config.defaults.clone(), vms: st.vms.iter().map(|m| m.cfg.clone()).collect(), ..Default::default() }.shares();
@@ -326,7 +329,7 @@ impl Fleet {
         }
         if shares != st.shares {
             st.shares = shares.clone();
-            self.tell(Change::Balancer(self.balancer.build(shares)));
+            self.tell(Change::Balancer(self.balancer.build_for(shares, self.reclaim)));
         }
     }
 

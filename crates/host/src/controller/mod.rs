@@ -221,6 +221,13 @@ impl Controller {
     /// Starts one actor per configured VM (and per VM `[discovery]` finds, from its first
     /// scan on), the decider, and discovery.
     pub fn start(config: &Config, logger: Logger) -> Controller {
+        Controller::start_with_proc_dir(config, logger, PathBuf::from("/proc"))
+    }
+
+    /// As [`Controller::start`], with the host's own memory figures (`meminfo`,
+    /// `pressure/memory`) read from `proc_dir` instead of `/proc`: tests give it a
+    /// directory whose `meminfo` they rewrite, a fake host.
+    pub fn start_with_proc_dir(config: &Config, logger: Logger, proc_dir: PathBuf) -> Controller {
         let shutdown = Arc::new(AtomicBool::new(false));
         let bell = Arc::new(Bell::default());
         let started = Instant::now();
@@ -233,13 +240,13 @@ impl Controller {
         fleet.reconcile();
         let c = &config.controller;
         let memory = decider::HostMemory {
-            proc_dir: PathBuf::from("/proc"),
+            proc_dir,
             pressure_file: (!c.pressure_file.as_os_str().is_empty()).then(|| c.pressure_file.clone()),
             capacity: (c.capacity_mib > 0).then(|| Kib::from_mib_saturating(c.capacity_mib)),
             reserve: Kib::from_mib_saturating(c.host_reserve_mib),
             cgroup: (!c.memory_cgroup.as_os_str().is_empty()).then(|| c.memory_cgroup.clone()),
         };
-        let d = decider::Decider::new(changes, c.balancer.build(Default::default()), memory, interval, started, logger, shutdown.clone(), bell.clone());
+        let d = decider::Decider::new(changes, c.balancer.build_for(Default::default(), c.reclaim()), memory, interval, started, logger, shutdown.clone(), bell.clone());
         let mut workers = vec![spawn("decider", move || d.run())];
         let f = fleet.clone();
         workers.push(spawn("discovery", move || f.watch_sockets()));
