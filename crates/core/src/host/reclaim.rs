@@ -103,11 +103,11 @@ impl fmt::Display for ReclaimStep {
         match *self {
             ReclaimStep::Unknown => f.write_str("host memory unknown: every VM toward its estimate"),
             ReclaimStep::Keep { used, total, target } => {
-                write!(f, "host use {used} of {total} ({}) below the target {target}: guests keep their memory", Percent::share_floor(used, total))
+                write!(f, "host use {used} of {total} ({}) not above the target {target}: guests keep their memory", Percent::share_floor(used, total))
             }
             ReclaimStep::Reclaim { used, total, target, excess, reclaimed } => write!(
                 f,
-                "host use {used} of {total} ({}) with growth {excess} above the target {target}: {reclaimed} reclaimed toward the estimates, by shares",
+                "host use {used} of {total} ({}), with the growth asked for, {excess} above the target {target}: {reclaimed} reclaimed toward the estimates, by shares",
                 Percent::share_floor(used, total)
             ),
         }
