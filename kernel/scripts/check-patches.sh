@@ -4,7 +4,8 @@
 #  * identity: each patch's From: and every Signed-off-by: are the
 #    repository's git author (git config user.name/user.email of this
 #    checkout, else the author of its last commit; AUTOBALLOON_KERNEL_IDENTITY
-#    overrides), and no address is a placeholder (*.local, localhost, ...);
+#    overrides), and so is every maintainer a patch adds to MAINTAINERS,
+#    and no address is a placeholder (*.local, localhost, ...);
 #  * ABI: every KernelVersion: a patch adds under Documentation/ABI/ is a
 #    mainline release (X.Y) newer than the base's (kernel/BASE, upstream:),
 #    since a new interface cannot appear in the release the series is
@@ -47,6 +48,11 @@ meta_problems() {
 		! placeholder "$sob" || echo "Signed-off-by: $sob is a placeholder address"
 	done < <(sed -n '/^---$/q; s/^Signed-off-by: //p' "$p")
 	[ $ok = 1 ] || echo "no Signed-off-by:"
+	# A maintainer a patch adds to MAINTAINERS is the same identity.
+	while IFS= read -r m; do
+		[ "$m" = "$identity" ] || echo "MAINTAINERS M: $m is not the repository's git author ($identity)"
+		! placeholder "$m" || echo "MAINTAINERS M: $m is a placeholder address"
+	done < <(maintainers_added "$p")
 	date=$(header Date "$p")
 	pdate=$(date -u -d "$date" +%Y%m)
 	# Added lines of files under Documentation/ABI/ only.
@@ -74,6 +80,13 @@ header() {
 		/^[ \t]/ { if (cur == h) val = val " " substr($0, match($0, /[^ \t]/)); next }
 		{ cur = substr($0, 1, index($0, ":") - 1); if (cur == h) val = substr($0, length(h) + 3) }
 		END { print val }' "$2"
+}
+
+# Maintainers (M: lines) patch $1 adds to MAINTAINERS.
+maintainers_added() {
+	awk '
+		/^diff --git / { m = ($3 == "a/MAINTAINERS") }
+		m && /^\+M:/ { v = substr($0, 4); gsub(/^[ \t]+|[ \t]+$/, "", v); print v }' "$1"
 }
 
 # Values of field $1 on lines patch $2 adds to Documentation/ABI/.
