@@ -8,7 +8,7 @@ use super::fleet::Change;
 use super::{offer, Bell, Msg, Observation};
 use crate::log::{EventKind, Logger, RateLimit};
 use autoballoon_core::host::{host_step, Balancer, HostLoop, HostMemoryUse, HostSample, HostView, ReclaimStep, VmId, World};
-use autoballoon_core::policy::{MemView, SwapFree};
+use autoballoon_core::policy::SwapFree;
 use autoballoon_core::procfs::{parse_meminfo, parse_pressure, parse_vmstat};
 use autoballoon_core::sample::SampleSource;
 use autoballoon_core::Kib;
@@ -77,15 +77,12 @@ impl HostMemory {
         let read = |f: &str| std::fs::read_to_string(self.proc_dir.join(f)).ok();
         let psi = self.pressure_file.clone().unwrap_or_else(|| self.proc_dir.join("pressure/memory"));
         let pressure = std::fs::read_to_string(psi).ok().and_then(|t| parse_pressure(&t).ok());
-        let meminfo = read("meminfo").and_then(|t| parse_meminfo(&t).ok());
-        // The host's memory and its use, for the reclaim mode (MemTotal and MemAvailable).
-        let memory = meminfo.as_ref().and_then(|m| HostMemoryUse::from_meminfo(m).ok());
+        // The host's memory and its use (MemTotal and MemAvailable): for the reclaim mode,
+        // and for the capacity below.
+        let memory = read("meminfo").and_then(|t| parse_meminfo(&t).ok()).and_then(|m| HostMemoryUse::from_meminfo(&m).ok());
         // Without a configured capacity: what the host has, and what the VMs' cgroup leaves,
         // each plus what the VMs hold (counted as if all of it were resident).
-        let host = || {
-            let available = MemView::from_meminfo(meminfo.as_ref()?).ok()?.available;
-            Some(available.saturating_add(vms_hold).saturating_sub(self.reserve))
-        };
+        let host = || Some(memory?.available.saturating_add(vms_hold).saturating_sub(self.reserve));
         let group = || self.cgroup.as_deref().and_then(|g| cgroup_capacity(g, vms_hold));
         let capacity = self.capacity.or_else(|| match (host(), group()) {
             (Some(h), Some(g)) => Some(h.min(g)),
@@ -328,6 +325,7 @@ impl Decider {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use autoballoon_core::policy::MemView;
 
     #[test]
     fn the_host_view_comes_from_procfs_or_the_configured_capacity() {
