@@ -339,14 +339,14 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
         step("balloon", ctl_a.set_balloon_guest_size(configured.to_bytes_saturating().0))?;
         wait_size(vm, Duration::from_secs(60), "the guest to be back at full size", |s| s >= configured)?;
         // Destinations start before the fill, so the idle time is idle.
-        let (vm_b, port) = step("starting the destination", Qemu::start_incoming(&image, spec("demo-b"), &out))?;
+        let (vm_b, _) = step("starting the destination", Qemu::start_incoming(&image, spec("demo-b"), &out))?;
         live.phase(Phase::Fill(Row::QemuBest));
         fill(&vm_a, fill_mib)?;
         live.phase(Phase::Idle(Row::QemuBest));
         let drain = wait_drained(vm_a.pid(), idle_time, DRAIN_TIMEOUT);
         live.phase(Phase::Migration(Row::QemuBest));
         let (before, rss) = (vm.snapshot().size, rss_of(vm_a.pid()));
-        let info = step("migration", migrate(&ctl_a, port, bandwidth, Duration::from_secs(300)))?;
+        let info = step("migration", migrate(&ctl_a, &vm_b, bandwidth, Duration::from_secs(300)))?;
         let best = MigrationRow { row: Row::QemuBest, size_before: before, rss_before: rss, info };
         drop(ctl_a);
         vm_a.kill();
@@ -355,7 +355,7 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
 
         // Row 2, with autoballoon: the same guest, filled again while the controller is
         // still paused; the controller resumes at the free.
-        let (vm_c, port) = step("starting the destination", Qemu::start_incoming(&image, spec("demo-c"), &out))?;
+        let (vm_c, _) = step("starting the destination", Qemu::start_incoming(&image, spec("demo-c"), &out))?;
         let ctl_b = step("QMP", Qmp::connect_with_retry(&vm_b.qmp_ctl, Instant::now() + Duration::from_secs(10)))?;
         live.phase(Phase::Fill(Row::With));
         fill(&vm_b, fill_mib)?;
@@ -364,7 +364,7 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
         std::thread::sleep(idle_time);
         live.phase(Phase::Migration(Row::With));
         let (before, rss) = (vm.snapshot().size, rss_of(vm_b.pid()));
-        let info = step("migration", migrate(&ctl_b, port, bandwidth, Duration::from_secs(300)))?;
+        let info = step("migration", migrate(&ctl_b, &vm_c, bandwidth, Duration::from_secs(300)))?;
         let with = MigrationRow { row: Row::With, size_before: before, rss_before: rss, info };
         drop(ctl_b);
         drop(vm_b);
@@ -379,14 +379,14 @@ pub fn run(a: DemoArgs) -> Result<(), String> {
         live.source(&vm_f);
         step("booting the guest without a balloon", vm_f.wait_booted(Duration::from_secs(120)))?;
         let ctl_f = step("QMP", Qmp::connect_with_retry(&vm_f.qmp_ctl, Instant::now() + Duration::from_secs(10)))?;
-        let (vm_g, port) = step("starting the destination", Qemu::start_incoming(&image, bare_spec("demo-g"), &out))?;
+        let (vm_g, _) = step("starting the destination", Qemu::start_incoming(&image, bare_spec("demo-g"), &out))?;
         live.phase(Phase::Fill(Row::NoBalloon));
         fill(&vm_f, fill_mib)?;
         live.phase(Phase::Idle(Row::NoBalloon));
         std::thread::sleep(idle_time);
         live.phase(Phase::Migration(Row::NoBalloon));
         let rss = rss_of(vm_f.pid());
-        let info = step("migration", migrate(&ctl_f, port, bandwidth, Duration::from_secs(300)))?;
+        let info = step("migration", migrate(&ctl_f, &vm_g, bandwidth, Duration::from_secs(300)))?;
         let bare = MigrationRow { row: Row::NoBalloon, size_before: configured, rss_before: rss, info };
         drop(ctl_f);
         drop(vm_f);

@@ -321,7 +321,7 @@ fn point(image: &GuestImage, out: &std::path::Path, a: &BenchArgs, configured: K
         Result1 { seconds: r.seconds.unwrap_or(f64::NAN), prepare_s: r.prepare_s.unwrap_or(0.0), sent_mib: r.sent_mib().unwrap_or(f64::NAN), downtime_ms: r.downtime_ms,
                   size_mib: r.size_at_start.map_or(size_mib, |k| k.mib_f64()), rss_mib, healthy: false }
     } else {
-        let m = step("migration", migrate(&ctl, port, bw, Duration::from_secs(300)))?;
+        let m = step("migration", migrate(&ctl, &dest, bw, Duration::from_secs(300)))?;
         Result1 { seconds: m.seconds(), prepare_s: 0.0, sent_mib: m.bytes_sent() as f64 / 1048576.0, downtime_ms: m.info.downtime_ms, size_mib, rss_mib, healthy: false }
     };
     drop(ctl);

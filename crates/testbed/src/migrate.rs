@@ -1,5 +1,6 @@
 use super::wait_for;
 use autoballoon_qmp::{MigrationInfo, MigrationStatus, Qmp, QmpError};
+use crate::Qemu;
 use std::time::{Duration, Instant};
 
 /// A free TCP port on 127.0.0.1 for `-incoming` (bound, read, released).
@@ -29,17 +30,19 @@ impl Migrated {
     }
 }
 
-/// Migrates the VM behind `source` to a QEMU listening on 127.0.0.1:`port`, with the
-/// bandwidth cap given (bytes/s), and waits until it completes or fails.
-pub fn migrate(source: &Qmp, port: u16, max_bandwidth: u64, timeout: Duration) -> Result<Migrated, QmpError> {
-    let start = start_migration(source, port, max_bandwidth)?;
-    wait_migration(source, start, timeout)
+/// Migrates the VM behind `source` to `dest` (a QEMU started with
+/// [`crate::Qemu::start_incoming`]), with the bandwidth cap given (bytes/s), and waits until
+/// it completes or fails, and then until `dest` has loaded it (see [`wait_migration`]).
+pub fn migrate(source: &Qmp, dest: &Qemu, max_bandwidth: u64, timeout: Duration) -> Result<Migrated, QmpError> {
+    let start = start_migration(source, dest, max_bandwidth)?;
+    wait_migration(source, dest, start, timeout)
 }
 
-/// The first half of [`migrate`]: sets the bandwidth cap and sends `migrate`; returns when
-/// it was sent, for [`wait_migration`]. Between the two the caller may act on the guest
-/// (a spike during the migration).
-pub fn start_migration(source: &Qmp, port: u16, max_bandwidth: u64) -> Result<Instant, QmpError> {
+/// The first half of [`migrate`]: sets the bandwidth cap and sends `migrate` to `dest`'s
+/// incoming port; returns when it was sent, for [`wait_migration`]. Between the two the
+/// caller may act on the guest (a spike during the migration).
+pub fn start_migration(source: &Qmp, dest: &Qemu, max_bandwidth: u64) -> Result<Instant, QmpError> {
+    let port = dest.spec.incoming_port.ok_or_else(|| QmpError::Protocol(format!("{} was not started with -incoming", dest.spec.name)))?;
     source.migrate_set_max_bandwidth(max_bandwidth)?;
     let start = Instant::now();
     source.migrate(&format!("tcp:127.0.0.1:{port}"))?;
@@ -47,8 +50,28 @@ pub fn start_migration(source: &Qmp, port: u16, max_bandwidth: u64) -> Result<In
 }
 
 /// The second half of [`migrate`]: waits until the migration sent at `start` completes
-/// (`Ok`) or fails, polling `query-migrate` every 100 ms.
-pub fn wait_migration(source: &Qmp, start: Instant, timeout: Duration) -> Result<Migrated, QmpError> {
+/// (`Ok`) or fails, polling `query-migrate` every 100 ms; after a completed one, waits until
+/// `dest` has left `inmigrate`. The source reports `completed` while the last of the stream
+/// may still be in the destination's socket: a source killed then can reset the connection
+/// before the destination has read it all, and the destination exits.
+pub fn wait_migration(source: &Qmp, dest: &Qemu, start: Instant, timeout: Duration) -> Result<Migrated, QmpError> {
+    let deadline = start + timeout;
+    let migrated = wait_source(source, start, timeout)?;
+    let d = Qmp::connect_with_retry(&dest.qmp_ctl, deadline)?;
+    let mut status = None;
+    wait_for(deadline.saturating_duration_since(Instant::now()), Duration::from_millis(50), || {
+        status = Some(d.query_status());
+        !matches!(&status, Some(Ok(s)) if s == "inmigrate")
+    });
+    match status {
+        Some(Ok(s)) if s != "inmigrate" => Ok(migrated),
+        Some(Ok(_)) | None => Err(QmpError::Protocol(format!("{} still loads the migration after {timeout:?}", dest.spec.name))),
+        Some(Err(e)) => Err(e),
+    }
+}
+
+/// Polls the source until the migration is no longer active.
+fn wait_source(source: &Qmp, start: Instant, timeout: Duration) -> Result<Migrated, QmpError> {
     let mut last = None;
     let mut err = None;
     wait_for(timeout, Duration::from_millis(100), || match source.query_migrate() {

@@ -405,9 +405,9 @@ fn patched_spike_cycles_with_migrations() {
         let told = wait_for(Duration::from_secs(30), Duration::from_millis(200), || notices() > before);
         assert!(told.is_some(), "cycle {i}: the agent did not take the migration notice:\n{}", agent_log(&q));
         wait_settled(Duration::from_secs(60), balloon).expect("the balloon holds still");
-        let (dst, port) = Qemu::start_incoming(&image, vm(&format!("cycle{i}")), &common::vm_dir(test, &format!("cycle{i}"))).unwrap_or_else(|e| panic!("{e}"));
+        let (dst, _) = Qemu::start_incoming(&image, vm(&format!("cycle{i}")), &common::vm_dir(test, &format!("cycle{i}"))).unwrap_or_else(|e| panic!("{e}"));
         let src = ctl(&q);
-        match migrate(&src, port, 1 << 30, Duration::from_secs(300)) {
+        match migrate(&src, &dst, 1 << 30, Duration::from_secs(300)) {
             Ok(m) => sent.push(m.bytes_sent()),
             Err(e) => {
                 failed_migrations += 1;
@@ -581,11 +581,11 @@ fn spike_during_migrations(test: &str, image: &GuestImage, variant: &str) {
             break;
         }
         let cycle = log.holds;
-        let (dst, port) = Qemu::start_incoming(image, vm(&format!("m{i}")), &common::vm_dir(test, &format!("m{i}"))).unwrap_or_else(|e| panic!("{e}"));
+        let (dst, _) = Qemu::start_incoming(image, vm(&format!("m{i}")), &common::vm_dir(test, &format!("m{i}"))).unwrap_or_else(|e| panic!("{e}"));
         if notice {
             assert!(agent_link(&q).send(&HostMessage::MigrationStarted { shrink_allowed: false }).expect("send the migration notice"), "the agent took the notice");
         }
-        match migrate(&ctl(&q), port, mibps << 20, Duration::from_secs(900)) {
+        match migrate(&ctl(&q), &dst, mibps << 20, Duration::from_secs(900)) {
             Ok(m) => {
                 seconds.push(m.seconds());
                 sent.push(m.bytes_sent());

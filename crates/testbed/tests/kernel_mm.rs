@@ -135,8 +135,8 @@ fn patched_with_free_page_reporting_and_hinting() {
     shrink(&qmp);
     let s = spike(&q);
     assert!(s.completed, "the spike failed: {s:?}");
-    let (dst, port) = Qemu::start_incoming(&image, vm("fpr-dst"), &common::vm_dir("kernel_mm_fpr", "fpr-dst")).unwrap_or_else(|e| panic!("{e}"));
-    let m = migrate(&qmp, port, 1 << 30, Duration::from_secs(300));
+    let (dst, _) = Qemu::start_incoming(&image, vm("fpr-dst"), &common::vm_dir("kernel_mm_fpr", "fpr-dst")).unwrap_or_else(|e| panic!("{e}"));
+    let m = migrate(&qmp, &dst, 1 << 30, Duration::from_secs(300));
     let stats = hook_stats(&dst).unwrap_or_default();
     let (_, pages10, _) = hook_row(&stats, 10);
     let kills = oom_kills(&dst);

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 const BANDWIDTH: u64 = 1 << 30;
 
-fn destination(name: &str) -> (Qemu, u16) {
-    Qemu::start_incoming(&common::image(), VmSpec::new(name, Kib::from_mib_saturating(1024)), &common::vm_dir("migration_bytes", name)).unwrap()
+fn destination(name: &str) -> Qemu {
+    Qemu::start_incoming(&common::image(), VmSpec::new(name, Kib::from_mib_saturating(1024)), &common::vm_dir("migration_bytes", name)).unwrap().0
 }
 
 #[test]
@@ -31,8 +31,8 @@ fn migration_with_autoballoon_sends_70_percent_fewer_bytes() {
     let fill = a.console.run("fill 700", Duration::from_secs(120)).unwrap();
     assert_eq!(fill.status, 0, "{}", fill.text);
 
-    let (b, port) = destination("dst1");
-    let without = migrate(&qa, port, BANDWIDTH, Duration::from_secs(240)).expect("migration without autoballoon");
+    let b = destination("dst1");
+    let without = migrate(&qa, &b, BANDWIDTH, Duration::from_secs(240)).expect("migration without autoballoon");
     drop(qa);
     a.kill();
 
@@ -41,9 +41,9 @@ fn migration_with_autoballoon_sends_70_percent_fewer_bytes() {
     assert!(wait_for(Duration::from_secs(60), Duration::from_millis(200), || common::size(vm) <= Kib::from_mib_saturating(320)).is_some(), "shrinks on the destination: {}", common::size(vm));
     wait_settled(Duration::from_secs(30), || common::size(vm)).expect("settles");
 
-    let (c, port) = destination("dst2");
+    let c = destination("dst2");
     let qb = Qmp::connect_with_retry(&b.qmp_ctl, Instant::now() + Duration::from_secs(10)).unwrap();
-    let with = migrate(&qb, port, BANDWIDTH, Duration::from_secs(240)).expect("migration with autoballoon");
+    let with = migrate(&qb, &c, BANDWIDTH, Duration::from_secs(240)).expect("migration with autoballoon");
     let (wb, ab) = (without.bytes_sent(), with.bytes_sent());
     eprintln!("without: {wb} bytes in {:.2} s; with: {ab} bytes in {:.2} s", without.seconds(), with.seconds());
     assert!(wb > 700 << 20, "the unballooned migration sent the dirty memory: {wb}");

@@ -29,8 +29,8 @@ fn migrating_while_the_balloon_churns() {
     std::thread::sleep(Duration::from_secs(3));
     for i in 1..=10 {
         let name = format!("m{i}");
-        let (dst, port) = Qemu::start_incoming(&image, spec(&name), &common::vm_dir("migration_stress", &name)).unwrap();
-        migrate(&ctl(&q), port, 1 << 30, Duration::from_secs(300)).expect("migrates");
+        let (dst, _) = Qemu::start_incoming(&image, spec(&name), &common::vm_dir("migration_stress", &name)).unwrap();
+        migrate(&ctl(&q), &dst, 1 << 30, Duration::from_secs(300)).expect("migrates");
         q = dst;
         wait_for(Duration::from_secs(4), Duration::from_millis(500), || !kernel_errors(&q.console.transcript()).is_empty());
         let text = q.console.transcript();

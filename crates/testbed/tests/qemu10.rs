@@ -68,9 +68,9 @@ fn qemu10_boot_shrink_migrate() {
     assert_eq!(free.status, 0, "{}", free.text);
 
     // One live migration to a second QEMU 10 (QEMU's default cap, 128 MiB/s).
-    let (dst, port) = Qemu::start_incoming(&common::image(), spec("dst"), &common::vm_dir("qemu10", "dst")).unwrap_or_else(|e| panic!("{e}"));
+    let (dst, _) = Qemu::start_incoming(&common::image(), spec("dst"), &common::vm_dir("qemu10", "dst")).unwrap_or_else(|e| panic!("{e}"));
     q.enable_migration_events().unwrap();
-    let m = migrate(&q, port, 128 * MIB, Duration::from_secs(120)).unwrap_or_else(|e| panic!("migration: {e}"));
+    let m = migrate(&q, &dst, 128 * MIB, Duration::from_secs(120)).unwrap_or_else(|e| panic!("migration: {e}"));
     eprintln!("migrated in {:.2} s, {} KiB sent, downtime {:?} ms", m.seconds(), m.bytes_sent() >> 10, m.info.downtime_ms);
     assert!(m.bytes_sent() > 0);
     assert_eq!(q.query_status().unwrap(), "postmigrate");

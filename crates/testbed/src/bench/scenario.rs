@@ -131,17 +131,17 @@ fn reach(fleet: &Fleet, c: Config, m: Moment, setup: &Setup, ctl: &Qmp, q: &crat
 }
 
 /// Starts the migration, and for [`Moment::DuringSpike`] the spike once it is under way.
-fn migrate_at(m: Moment, setup: &Setup, ctl: &Qmp, q: &crate::Qemu, port: u16) -> Result<Migrated, String> {
+fn migrate_at(m: Moment, setup: &Setup, ctl: &Qmp, q: &crate::Qemu, dest: &crate::Qemu) -> Result<Migrated, String> {
     let bw = if m == Moment::DuringSpike { setup.slow_mib } else { setup.bandwidth_mib } << 20;
     let timeout = Duration::from_secs(900);
     if m != Moment::DuringSpike {
-        return step("migration", crate::migrate(ctl, port, bw, timeout));
+        return step("migration", crate::migrate(ctl, dest, bw, timeout));
     }
     step("spike files", q.console.run(&format!("rm -f {DURING_LOG} {DURING_RC}"), Duration::from_secs(30)))?;
-    let start = step("migration", start_migration(ctl, port, bw))?;
+    let start = step("migration", start_migration(ctl, dest, bw))?;
     wait_for(Duration::from_secs(30), Duration::from_millis(50), || ctl.query_migrate().is_ok_and(|i| i.status == MigrationStatus::Active)).ok_or("the migration did not become active in 30 s")?;
     step("spike", q.console.spawn(&format!("{} > {DURING_LOG} 2>&1; echo $? > {DURING_RC}", setup.spike_cmd())))?;
-    step("migration", wait_migration(ctl, start, timeout))
+    step("migration", wait_migration(ctl, dest, start, timeout))
 }
 
 /// The spike started during the migration, read on the destination once it ended; `None`
@@ -176,7 +176,7 @@ pub fn point(fleet: &mut Fleet, images: &Images, setup: &Setup, c: Config, m: Mo
         sent_mib: f64::NAN, total_s: f64::NAN, downtime_ms: None, size_mib: f64::NAN, rss_mib: None, spike_alloc_s: None, spike_completed: None, spike_sizes: vec![], memory_mib: None,
         oom_kills: 0, shell: false, kernel_errors: vec![], tainted: None,
     };
-    let (dest, port) = fleet.destination(c, images)?;
+    let (dest, _) = fleet.destination(c, images)?;
     let outcome = (|| -> Result<Migrated, String> {
         let g = fleet.guests.iter().find(|g| g.config == c).expect("a guest per configuration");
         let ctl = qmp(&g.q)?;
@@ -188,7 +188,7 @@ pub fn point(fleet: &mut Fleet, images: &Images, setup: &Setup, c: Config, m: Mo
         }
         rec.size_mib = mib(ctl.query_balloon().unwrap_or(0));
         rec.rss_mib = g.q.rss().map(|k| k.mib_f64());
-        migrate_at(m, setup, &ctl, &g.q, port)
+        migrate_at(m, setup, &ctl, &g.q, &dest)
     })();
     fleet.resume(c);
     fleet.guest(c).last = Some((m, run));
