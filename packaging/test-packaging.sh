@@ -95,7 +95,7 @@ grep -q 'conffiles' <<< "$info" || fail "no conffiles: $info"
 [ "$(dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles)" = /etc/autoballoon/host.toml ] || fail "host.toml is not a conffile"
 for f in './usr/bin/autoballoon' './lib/systemd/system/autoballoon.service' './etc/autoballoon/host.toml' \
          './usr/share/man/man8/autoballoon.8.gz' './usr/share/doc/autoballoon/copyright' './usr/share/doc/autoballoon/configuration.md' \
-         './usr/share/doc/autoballoon/security.md'; do
+         './usr/share/doc/autoballoon/security.md' './usr/share/doc/autoballoon/metrics.md' './usr/share/doc/autoballoon/autoballoon-dashboard.json'; do
     grep -Eq " ${f//./\\.}\$" <<< "$contents" || fail "no $f in the host .deb: $contents"
 done
 grep -Eq '^-rwxr-xr-x root/root +[0-9]+ .* \./usr/bin/autoballoon$' <<< "$contents" || fail "/usr/bin/autoballoon not executable by all"
