@@ -3,7 +3,8 @@
 # root holding the binaries, so ExecStart paths resolve), the guest agent's .deb builds
 # and holds the binary, the unit and the udev rule, and the host daemon's .deb (`make deb`)
 # builds and holds the binary, the unit, the default configuration and the man page, with
-# dependencies on nothing but the libraries the binary links. Run by `make packaging-test`
+# dependencies on nothing but the libraries the binary links, and the KubeVirt manifests
+# check (packaging/kubevirt/test-manifest.sh). Run by `make packaging-test`
 # (part of `make test`).
 #
 # Usage: packaging/test-packaging.sh --agent AGENT_BINARY --host HOST_BINARY
@@ -119,4 +120,7 @@ if command -v man >/dev/null; then
     MANWIDTH=80 man -l "$x/usr/share/man/man8/autoballoon.8.gz" 2>/dev/null | grep -q 'Exit status: 0 success' || fail "man page does not render the exit status"
 fi
 echo "test-packaging: $(basename "$deb"): binary, unit, conffile, man page; Depends: $deps"
-echo "test-packaging: 3 passed, 0 failed"
+
+# --- KubeVirt manifests (no cluster: structure, the script, the configuration it writes) ----
+"$here/kubevirt/test-manifest.sh" --host "$host" || fail "packaging/kubevirt/test-manifest.sh"
+echo "test-packaging: 4 passed, 0 failed"
