@@ -228,18 +228,18 @@ pub fn render(vms: &[VmStatus], host: &HostStatus) -> String {
             f.sample(name, &[], bytes(k));
         }
     }
-    let lines = |p: &autoballoon_core::procfs::Pressure| [("some", Some(p.some)), ("full", p.full)];
-    let mut f = family(&mut out, "autoballoon_host_memory_pressure_avg10_ratio", "gauge", "Share of the last 10 s in which tasks stalled on memory (PSI avg10 / 100); some: at least one task, full: all non-idle tasks.");
-    for (kind, line) in host.pressure.as_ref().map(lines).into_iter().flatten() {
-        if let Some(l) = line {
-            f.sample("autoballoon_host_memory_pressure_avg10_ratio", &[("kind", kind)], l.avg10 / 100.0);
-        }
+    // PSI's lines (`full` where the kernel has it); an avg10 that is not a finite number
+    // (a `pressure_file` is any file) has no sample: the text format has no `inf`.
+    let psi: Vec<(&str, autoballoon_core::procfs::PressureLine)> = host.pressure.map(|p| std::iter::once(("some", p.some)).chain(p.full.map(|f| ("full", f))).collect()).unwrap_or_default();
+    let name = "autoballoon_host_memory_pressure_avg10_ratio";
+    let mut f = family(&mut out, name, "gauge", "Share of the last 10 s in which tasks stalled on memory (PSI avg10 / 100); some: at least one task, full: all non-idle tasks.");
+    for (kind, l) in psi.iter().filter(|(_, l)| l.avg10.is_finite()) {
+        f.sample(name, &[("kind", kind)], l.avg10 / 100.0);
     }
-    let mut f = family(&mut out, "autoballoon_host_memory_pressure_stalled_seconds_total", "counter", "Time tasks stalled on memory since the host booted (PSI total), in seconds.");
-    for (kind, line) in host.pressure.as_ref().map(lines).into_iter().flatten() {
-        if let Some(l) = line {
-            f.sample("autoballoon_host_memory_pressure_stalled_seconds_total", &[("kind", kind)], l.total_us as f64 / 1e6);
-        }
+    let name = "autoballoon_host_memory_pressure_stalled_seconds_total";
+    let mut f = family(&mut out, name, "counter", "Time tasks stalled on memory since the host booted (PSI total), in seconds.");
+    for (kind, l) in &psi {
+        f.sample(name, &[("kind", kind)], l.total_us as f64 / 1e6);
     }
     let mut f = family(&mut out, "autoballoon_host_steps_total", "counter", "Decision steps the host loop took (one per tick for all VMs).");
     f.sample("autoballoon_host_steps_total", &[], host.steps);
@@ -516,6 +516,9 @@ mod tests {
         // A kernel without the `full` line has the `some` one only.
         let some_only = HostStatus { pressure: Some(parse_pressure("some avg10=1.00 avg60=0.00 avg300=0.00 total=5\n").unwrap()), ..Default::default() };
         assert_eq!(lines_of(&render(&[], &some_only), "autoballoon_host_memory_pressure_avg10_ratio"), ["autoballoon_host_memory_pressure_avg10_ratio{kind=\"some\"} 0.01"]);
+        // A pressure file with `inf` in it: no sample, rather than text Prometheus refuses.
+        let odd = HostStatus { pressure: Some(parse_pressure("some avg10=inf avg60=0.00 avg300=0.00 total=5\n").unwrap()), ..Default::default() };
+        assert!(lines_of(&render(&[], &odd), "autoballoon_host_memory_pressure_avg10_ratio").is_empty());
     }
 
     #[test]
