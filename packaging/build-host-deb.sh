@@ -4,7 +4,8 @@
 #   /lib/systemd/system/autoballoon.service    its unit (Type=notify, watchdog, hardened)
 #   /etc/autoballoon/host.toml                 a default configuration with no VM (a conffile)
 #   /usr/share/man/man8/autoballoon.8.gz       the man page, generated from --help (gen-man.sh)
-#   /usr/share/doc/autoballoon/                configuration.md, security.md, example-host.toml, copyright
+#   /usr/share/doc/autoballoon/                configuration.md, security.md, metrics.md, example-host.toml, copyright,
+#                                              and the Grafana dashboard autoballoon-dashboard.json
 # Depends only on what the binary links (libc6, libgcc-s1, from dpkg-shlibdeps when there);
 # libvirt-clients is suggested (virsh, for VMs given as libvirt domains). The unit is
 # enabled and started on install (with no VM the daemon just waits), restarted on upgrade.
@@ -46,9 +47,10 @@ install -m 0755 "$host" "$pkg/usr/bin/autoballoon"
 install -m 0644 "$here/systemd/autoballoon.service" "$pkg/lib/systemd/system/autoballoon.service"
 install -m 0644 "$here/host.toml" "$pkg/etc/autoballoon/host.toml"
 install -m 0644 "$root/LICENSE" "$doc/copyright"
-for f in configuration.md security.md example-host.toml; do
+for f in configuration.md security.md metrics.md example-host.toml; do
     if [ -f "$root/docs/$f" ]; then install -m 0644 "$root/docs/$f" "$doc/"; fi
 done
+install -m 0644 "$here/grafana/autoballoon-dashboard.json" "$doc/autoballoon-dashboard.json"
 
 files='.TP
 .I /etc/autoballoon/host.toml
@@ -61,7 +63,7 @@ the status socket of `autoballoon status`, migrate, pause and resume (mode 0600)
 the unit; `systemctl reload autoballoon` re-reads the configuration
 .TP
 .I /usr/share/doc/autoballoon/
-configuration.md (every key), security.md (threat model and confinement), example-host.toml'
+configuration.md (every key), security.md (threat model and confinement), metrics.md (the Prometheus metrics), example-host.toml, autoballoon-dashboard.json (a Grafana dashboard of the metrics)'
 "$here/gen-man.sh" "$host" 8 "continuous, swap-free memory ballooning for QEMU VMs" "$files" \
     '.BR systemctl (1), " " systemd.exec (5), " " qemu-system-x86_64 (1), " " virsh (1)' \
     | gzip -9n > "$pkg/usr/share/man/man8/autoballoon.8.gz"

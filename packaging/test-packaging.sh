@@ -3,7 +3,8 @@
 # root holding the binaries, so ExecStart paths resolve), the guest agent's .deb builds
 # and holds the binary, the unit and the udev rule, and the host daemon's .deb (`make deb`)
 # builds and holds the binary, the unit, the default configuration and the man page, with
-# dependencies on nothing but the libraries the binary links. Run by `make packaging-test`
+# dependencies on nothing but the libraries the binary links, and the KubeVirt manifests
+# check (packaging/kubevirt/test-manifest.sh). Run by `make packaging-test`
 # (part of `make test`).
 #
 # Usage: packaging/test-packaging.sh --agent AGENT_BINARY --host HOST_BINARY
@@ -95,7 +96,7 @@ grep -q 'conffiles' <<< "$info" || fail "no conffiles: $info"
 [ "$(dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles)" = /etc/autoballoon/host.toml ] || fail "host.toml is not a conffile"
 for f in './usr/bin/autoballoon' './lib/systemd/system/autoballoon.service' './etc/autoballoon/host.toml' \
          './usr/share/man/man8/autoballoon.8.gz' './usr/share/doc/autoballoon/copyright' './usr/share/doc/autoballoon/configuration.md' \
-         './usr/share/doc/autoballoon/security.md'; do
+         './usr/share/doc/autoballoon/security.md' './usr/share/doc/autoballoon/metrics.md' './usr/share/doc/autoballoon/autoballoon-dashboard.json'; do
     grep -Eq " ${f//./\\.}\$" <<< "$contents" || fail "no $f in the host .deb: $contents"
 done
 grep -Eq '^-rwxr-xr-x root/root +[0-9]+ .* \./usr/bin/autoballoon$' <<< "$contents" || fail "/usr/bin/autoballoon not executable by all"
@@ -119,4 +120,7 @@ if command -v man >/dev/null; then
     MANWIDTH=80 man -l "$x/usr/share/man/man8/autoballoon.8.gz" 2>/dev/null | grep -q 'Exit status: 0 success' || fail "man page does not render the exit status"
 fi
 echo "test-packaging: $(basename "$deb"): binary, unit, conffile, man page; Depends: $deps"
-echo "test-packaging: 3 passed, 0 failed"
+
+# --- KubeVirt manifests (no cluster: structure, the script, the configuration it writes) ----
+"$here/kubevirt/test-manifest.sh" --host "$host" || fail "packaging/kubevirt/test-manifest.sh"
+echo "test-packaging: 4 passed, 0 failed"

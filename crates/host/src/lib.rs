@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod controller;
+pub mod histogram;
 pub(crate) mod hypervisor;
 pub mod libvirt;
 pub mod log;

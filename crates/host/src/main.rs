@@ -259,7 +259,7 @@ fn start_endpoints(config: &Config, ctl: &Controller, log: &Logger) -> (Option<M
     let snapshots = autoballoon::metrics::snapshots_of(ctl);
     let c = &config.controller;
     let metrics = (!c.metrics_listen.is_empty())
-        .then(|| match MetricsServer::start(&c.metrics_listen, snapshots.clone(), log.clone()) {
+        .then(|| match MetricsServer::start(&c.metrics_listen, snapshots.clone(), autoballoon::metrics::host_of(ctl), log.clone()) {
             Ok(m) => {
                 log.event("-", EventKind::Endpoint, &format!("metrics on http://{}/metrics", m.local_addr()), &[("metrics_listen", m.local_addr().to_string().into())]);
                 if !m.local_addr().ip().is_loopback() {

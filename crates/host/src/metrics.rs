@@ -1,5 +1,8 @@
 //! The Prometheus endpoint: `GET /metrics` in the text exposition format 0.0.4, one
-//! series per VM. Every metric is documented in docs/metrics.md.
+//! series per VM and the host's own figures. Every metric is documented in
+//! docs/metrics.md, and every metric the Grafana dashboard
+//! (packaging/grafana/autoballoon-dashboard.json) queries is rendered here (tests in
+//! `dashboard`).
 //!
 //! The server is one thread with a plain `TcpListener`: one connection at a time, a
 //! bounded request (8 KiB of headers) and a whole-request deadline ([`DEADLINE`]), so a
@@ -7,7 +10,8 @@
 //! up shutdown (crate::server_thread). It reads status snapshots (a short lock on each VM's
 //! status, the same the decider takes) and never waits on a control thread.
 
-use crate::controller::{VmState, VmStatus};
+use crate::controller::{HostStatus, VmState, VmStatus};
+use crate::histogram::Histogram;
 use crate::log::Logger;
 use crate::server_thread::{Bounded, Limits, ServerThread};
 use std::fmt::Write as _;
@@ -18,6 +22,15 @@ use std::time::Duration;
 
 /// Where the servers get the VMs' status from: a fresh snapshot of every VM per call.
 pub type Snapshots = Arc<dyn Fn() -> Vec<VmStatus> + Send + Sync>;
+
+/// Where the metrics endpoint gets the host's figures from: the decider's last step.
+pub type HostSnapshot = Arc<dyn Fn() -> HostStatus + Send + Sync>;
+
+/// The host's figures of a running controller (for [`MetricsServer`]).
+pub fn host_of(ctl: &crate::controller::Controller) -> HostSnapshot {
+    let host = ctl.host_view();
+    Arc::new(move || crate::controller::lock(&host).clone())
+}
 
 /// Snapshots of a running controller's VMs (for [`MetricsServer`] and the status socket):
 /// the VMs managed at each call (a VM that left has no series any more).
@@ -60,8 +73,9 @@ struct Family<'a> {
 }
 
 impl Family<'_> {
-    /// One sample: `name{labels} value`; `labels` are (name, unescaped value).
-    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: u64) {
+    /// One sample: `name{labels} value`; `labels` are (name, unescaped value). Values are
+    /// integers or finite floats (Rust writes those without an exponent).
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
         self.out.push_str(name);
         if !labels.is_empty() {
             self.out.push('{');
@@ -85,10 +99,21 @@ fn family<'a>(out: &'a mut String, name: &str, kind: &str, help: &str) -> Family
     Family { out }
 }
 
-/// The exposition text for these VMs. A value the controller does not know yet (a size
-/// before the first sample, no target set, no guest view, no OOM count reported) has no
-/// sample rather than a made-up 0.
-pub fn render(vms: &[VmStatus]) -> String {
+/// A histogram's series for one VM: `_bucket` per upper bound (cumulative, `+Inf` last),
+/// `_sum` in seconds, `_count`.
+fn histogram(f: &mut Family<'_>, name: &str, vm: &str, h: &Histogram) {
+    for (le, n) in h.cumulative() {
+        let le = if le.is_finite() { le.to_string() } else { "+Inf".to_string() };
+        f.sample(&format!("{name}_bucket"), &[("vm", vm), ("le", &le)], n);
+    }
+    f.sample(&format!("{name}_sum"), &[("vm", vm)], h.sum().as_secs_f64());
+    f.sample(&format!("{name}_count"), &[("vm", vm)], h.count());
+}
+
+/// The exposition text for these VMs and the host. A value the controller does not know
+/// yet (a size before the first sample, no target set, no guest view, no OOM count
+/// reported, a host figure it could not read) has no sample rather than a made-up 0.
+pub fn render(vms: &[VmStatus], host: &HostStatus) -> String {
     let mut out = String::new();
     let bytes = |k: autoballoon_core::Kib| k.0.saturating_mul(1024);
     type Get = fn(&VmStatus) -> Option<u64>;
@@ -170,6 +195,55 @@ pub fn render(vms: &[VmStatus]) -> String {
         f.sample("autoballoon_vm_qmp_events_dropped_total", &[("vm", &v.name)], v.qmp_events_dropped);
     }
 
+    type GetHistogram = fn(&VmStatus) -> &Histogram;
+    let histograms: [(&str, &str, GetHistogram); 2] = [
+        (
+            "autoballoon_vm_grow_reaction_seconds",
+            "From the host having the sample a grow was decided on to the hypervisor accepting the grow, in seconds.",
+            |v| &v.grow_times.reaction,
+        ),
+        (
+            "autoballoon_vm_grow_settle_seconds",
+            "From a grow accepted to the first sample showing the balloon at its target, in seconds (the sample interval's resolution).",
+            |v| &v.grow_times.settle,
+        ),
+    ];
+    for (name, help, get) in histograms {
+        let mut f = family(&mut out, name, "histogram", help);
+        for v in vms {
+            histogram(&mut f, name, &v.name, get(v));
+        }
+    }
+
+    let host_gauges: [(&str, &str, Option<autoballoon_core::Kib>); 5] = [
+        ("autoballoon_host_memory_total_bytes", "The host's MemTotal (/proc/meminfo), in bytes.", host.mem_total),
+        ("autoballoon_host_memory_available_bytes", "The host's MemAvailable (/proc/meminfo), in bytes.", host.mem_available),
+        ("autoballoon_host_capacity_bytes", "Memory the VMs may have together, as the balancers see it, in bytes.", host.capacity),
+        ("autoballoon_host_wanted_bytes", "Memory the VMs wanted together at the last step (each VM's policy inside its own rails), in bytes.", host.wanted),
+        ("autoballoon_host_shortfall_bytes", "Memory the VMs wanted beyond the capacity at the last step (wanted minus capacity, at least 0), in bytes.", host.shortfall),
+    ];
+    for (name, help, v) in host_gauges {
+        let mut f = family(&mut out, name, "gauge", help);
+        if let Some(k) = v {
+            f.sample(name, &[], bytes(k));
+        }
+    }
+    // PSI's lines (`full` where the kernel has it); an avg10 that is not a finite number
+    // (a `pressure_file` is any file) has no sample: the text format has no `inf`.
+    let psi: Vec<(&str, autoballoon_core::procfs::PressureLine)> = host.pressure.map(|p| std::iter::once(("some", p.some)).chain(p.full.map(|f| ("full", f))).collect()).unwrap_or_default();
+    let name = "autoballoon_host_memory_pressure_avg10_ratio";
+    let mut f = family(&mut out, name, "gauge", "Share of the last 10 s in which tasks stalled on memory (PSI avg10 / 100); some: at least one task, full: all non-idle tasks.");
+    for (kind, l) in psi.iter().filter(|(_, l)| l.avg10.is_finite()) {
+        f.sample(name, &[("kind", kind)], l.avg10 / 100.0);
+    }
+    let name = "autoballoon_host_memory_pressure_stalled_seconds_total";
+    let mut f = family(&mut out, name, "counter", "Time tasks stalled on memory since the host booted (PSI total), in seconds.");
+    for (kind, l) in &psi {
+        f.sample(name, &[("kind", kind)], l.total_us as f64 / 1e6);
+    }
+    let mut f = family(&mut out, "autoballoon_host_steps_total", "counter", "Decision steps the host loop took (one per tick for all VMs).");
+    f.sample("autoballoon_host_steps_total", &[], host.steps);
+
     let mut f = family(&mut out, "autoballoon_vms", "gauge", "VMs the daemon manages.");
     f.sample("autoballoon_vms", &[], vms.len() as u64);
     let mut f = family(&mut out, "autoballoon_build_info", "gauge", "Always 1; the label is the daemon's version.");
@@ -189,12 +263,12 @@ pub struct MetricsServer {
 
 impl MetricsServer {
     /// Binds `listen` (`IP:PORT`; port 0 picks a free one) and serves from a thread.
-    pub fn start(listen: &str, snapshots: Snapshots, log: Logger) -> std::io::Result<MetricsServer> {
+    pub fn start(listen: &str, snapshots: Snapshots, host: HostSnapshot, log: Logger) -> std::io::Result<MetricsServer> {
         let listener = TcpListener::bind(listen)?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let limits = Limits { deadline: DEADLINE, idle: DEADLINE };
-        let thread = ServerThread::spawn("metrics", "metrics", log, limits, move || listener.accept().map(|(c, _)| c), move |c| serve(c, &snapshots))?;
+        let thread = ServerThread::spawn("metrics", "metrics", log, limits, move || listener.accept().map(|(c, _)| c), move |c| serve(c, &snapshots, &host))?;
         Ok(MetricsServer { addr, thread })
     }
 
@@ -238,7 +312,7 @@ fn respond(conn: &mut impl Write, status: &str, content_type: &str, body: &str, 
     conn.flush()
 }
 
-fn serve(mut conn: Bounded<TcpStream>, snapshots: &Snapshots) -> std::io::Result<()> {
+fn serve(mut conn: Bounded<TcpStream>, snapshots: &Snapshots, host: &HostSnapshot) -> std::io::Result<()> {
     let text = "text/plain; charset=utf-8";
     let Some(head) = read_head(&mut conn)? else {
         return respond(&mut conn, "431 Request Header Fields Too Large", text, "request too large\n", false);
@@ -247,16 +321,21 @@ fn serve(mut conn: Bounded<TcpStream>, snapshots: &Snapshots) -> std::io::Result
     let (method, target) = (words.next().unwrap_or_default(), words.next().unwrap_or_default());
     let path = target.split('?').next().unwrap_or_default();
     match (method, path) {
-        ("GET" | "HEAD", "/metrics") => respond(&mut conn, "200 OK", CONTENT_TYPE, &render(&snapshots()), method == "HEAD"),
+        ("GET" | "HEAD", "/metrics") => respond(&mut conn, "200 OK", CONTENT_TYPE, &render(&snapshots(), &host()), method == "HEAD"),
         ("GET" | "HEAD", _) => respond(&mut conn, "404 Not Found", text, "not found: the metrics are at /metrics\n", method == "HEAD"),
         _ => respond(&mut conn, "405 Method Not Allowed", text, "only GET /metrics\n", false),
     }
 }
 
 #[cfg(test)]
+mod dashboard;
+
+#[cfg(test)]
 mod tests {
     use super::*;
+    use autoballoon_core::procfs::parse_pressure;
     use autoballoon_core::Kib;
+    use std::time::Duration;
 
     fn vm(name: &str) -> VmStatus {
         VmStatus { name: name.into(), ..Default::default() }
@@ -270,7 +349,7 @@ mod tests {
     fn a_client_dripping_its_request_delays_shutdown_by_less_than_a_second() {
         use crate::config::LogFormat;
         let snapshots: Snapshots = std::sync::Arc::new(Vec::new);
-        let server = MetricsServer::start("127.0.0.1:0", snapshots, crate::log::Logger::new(LogFormat::Json, false)).unwrap();
+        let server = MetricsServer::start("127.0.0.1:0", snapshots, std::sync::Arc::new(HostStatus::default), crate::log::Logger::new(LogFormat::Json, false)).unwrap();
         let addr = server.local_addr();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -308,7 +387,7 @@ mod tests {
         a.used = Some(Kib(512 * 1024));
         a.state = VmState::Running;
         let b = vm("b"); // never sampled
-        let t = render(&[a, b]);
+        let t = render(&[a, b], &HostStatus::default());
         assert_eq!(lines_of(&t, "autoballoon_vm_configured_bytes"), ["autoballoon_vm_configured_bytes{vm=\"a\"} 4294967296"]);
         assert_eq!(lines_of(&t, "autoballoon_vm_size_bytes"), ["autoballoon_vm_size_bytes{vm=\"a\"} 1073741824"]);
         assert_eq!(lines_of(&t, "autoballoon_vm_balloon_bytes"), ["autoballoon_vm_balloon_bytes{vm=\"a\"} 3221225472"]);
@@ -323,7 +402,7 @@ mod tests {
     fn state_is_one_hot() {
         let mut a = vm("a");
         a.state = VmState::Unreachable;
-        let t = render(&[a]);
+        let t = render(&[a], &HostStatus::default());
         let s = lines_of(&t, "autoballoon_vm_state");
         assert_eq!(s.len(), STATES.len());
         assert_eq!(s.iter().filter(|l| l.ends_with(" 1")).collect::<Vec<_>>(), [&"autoballoon_vm_state{vm=\"a\",state=\"unreachable\"} 1"]);
@@ -346,7 +425,7 @@ mod tests {
         a.actual_rejected = 10;
         a.guest_stats_rejected = 11;
         a.agent.hello = Some("0.1.0 (host)".into());
-        let t = render(&[a]);
+        let t = render(&[a], &HostStatus::default());
         for want in [
             "autoballoon_vm_actions_total{vm=\"a\",direction=\"grow\"} 5",
             "autoballoon_vm_actions_total{vm=\"a\",direction=\"shrink\"} 7",
@@ -369,21 +448,23 @@ mod tests {
 
     #[test]
     fn every_family_has_help_and_type_once_and_names_are_valid() {
-        let t = render(&[vm("a\"b\\c\nd"), vm("e")]);
+        let t = render(&[vm("a\"b\\c\nd"), vm("e")], &HostStatus::default());
         let mut typed = std::collections::HashSet::new();
         let mut helped = std::collections::HashSet::new();
         for l in t.lines() {
             if let Some(r) = l.strip_prefix("# TYPE ") {
                 let (name, kind) = r.split_once(' ').unwrap();
-                assert!(["gauge", "counter"].contains(&kind));
+                assert!(["gauge", "counter", "histogram"].contains(&kind));
                 assert!(typed.insert(name.to_string()), "TYPE twice for {name}");
                 assert!(name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
                 assert_eq!(kind == "counter", name.ends_with("_total"), "{name}");
+                assert_eq!(kind == "histogram", name.ends_with("_seconds") && name.contains("_grow_"), "{name}");
             } else if let Some(r) = l.strip_prefix("# HELP ") {
                 assert!(helped.insert(r.split_once(' ').unwrap().0.to_string()));
             } else {
                 let name = l.split(['{', ' ']).next().unwrap();
-                assert!(typed.contains(name), "sample before its TYPE: {l}");
+                let family = ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)).filter(|f| typed.contains(*f)).unwrap_or(name);
+                assert!(typed.contains(family), "sample before its TYPE: {l}");
             }
         }
         assert_eq!(typed, helped);
@@ -393,5 +474,70 @@ mod tests {
         for name in &typed {
             assert!(doc.contains(&format!("`{name}`")), "{name} is not in docs/metrics.md");
         }
+    }
+
+    /// A host with every figure known, from the fixture files of this development host.
+    pub(super) fn full_host() -> HostStatus {
+        let fixture = |f: &str| std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../core/fixtures/host-6.18-busy").join(f)).unwrap();
+        let mem = autoballoon_core::policy::MemView::from_meminfo(&autoballoon_core::procfs::parse_meminfo(&fixture("meminfo")).unwrap()).unwrap();
+        HostStatus {
+            steps: 7,
+            mem_total: Some(mem.total),
+            mem_available: Some(mem.available),
+            capacity: Some(Kib::from_gib_saturating(8)),
+            wanted: Some(Kib::from_gib_saturating(9)),
+            shortfall: Some(Kib::from_gib_saturating(1)),
+            pressure: Some(parse_pressure(&fixture("pressure-memory")).unwrap()),
+        }
+    }
+
+    #[test]
+    fn host_figures_are_bytes_ratios_and_seconds() {
+        let h = full_host();
+        let t = render(&[], &h);
+        assert!(t.contains(&format!("autoballoon_host_memory_total_bytes {}\n", h.mem_total.unwrap().0 * 1024)), "{t}");
+        assert!(t.contains(&format!("autoballoon_host_memory_available_bytes {}\n", h.mem_available.unwrap().0 * 1024)));
+        assert!(t.contains("autoballoon_host_capacity_bytes 8589934592\n"));
+        assert!(t.contains("autoballoon_host_wanted_bytes 9663676416\n"));
+        assert!(t.contains("autoballoon_host_shortfall_bytes 1073741824\n"));
+        assert!(t.contains("autoballoon_host_steps_total 7\n"));
+        let p = h.pressure.unwrap();
+        let ratio = |kind| lines_of(&t, "autoballoon_host_memory_pressure_avg10_ratio").into_iter().find(|l| l.contains(kind)).unwrap().rsplit(' ').next().unwrap().parse::<f64>().unwrap();
+        assert!((ratio("some") - p.some.avg10 / 100.0).abs() < 1e-12);
+        assert!((ratio("full") - p.full.unwrap().avg10 / 100.0).abs() < 1e-12);
+        assert!(p.some.avg10 > 0.0, "the fixture was captured under pressure");
+        let stalled = lines_of(&t, "autoballoon_host_memory_pressure_stalled_seconds_total");
+        assert_eq!(stalled[0], format!("autoballoon_host_memory_pressure_stalled_seconds_total{{kind=\"some\"}} {}", p.some.total_us as f64 / 1e6));
+        // Nothing known: no made-up zeros.
+        let none = render(&[], &HostStatus::default());
+        for name in ["autoballoon_host_memory_total_bytes", "autoballoon_host_shortfall_bytes", "autoballoon_host_memory_pressure_avg10_ratio"] {
+            assert!(lines_of(&none, name).is_empty(), "{name}");
+        }
+        // A kernel without the `full` line has the `some` one only.
+        let some_only = HostStatus { pressure: Some(parse_pressure("some avg10=1.00 avg60=0.00 avg300=0.00 total=5\n").unwrap()), ..Default::default() };
+        assert_eq!(lines_of(&render(&[], &some_only), "autoballoon_host_memory_pressure_avg10_ratio"), ["autoballoon_host_memory_pressure_avg10_ratio{kind=\"some\"} 0.01"]);
+        // A pressure file with `inf` in it: no sample, rather than text Prometheus refuses.
+        let odd = HostStatus { pressure: Some(parse_pressure("some avg10=inf avg60=0.00 avg300=0.00 total=5\n").unwrap()), ..Default::default() };
+        assert!(lines_of(&render(&[], &odd), "autoballoon_host_memory_pressure_avg10_ratio").is_empty());
+    }
+
+    #[test]
+    fn reaction_histograms_are_cumulative_with_sum_and_count() {
+        let mut a = vm("a");
+        a.grow_times.reaction.observe(Duration::from_millis(3));
+        a.grow_times.reaction.observe(Duration::from_millis(40));
+        a.grow_times.settle.observe(Duration::from_millis(1500));
+        let t = render(&[a], &HostStatus::default());
+        let r = lines_of(&t, "autoballoon_vm_grow_reaction_seconds_bucket");
+        assert_eq!(r.len(), crate::histogram::REACTION_BOUNDS.len() + 1);
+        assert!(r.contains(&"autoballoon_vm_grow_reaction_seconds_bucket{vm=\"a\",le=\"0.0025\"} 0"), "{r:?}");
+        assert!(r.contains(&"autoballoon_vm_grow_reaction_seconds_bucket{vm=\"a\",le=\"0.005\"} 1"));
+        assert!(r.contains(&"autoballoon_vm_grow_reaction_seconds_bucket{vm=\"a\",le=\"0.05\"} 2"));
+        assert_eq!(r.last(), Some(&"autoballoon_vm_grow_reaction_seconds_bucket{vm=\"a\",le=\"+Inf\"} 2"));
+        assert_eq!(lines_of(&t, "autoballoon_vm_grow_reaction_seconds_sum"), ["autoballoon_vm_grow_reaction_seconds_sum{vm=\"a\"} 0.043"]);
+        assert_eq!(lines_of(&t, "autoballoon_vm_grow_reaction_seconds_count"), ["autoballoon_vm_grow_reaction_seconds_count{vm=\"a\"} 2"]);
+        assert!(t.contains("autoballoon_vm_grow_settle_seconds_bucket{vm=\"a\",le=\"1\"} 0\n"));
+        assert!(t.contains("autoballoon_vm_grow_settle_seconds_bucket{vm=\"a\",le=\"2\"} 1\n"));
+        assert!(t.contains("autoballoon_vm_grow_settle_seconds_count{vm=\"a\"} 1\n"));
     }
 }

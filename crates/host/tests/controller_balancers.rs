@@ -26,6 +26,12 @@ fn cap_growth_keeps_two_growing_guests_within_the_capacity() {
     assert!(sum >= mib(4096 - 64), "the capacity is used: {sum}");
     let s = d.status("a");
     assert!(s.metrics.grows >= 1, "{s:?}");
+    // The host's figures: the guests want about 2 x 3064 MiB of a 4096 MiB capacity.
+    let h = d.ctl().host_status();
+    assert_eq!(h.capacity, Some(mib(4096)), "{h:?}");
+    assert!(h.wanted.is_some_and(|w| w > mib(4096)), "{h:?}");
+    assert_eq!(h.shortfall, h.wanted.map(|w| w.saturating_sub(mib(4096))), "{h:?}");
+    assert!(h.steps > 0 && h.mem_total.is_some(), "{h:?}");
 }
 
 #[test]

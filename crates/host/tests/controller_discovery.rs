@@ -78,7 +78,7 @@ fn a_socket_that_appears_is_managed_within_two_seconds_and_leaves_with_it() {
     assert!(d.ctl().vms().iter().map(|v| v.name.clone()).eq(["b".to_string()]));
     let served: Vec<String> = autoballoon::metrics::snapshots_of(d.ctl())().into_iter().map(|v| v.name).collect();
     assert_eq!(served, ["b"], "a's status and metrics are gone");
-    assert!(!autoballoon::metrics::render(&autoballoon::metrics::snapshots_of(d.ctl())()).contains("vm=\"a\""));
+    assert!(!autoballoon::metrics::render(&autoballoon::metrics::snapshots_of(d.ctl())(), &d.ctl().host_status()).contains("vm=\"a\""));
     // Only the leave line: no "lost QMP" or "cannot reach" for a VM that left.
     for e in ["disconnected", "unreachable"] {
         assert!(events_of(&d, "a", e).is_empty(), "{e}: {}", d.log.text());

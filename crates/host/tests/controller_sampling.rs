@@ -106,6 +106,11 @@ fn growth_follows_the_agent_at_once_and_never_exceeds_the_vm() {
     wait_for(T, "target at the configured size", || g.fakes.last_request() == Some(configured()));
     assert_requests_in_bounds(&g.q());
     assert!(d.status("a").metrics.grows >= 2, "{:?}", d.status("a").metrics);
+    // Each grow was timed from its sample to QEMU's answer, and to the balloon there.
+    let times = &d.status("a").grow_times;
+    assert!(times.reaction.count() >= 2, "{times:?}");
+    assert!(times.reaction.sum() < Duration::from_secs(3) * times.reaction.count() as u32, "{times:?}");
+    wait_for(T, "a grow seen settled", || d.status("a").grow_times.settle.count() >= 1);
 }
 
 #[test]

@@ -6,9 +6,9 @@
 //! running as root.
 
 use autoballoon::config::{Config, ControllerConfig, LogFormat, PolicyConfig, VmConfig};
-use autoballoon::controller::{Controller, VmState, VmStatus};
+use autoballoon::controller::{Controller, HostStatus, VmState, VmStatus};
 use autoballoon::log::Logger;
-use autoballoon::metrics::{render, snapshots_of, MetricsServer};
+use autoballoon::metrics::{host_of, render, snapshots_of, MetricsServer};
 use autoballoon_fakes::prom;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -94,7 +94,7 @@ fn python_parse(text: &str) -> Result<serde_json::Value, String> {
 fn a_live_scrape_of_a_real_controller_is_valid_exposition_text() {
     let dir = tmp("live");
     let ctl = controller(&dir, &["web1", "db \"1\"\\x"]);
-    let server = MetricsServer::start("127.0.0.1:0", snapshots_of(&ctl), Logger::new(LogFormat::Json, false)).unwrap();
+    let server = MetricsServer::start("127.0.0.1:0", snapshots_of(&ctl), host_of(&ctl), Logger::new(LogFormat::Json, false)).unwrap();
     let addr = server.local_addr();
     assert!(addr.ip().is_loopback() && addr.port() != 0);
 
@@ -104,12 +104,20 @@ fn a_live_scrape_of_a_real_controller_is_valid_exposition_text() {
         assert!(t.elapsed() < Duration::from_secs(20), "VMs never became unreachable");
         std::thread::sleep(Duration::from_millis(50));
     }
+    // And the decider has looked at the host once.
+    while ctl.host_status().steps == 0 {
+        assert!(t.elapsed() < Duration::from_secs(20), "the decider never stepped");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let (status, headers, body) = get(addr, "/metrics");
     assert_eq!(status, "HTTP/1.1 200 OK");
     assert!(headers.contains("Content-Type: text/plain; version=0.0.4; charset=utf-8"), "{headers}");
     assert!(body.contains("autoballoon_vm_state{vm=\"web1\",state=\"unreachable\"} 1\n"), "{body}");
     assert!(body.contains("autoballoon_vm_state{vm=\"db \\\"1\\\"\\\\x\",state=\"unreachable\"} 1\n"), "{body}");
     assert!(body.contains("autoballoon_vms 2\n"));
+    // The host's own figures, read from this machine's /proc by the decider.
+    assert!(body.lines().any(|l| l.starts_with("autoballoon_host_memory_total_bytes ")), "{body}");
+    assert!(body.contains("autoballoon_vm_grow_reaction_seconds_bucket{vm=\"web1\",le=\"+Inf\"} 0\n"), "{body}");
 
     let said = promtool(&body).unwrap();
     eprintln!("promtool check metrics: ok {said}");
@@ -117,6 +125,7 @@ fn a_live_scrape_of_a_real_controller_is_valid_exposition_text() {
     // The Python client strips `_total` from counter family names.
     assert_eq!(parsed["autoballoon_vm_actions"]["type"], "counter", "{parsed}");
     assert_eq!(parsed["autoballoon_vm_state"]["type"], "gauge");
+    assert_eq!(parsed["autoballoon_vm_grow_reaction_seconds"]["type"], "histogram", "{parsed}");
     let unreachable: Vec<_> = parsed["autoballoon_vm_state"]["samples"]
         .as_array()
         .unwrap()
@@ -171,11 +180,22 @@ fn rendered_statuses_with_every_field_set_pass_promtool_and_the_python_parser() 
     a.metrics.grows = 2;
     a.metrics.shrinks = 3;
     a.agent.hello = Some("0.1.0 (host)".into());
-    let text = render(&[a, VmStatus { name: "idle".into(), ..Default::default() }]);
+    a.grow_times.reaction.observe(Duration::from_micros(1234));
+    a.grow_times.settle.observe(Duration::from_millis(2500));
+    let k = autoballoon_core::Kib::from_gib_saturating;
+    let pressure = autoballoon_core::procfs::parse_pressure(&std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../core/fixtures/host-6.18-busy/pressure-memory")).unwrap()).unwrap();
+    let host = HostStatus { steps: 3, mem_total: Some(k(24)), mem_available: Some(k(20)), capacity: Some(k(8)), wanted: Some(k(9)), shortfall: Some(k(1)), pressure: Some(pressure) };
+    let text = render(&[a, VmStatus { name: "idle".into(), ..Default::default() }], &host);
     promtool(&text).unwrap();
     let parsed = python_parse(&text).unwrap();
     let size = &parsed["autoballoon_vm_size_bytes"]["samples"][0];
     assert_eq!(size[1]["vm"], "a\nb");
     assert_eq!(size[2], 1073741824.0);
     assert_eq!(parsed["autoballoon_vm_balloon_bytes"]["samples"][0][2], 3.0 * 1073741824.0);
+    assert_eq!(parsed["autoballoon_host_shortfall_bytes"]["samples"][0][2], 1073741824.0);
+    assert_eq!(parsed["autoballoon_host_memory_pressure_avg10_ratio"]["samples"][0][2], 0.02);
+    let reaction = &parsed["autoballoon_vm_grow_reaction_seconds"];
+    assert_eq!(reaction["type"], "histogram");
+    let sum = reaction["samples"].as_array().unwrap().iter().find(|s| s[0] == "autoballoon_vm_grow_reaction_seconds_sum" && s[1]["vm"] == "a\nb").unwrap();
+    assert_eq!(sum[2], 0.001234);
 }

@@ -17,7 +17,7 @@ mod sampling;
 use super::agent_link::AgentLink;
 use super::status::VmState;
 use super::sync::{lock, panic_message};
-use super::{Bell, Msg, VmCommand, VmShared};
+use super::{Bell, Msg, PendingGrows, VmCommand, VmShared};
 use crate::config::VmConfig;
 use crate::hypervisor::{Hypervisor, HypervisorError};
 use crate::log::{EventKind, Logger, RateLimit};
@@ -66,6 +66,8 @@ pub(crate) struct Actor {
     /// Whether this session's hypervisor (or the setting) lets the balloon shrink during a
     /// migration.
     migration_shrink: MigrationShrink,
+    /// Grows accepted whose targets no sample has shown yet (the settle histogram).
+    grows: PendingGrows,
 }
 
 /// What one session with the hypervisor keeps from tick to tick.
@@ -88,7 +90,7 @@ impl Actor {
     /// `shutdown` stops this actor (the controller's stop sets it, and so does the VM's
     /// removal); its agent staleness is the shared one ([`VmShared::agent_stale`]).
     pub fn new(cfg: VmConfig, interval: Duration, started: Instant, log: Logger, (wake, inbox): (SyncSender<Msg>, Receiver<Msg>), shutdown: Arc<AtomicBool>, bell: Arc<Bell>, shared: Arc<VmShared>) -> Actor {
-        Actor { cfg, interval, started, log, inbox, wake, shutdown, bell, shared, paused: false, epoch: 0, limits: HashMap::new(), prep: None, resample: false, agent_path: None, shrink_setting: ShrinkSetting::Auto, migration_shrink: MigrationShrink::HeldUnknown }
+        Actor { cfg, interval, started, log, inbox, wake, shutdown, bell, shared, paused: false, epoch: 0, limits: HashMap::new(), prep: None, resample: false, agent_path: None, shrink_setting: ShrinkSetting::Auto, migration_shrink: MigrationShrink::HeldUnknown, grows: PendingGrows::default() }
     }
 
     pub fn with_migration_shrink(mut self, setting: ShrinkSetting) -> Actor {
@@ -189,9 +191,9 @@ impl Actor {
             }
             let left = deadline.saturating_duration_since(Instant::now());
             match self.inbox.recv_timeout(left) {
-                Ok(Msg::Set(size)) => {
+                Ok(Msg::Set { size, grow_seen }) => {
                     if let (Some(h), false) = (hv, self.paused) {
-                        if let Err(e) = self.apply(h, size) {
+                        if let Err(e) = self.apply(h, size, grow_seen) {
                             return Some(End::Error(e));
                         }
                         if let Some(p) = self.prep.as_mut().filter(|p| !p.started) {
@@ -228,6 +230,7 @@ impl Actor {
                         self.stop_shrink(h, EventKind::Pause, "for the pause");
                     }
                     self.paused = true;
+                    self.grows.clear();
                     *lock(&self.shared.mailbox) = None;
                     self.set_state(VmState::Paused);
                     self.log.event(&self.shared.name, EventKind::Pause, "paused: the balloon is left alone", &[]);
@@ -252,11 +255,18 @@ impl Actor {
         self.wait(d, None)
     }
 
-    /// Applies a target: the guest's size.
-    fn apply(&mut self, hv: &dyn Hypervisor, size: Kib) -> Result<(), HypervisorError> {
+    /// Applies a target: the guest's size. A grow (`grow_seen`: since when the host had
+    /// the sample it was decided on) is timed: its reaction now, its settling from now on.
+    fn apply(&mut self, hv: &dyn Hypervisor, size: Kib, grow_seen: Option<Instant>) -> Result<(), HypervisorError> {
         match hv.set_guest_size(size) {
             Ok(()) => {
-                lock(&self.shared.status).target = Some(size);
+                let now = Instant::now();
+                self.grows.accepted(size, grow_seen.is_some(), now);
+                let mut st = lock(&self.shared.status);
+                st.target = Some(size);
+                if let Some(seen) = grow_seen {
+                    st.grow_times.reaction.observe(now.saturating_duration_since(seen));
+                }
                 Ok(())
             }
             Err(e) if e.is_no_balloon() => {

@@ -7,9 +7,10 @@ use super::sync::{lock, panic_message};
 use super::fleet::Change;
 use super::{offer, Bell, Msg, Observation};
 use crate::log::{EventKind, Logger, RateLimit};
-use autoballoon_core::host::{host_step, Balancer, HostLoop, HostMemoryUse, HostSample, HostView, ReclaimStep, VmId, World};
+use autoballoon_core::host::{host_step, Balancer, Claim, HostLoop, HostMemoryUse, HostSample, HostView, ReclaimStep, VmId, World};
 use autoballoon_core::policy::SwapFree;
 use autoballoon_core::procfs::{parse_meminfo, parse_pressure, parse_vmstat};
+use super::status::HostStatus;
 use autoballoon_core::sample::SampleSource;
 use autoballoon_core::Kib;
 use std::path::PathBuf;
@@ -30,7 +31,49 @@ struct Vm {
     source: SampleSource,
     /// When the last sample used in a step was taken.
     used: Option<Instant>,
+    /// That sample's size, and since when the host had its view (a target above the size
+    /// is a grow, timed from then).
+    size: Kib,
+    seen: Option<Instant>,
     refused: RateLimit,
+}
+
+/// The balancer, watched for the metrics: what the VMs wanted together at its last call.
+/// Every [`Balancer`] method is forwarded (a new one must be added here too).
+pub(crate) struct Watched {
+    inner: Box<dyn Balancer + Send>,
+    wanted: Option<Kib>,
+}
+
+impl Watched {
+    pub fn new(inner: Box<dyn Balancer + Send>) -> Watched {
+        Watched { inner, wanted: None }
+    }
+
+    /// The sum of the claims' wants at the last step: each VM's policy inside its own rails
+    /// (what it would get with no host limit), or its present target if it was not due.
+    pub fn wanted(&self) -> Option<Kib> {
+        self.wanted
+    }
+}
+
+impl Balancer for Watched {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn balance(&mut self, host: &HostView, claims: &[Claim]) -> Vec<Kib> {
+        self.wanted = Some(claims.iter().fold(Kib::ZERO, |a, c| a.saturating_add(c.want)));
+        self.inner.balance(host, claims)
+    }
+    fn class(&self, vm: VmId) -> Option<&'static str> {
+        self.inner.class(vm)
+    }
+    fn short(&self) -> Option<Kib> {
+        self.inner.short()
+    }
+    fn reclaim_step(&self) -> Option<ReclaimStep> {
+        self.inner.reclaim_step()
+    }
 }
 
 /// Where the host's own memory figures come from, and what the VMs may have together.
@@ -70,9 +113,10 @@ fn cgroup_capacity(dir: &std::path::Path, held: Kib) -> Option<Kib> {
 }
 
 impl HostMemory {
-    /// The host's view at this step: its PSI, and the VMs' capacity. Reading two small
-    /// procfs files never blocks; a host without them has no pressure and no capacity
-    /// unless one is configured.
+    /// The host's view at this step: its PSI, its memory (MemTotal, MemAvailable) and the
+    /// VMs' capacity.
+    /// Reading two small procfs files never blocks; a host without them has no pressure
+    /// and no capacity unless one is configured.
     fn view(&self, vms_hold: Kib) -> HostView {
         let read = |f: &str| std::fs::read_to_string(self.proc_dir.join(f)).ok();
         let psi = self.pressure_file.clone().unwrap_or_else(|| self.proc_dir.join("pressure/memory"));
@@ -82,14 +126,19 @@ impl HostMemory {
         let memory = read("meminfo").and_then(|t| parse_meminfo(&t).ok()).and_then(|m| HostMemoryUse::from_meminfo(&m).ok());
         // Without a configured capacity: what the host has, and what the VMs' cgroup leaves,
         // each plus what the VMs hold (counted as if all of it were resident).
-        let host = || Some(memory?.available.saturating_add(vms_hold).saturating_sub(self.reserve));
+        let host = memory.map(|m| m.available.saturating_add(vms_hold).saturating_sub(self.reserve));
         let group = || self.cgroup.as_deref().and_then(|g| cgroup_capacity(g, vms_hold));
-        let capacity = self.capacity.or_else(|| match (host(), group()) {
+        let capacity = self.capacity.or_else(|| match (host, group()) {
             (Some(h), Some(g)) => Some(h.min(g)),
             (h, g) => h.or(g),
         });
         HostView { capacity, pressure, memory }
     }
+}
+
+/// `wanted − capacity` when positive, else 0; unknown without both.
+pub(crate) fn shortfall(wanted: Option<Kib>, capacity: Option<Kib>) -> Option<Kib> {
+    Some(wanted?.saturating_sub(capacity?))
 }
 
 /// The QEMU host as core's host loop sees it: samples from the actors' mailboxes,
@@ -100,6 +149,8 @@ struct QemuHost {
     /// Samples older than this are not used (the actor is stuck or the VM unreachable).
     max_age: Duration,
     memory: HostMemory,
+    /// The host's figures at the last sample, for the metrics.
+    look: HostView,
 }
 
 impl Vm {
@@ -147,16 +198,20 @@ impl World for QemuHost {
             }
             vm.source = o.source;
             vm.used = Some(o.taken);
+            vm.size = o.sample.guest_size;
+            vm.seen = Some(o.seen);
             s.vms.push((vm.shared.id, o.sample));
         }
         let hold = s.vms.iter().fold(Kib::ZERO, |a, (_, v)| a.saturating_add(v.guest_size));
-        s.host = self.memory.view(hold);
+        self.look = self.memory.view(hold);
+        s.host = self.look;
         s
     }
 
     fn set_guest_size(&mut self, vm: VmId, guest_size: Kib) -> Result<(), &'static str> {
         let v = self.find(vm).ok_or("the VM is no longer managed")?;
-        offer(&v.tx, Msg::Set(guest_size))
+        let grow_seen = v.seen.filter(|_| guest_size > v.size);
+        offer(&v.tx, Msg::Set { size: guest_size, grow_seen })
     }
 }
 
@@ -164,7 +219,9 @@ pub(crate) struct Decider {
     world: QemuHost,
     /// VMs added and removed, policies and the balancer replaced.
     changes: Receiver<Change>,
-    hl: HostLoop<SwapFree, Box<dyn Balancer + Send>>,
+    hl: HostLoop<SwapFree, Watched>,
+    /// The host at the last step, for the metrics endpoint.
+    host: Arc<std::sync::Mutex<HostStatus>>,
     /// The host is short of memory (an episode runs): warned once at its start.
     short: Option<Kib>,
     /// What the `host-need` reclaim mode found at the last step: a line when it changes.
@@ -177,9 +234,9 @@ pub(crate) struct Decider {
 
 impl Decider {
     #[allow(clippy::too_many_arguments)]
-    pub fn new(changes: Receiver<Change>, balancer: Box<dyn Balancer + Send>, memory: HostMemory, interval: Duration, started: Instant, log: Logger, shutdown: Arc<AtomicBool>, bell: Arc<Bell>) -> Decider {
-        let world = QemuHost { vms: Vec::new(), started, max_age: interval * 3, memory };
-        Decider { world, changes, hl: HostLoop::new(balancer), short: None, reclaim: None, interval, log, shutdown, bell }
+    pub fn new(changes: Receiver<Change>, balancer: Box<dyn Balancer + Send>, memory: HostMemory, host: Arc<std::sync::Mutex<HostStatus>>, interval: Duration, started: Instant, log: Logger, shutdown: Arc<AtomicBool>, bell: Arc<Bell>) -> Decider {
+        let world = QemuHost { vms: Vec::new(), started, max_age: interval * 3, memory, look: HostView::default() };
+        Decider { world, changes, hl: HostLoop::new(Watched::new(balancer)), host, short: None, reclaim: None, interval, log, shutdown, bell }
     }
 
     /// Takes the changes to the set of VMs made since the last call.
@@ -188,7 +245,7 @@ impl Decider {
             match c {
                 Change::Add { shared, tx, policy } => {
                     self.hl.add_vm(shared.id, policy.control_loop(self.interval));
-                    self.world.vms.push(Vm { shared, tx, epoch: 0, source: SampleSource::None, used: None, refused: RateLimit::default() });
+                    self.world.vms.push(Vm { shared, tx, epoch: 0, source: SampleSource::None, used: None, size: Kib::ZERO, seen: None, refused: RateLimit::default() });
                 }
                 Change::Remove(id) => {
                     self.hl.remove_vm(id);
@@ -201,7 +258,7 @@ impl Decider {
                     }
                 }
                 Change::Balancer(b) => {
-                    let mut hl = HostLoop::new(b);
+                    let mut hl = HostLoop::new(Watched::new(b));
                     for v in &self.world.vms {
                         if let Some(lp) = self.hl.remove_vm(v.shared.id) {
                             hl.add_vm(v.shared.id, lp);
@@ -282,6 +339,7 @@ impl Decider {
         }
         self.watch_short(&step.sample.host);
         self.watch_reclaim(reclaim);
+        self.show_host();
         for (id, why) in step.errors {
             let Some(vm) = self.world.vms.iter_mut().find(|v| v.shared.id == id) else { continue };
             lock(&vm.shared.status).errors += 1;
@@ -303,6 +361,20 @@ impl Decider {
             self.log.event("-", EventKind::Reclaim, &format!("reclaim host-need: {r}"), &fields);
         }
         self.reclaim = now;
+    }
+
+    /// The host's figures at this step, for the metrics endpoint.
+    fn show_host(&self) {
+        let look = &self.world.look;
+        let wanted = self.hl.balancer().wanted();
+        let mut h = lock(&self.host);
+        h.steps += 1;
+        h.mem_total = look.memory.map(|m| m.total);
+        h.mem_available = look.memory.map(|m| m.available);
+        h.capacity = look.capacity;
+        h.pressure = look.pressure;
+        h.wanted = wanted;
+        h.shortfall = shortfall(wanted, look.capacity);
     }
 
     /// One warning when the host starts being short of memory for what the balancer wants
@@ -349,6 +421,58 @@ mod tests {
         let cg = HostMemory { proc_dir: dir.join("nope"), pressure_file: Some(dir.join("cg.pressure")), capacity: None, reserve: Kib::ZERO, cgroup: None };
         assert_eq!(cg.view(Kib::ZERO).pressure.map(|p| p.some.avg10), Some(12.5));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_host_figures_come_from_the_fixture_of_a_busy_host() {
+        let dir = std::env::temp_dir().join(format!("ab-host-look-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("pressure")).unwrap();
+        let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../core/fixtures/host-6.18-busy");
+        std::fs::copy(fixtures.join("meminfo"), dir.join("meminfo")).unwrap();
+        std::fs::copy(fixtures.join("pressure-memory"), dir.join("pressure/memory")).unwrap();
+        let mem = HostMemory { proc_dir: dir.clone(), pressure_file: None, capacity: Some(Kib::from_gib_saturating(8)), reserve: Kib::ZERO, cgroup: None };
+        let look = mem.view(Kib::ZERO);
+        assert_eq!(look.memory.map(|m| m.total), Some(Kib(24683656)), "MemTotal, even with a configured capacity");
+        assert_eq!(look.memory.map(|m| m.available), Some(Kib(24112124)));
+        assert_eq!(look.capacity, Some(Kib::from_gib_saturating(8)));
+        let p = look.pressure.unwrap();
+        assert_eq!((p.some.avg10, p.full.map(|f| f.avg10)), (2.0, Some(0.85)));
+        let gone = HostMemory { proc_dir: dir.join("nope"), ..mem };
+        assert_eq!(gone.view(Kib::ZERO).memory, None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_shortfall_is_what_the_vms_want_beyond_the_capacity() {
+        let mib = Kib::from_mib_saturating;
+        assert_eq!(shortfall(Some(mib(6000)), Some(mib(4096))), Some(mib(1904)));
+        assert_eq!(shortfall(Some(mib(1000)), Some(mib(4096))), Some(Kib::ZERO));
+        assert_eq!(shortfall(Some(mib(1000)), None), None, "no capacity, no shortfall");
+        assert_eq!(shortfall(None, Some(mib(1))), None);
+    }
+
+    #[test]
+    fn the_watched_balancer_sums_the_wants_and_forwards_the_rest() {
+        use autoballoon_core::guard::Room;
+        use autoballoon_core::host::CapGrowth;
+        use autoballoon_core::sample::Sample;
+        let mib = Kib::from_mib_saturating;
+        let claim = |id, want: Kib| Claim { vm: VmId(id), want, room: Room::fixed(want), sample: Sample { guest_size: want, max: mib(4096), ..Default::default() } };
+        let mut w = Watched::new(Box::new(CapGrowth));
+        assert_eq!(w.wanted(), None, "nothing before the first step");
+        let host = HostView { capacity: Some(mib(1000)), pressure: None, memory: None };
+        let got = w.balance(&host, &[claim(1, mib(700)), claim(2, mib(600))]);
+        assert_eq!(w.wanted(), Some(mib(1300)));
+        assert_eq!(got, CapGrowth.balance(&host, &[claim(1, mib(700)), claim(2, mib(600))]), "the inner balancer decides");
+        assert_eq!(w.name(), "cap-growth");
+        w.balance(&host, &[]);
+        assert_eq!(w.wanted(), Some(Kib::ZERO));
+        assert_eq!(w.reclaim_step(), None, "a lean balancer does not reclaim for the host");
+        // The host-need mode's step is seen through the wrapper (the reclaim log line).
+        let need = autoballoon_core::host::HostNeed::new(CapGrowth, autoballoon_core::Percent::new_checked(80).unwrap(), Default::default());
+        let mut w = Watched::new(Box::new(need));
+        w.balance(&host, &[claim(1, mib(700))]);
+        assert_eq!(w.reclaim_step(), Some(ReclaimStep::Unknown), "no host memory known: reclaim");
     }
 
     #[test]

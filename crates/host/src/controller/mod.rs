@@ -17,11 +17,13 @@ mod actor;
 mod agent_link;
 mod decider;
 mod fleet;
+mod reaction;
 mod status;
 mod sync;
 
 pub use agent_link::{AgentLink, MAX_SAMPLES_PER_SEC};
-pub use status::{History, LinkStats, MigrationReport, Point, StartedBy, VmState, VmStatus, HISTORY};
+pub use reaction::{GrowTimes, PendingGrows, SETTLE_SLACK};
+pub use status::{History, HostStatus, LinkStats, MigrationReport, Point, StartedBy, VmState, VmStatus, HISTORY};
 pub use sync::lock;
 
 use crate::config::{Config, Origin};
@@ -60,7 +62,10 @@ pub use autoballoon_core::migration::PREPARE_WAIT;
 /// What reaches a VM's actor: a decision, or a command from outside.
 #[derive(Debug, Clone)]
 pub(crate) enum Msg {
-    Set(autoballoon_core::Kib),
+    /// A target. `grow_seen`: the target is above the VM's size in the sample it was
+    /// decided on, and the host had that sample since this instant (for the reaction-time
+    /// histograms; `None` for other targets).
+    Set { size: autoballoon_core::Kib, grow_seen: Option<Instant> },
     /// The decider decided on a sample that prepares a migration and changed nothing.
     Held,
     /// The agent reports its guest running short of memory: sample now, so the decider
@@ -81,6 +86,9 @@ pub(crate) struct Observation {
     /// session, a retarget, a resume): the loop then forgets its last target.
     pub epoch: u64,
     pub taken: Instant,
+    /// Since when the host has had this sample's view of the guest: the agent's report
+    /// arriving when the view is the agent's, else `taken`.
+    pub seen: Instant,
 }
 
 /// What an actor and the decider share about one VM.
@@ -209,6 +217,8 @@ pub type Registry = Arc<Mutex<Vec<VmHandle>>>;
 /// the set of VMs in line with the configuration and what discovery finds.
 pub struct Controller {
     fleet: Arc<fleet::Fleet>,
+    /// The host as the decider saw it at its last step.
+    host: Arc<Mutex<HostStatus>>,
     shutdown: Arc<AtomicBool>,
     bell: Arc<Bell>,
     workers: Vec<Worker>,
@@ -246,13 +256,14 @@ impl Controller {
             reserve: Kib::from_mib_saturating(c.host_reserve_mib),
             cgroup: (!c.memory_cgroup.as_os_str().is_empty()).then(|| c.memory_cgroup.clone()),
         };
-        let d = decider::Decider::new(changes, c.balancer.build_for(Default::default(), c.reclaim()), memory, interval, started, logger, shutdown.clone(), bell.clone());
+        let host = Arc::new(Mutex::new(HostStatus::default()));
+        let d = decider::Decider::new(changes, c.balancer.build_for(Default::default(), c.reclaim()), memory, host.clone(), interval, started, logger, shutdown.clone(), bell.clone());
         let mut workers = vec![spawn("decider", move || d.run())];
         let f = fleet.clone();
         workers.push(spawn("discovery", move || f.watch_sockets()));
         let f = fleet.clone();
         workers.push(spawn("discovery-libvirt", move || f.watch_libvirt()));
-        Controller { fleet, shutdown, bell, workers }
+        Controller { fleet, host, shutdown, bell, workers }
     }
 
     /// The VMs managed now, in the order they were added.
@@ -262,6 +273,16 @@ impl Controller {
 
     pub fn vm(&self, name: &str) -> Option<VmHandle> {
         lock(&self.fleet.registry).iter().find(|v| v.name == name).cloned()
+    }
+
+    /// The host as the decider saw it at its last step (for the metrics endpoint).
+    pub fn host_status(&self) -> HostStatus {
+        lock(&self.host).clone()
+    }
+
+    /// A view of the host's status for another thread (the metrics endpoint).
+    pub fn host_view(&self) -> Arc<Mutex<HostStatus>> {
+        self.host.clone()
     }
 
     /// The managed VMs, as they change (for the status socket and the metrics endpoint).

@@ -140,6 +140,8 @@ pub struct VmStatus {
     /// How the VM came to be managed: `config` (`[[vm]]`, `--vm`), `socket_dir` or
     /// `libvirt` (discovered).
     pub origin: &'static str,
+    /// How fast grows were issued and took effect (reaction-time histograms).
+    pub grow_times: super::GrowTimes,
 }
 
 /// Who started a migration.
@@ -188,4 +190,29 @@ impl VmStatus {
     pub fn known_size(&self) -> Option<Kib> {
         (self.samples > 0).then_some(self.size)
     }
+}
+
+/// The host as the decider saw it at its last step, for the metrics endpoint. A figure
+/// that could not be read (no procfs, no PSI, no capacity) is `None`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct HostStatus {
+    /// Steps the decider has taken since the daemon started.
+    pub steps: u64,
+    /// The host's `MemTotal` (/proc/meminfo).
+    pub mem_total: Option<Kib>,
+    /// The host's `MemAvailable`.
+    pub mem_available: Option<Kib>,
+    /// What the VMs may have together, as the balancers see it: `capacity_mib`, else
+    /// MemAvailable plus what the sampled VMs hold, less `host_reserve_mib`, at most what the
+    /// memory cgroup leaves them.
+    pub capacity: Option<Kib>,
+    /// What the VMs wanted together at the step: for each VM its policy's size inside its
+    /// own guard rails (what it gets with no host limit), or its present target when it was
+    /// not due.
+    pub wanted: Option<Kib>,
+    /// `wanted − capacity` when positive, else 0: memory the guests wanted beyond what the
+    /// host could give them. `None` without a capacity.
+    pub shortfall: Option<Kib>,
+    /// The memory pressure the balancers read (/proc/pressure/memory, or `pressure_file`).
+    pub pressure: Option<autoballoon_core::procfs::Pressure>,
 }

@@ -127,6 +127,8 @@ impl Actor {
         let migrating = hv.migration()?.phase.is_running();
         self.migration_shrink = MigrationShrink::decide(self.shrink_setting, &hv.facts());
         self.epoch += 1;
+        // A grow of a past session is not timed across sessions.
+        self.grows.clear();
         {
             let mut st = lock(&self.shared.status);
             st.configured = configured;

@@ -10,7 +10,7 @@ use crate::hypervisor::{self, Checked, Hypervisor, HypervisorError};
 use crate::log::EventKind;
 use autoballoon_core::policy::MemView;
 use autoballoon_core::protocol::Rejected;
-use autoballoon_core::sample::{merge, SizeViews};
+use autoballoon_core::sample::{merge, SampleSource, SizeViews};
 use autoballoon_core::Kib;
 use std::time::{Duration, Instant};
 
@@ -72,7 +72,12 @@ impl Actor {
         sample.shrink_while_migrating = self.migration_shrink.allowed();
         // Publish for the decider (not while paused), and show it.
         if !self.paused {
-            *lock(&self.shared.mailbox) = Some(Observation { sample: sample.clone(), source: merged.source, epoch: self.epoch, taken: now });
+            // The agent's view is the host's since its report arrived.
+            let seen = match (merged.source, &report) {
+                (SampleSource::Agent, Some((at, _))) => (*at).min(now),
+                _ => now,
+            };
+            *lock(&self.shared.mailbox) = Some(Observation { sample: sample.clone(), source: merged.source, epoch: self.epoch, taken: now, seen });
             self.bell.ring();
         }
         let used = merged.mem.map(|m: MemView| merged.guest_size.saturating_sub(m.available));
@@ -81,6 +86,9 @@ impl Actor {
         st.used = used;
         st.source = merged.source;
         st.samples += 1;
+        for d in self.grows.sampled(actual, now) {
+            st.grow_times.settle.observe(d);
+        }
         if merged.oom_kills.is_some() {
             st.guest_oom_kills = merged.oom_kills;
         }
