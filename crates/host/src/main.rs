@@ -280,7 +280,7 @@ fn start_endpoints(config: &Config, ctl: &Controller, log: &Logger) -> (Option<M
                 use std::os::unix::fs::DirBuilderExt;
                 let _ = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir);
             }
-            match StatusServer::start_with(&c.status_socket, snapshots, Some(autoballoon::status_socket::commands_of(ctl)), log.clone()) {
+            match StatusServer::start_with(&c.status_socket, snapshots, Some(autoballoon::metrics::host_of(ctl)), Some(autoballoon::status_socket::commands_of(ctl)), log.clone()) {
                 Ok(s) => {
                     log.event("-", EventKind::Endpoint, &format!("status socket {}", s.path().display()), &[("status_socket", s.path().display().to_string().into())]);
                     Some(s)
@@ -358,6 +358,9 @@ fn status(a: StatusArgs) -> Result<(), Failure> {
         println!("{}", serde_json::to_string_pretty(&vms).map_err(|e| Runtime(e.to_string()))?);
     } else {
         print!("{}", autoballoon::status_socket::table(&vms));
+        if let Some(line) = autoballoon::status_socket::host_line(&doc["host"]) {
+            println!("{line}");
+        }
     }
     Ok(())
 }

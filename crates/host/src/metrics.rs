@@ -241,6 +241,26 @@ pub fn render(vms: &[VmStatus], host: &HostStatus) -> String {
     for (kind, l) in &psi {
         f.sample(name, &[("kind", kind)], l.total_us as f64 / 1e6);
     }
+    let name = "autoballoon_host_reclaim_mode";
+    let mut f = family(&mut out, name, "gauge", "Always 1; the label is the reclaim mode ([controller] reclaim: lean, host-need).");
+    if !host.reclaim_mode.is_empty() {
+        f.sample(name, &[("mode", host.reclaim_mode)], 1);
+    }
+    let name = "autoballoon_host_reclaim_target_ratio";
+    let mut f = family(&mut out, name, "gauge", "host-need: the share of MemTotal the host may use before guests give memory back (host_target_pct / 100).");
+    if let Some(p) = host.reclaim_target_pct {
+        f.sample(name, &[], f64::from(p) / 100.0);
+    }
+    let name = "autoballoon_host_reclaiming";
+    let mut f = family(&mut out, name, "gauge", "host-need: 1 when memory was reclaimed for the host at the last step (its use passed the target, or its memory was unknown), else 0.");
+    if let Some(r) = host.reclaiming {
+        f.sample(name, &[], u64::from(r));
+    }
+    let name = "autoballoon_host_reclaim_excess_bytes";
+    let mut f = family(&mut out, name, "gauge", "host-need: the host's use (with what growing VMs asked for) above its target at the last step, in bytes; 0 below it.");
+    if let Some(k) = host.reclaim_excess {
+        f.sample(name, &[], bytes(k));
+    }
     let mut f = family(&mut out, "autoballoon_host_steps_total", "counter", "Decision steps the host loop took (one per tick for all VMs).");
     f.sample("autoballoon_host_steps_total", &[], host.steps);
 
@@ -488,6 +508,10 @@ mod tests {
             wanted: Some(Kib::from_gib_saturating(9)),
             shortfall: Some(Kib::from_gib_saturating(1)),
             pressure: Some(parse_pressure(&fixture("pressure-memory")).unwrap()),
+            reclaim_mode: "host-need",
+            reclaim_target_pct: Some(80),
+            reclaiming: Some(true),
+            reclaim_excess: Some(Kib::from_mib_saturating(512)),
         }
     }
 
@@ -501,6 +525,10 @@ mod tests {
         assert!(t.contains("autoballoon_host_wanted_bytes 9663676416\n"));
         assert!(t.contains("autoballoon_host_shortfall_bytes 1073741824\n"));
         assert!(t.contains("autoballoon_host_steps_total 7\n"));
+        assert!(t.contains("autoballoon_host_reclaim_mode{mode=\"host-need\"} 1\n"), "{t}");
+        assert!(t.contains("autoballoon_host_reclaim_target_ratio 0.8\n"));
+        assert!(t.contains("autoballoon_host_reclaiming 1\n"));
+        assert!(t.contains("autoballoon_host_reclaim_excess_bytes 536870912\n"));
         let p = h.pressure.unwrap();
         let ratio = |kind| lines_of(&t, "autoballoon_host_memory_pressure_avg10_ratio").into_iter().find(|l| l.contains(kind)).unwrap().rsplit(' ').next().unwrap().parse::<f64>().unwrap();
         assert!((ratio("some") - p.some.avg10 / 100.0).abs() < 1e-12);
@@ -510,7 +538,7 @@ mod tests {
         assert_eq!(stalled[0], format!("autoballoon_host_memory_pressure_stalled_seconds_total{{kind=\"some\"}} {}", p.some.total_us as f64 / 1e6));
         // Nothing known: no made-up zeros.
         let none = render(&[], &HostStatus::default());
-        for name in ["autoballoon_host_memory_total_bytes", "autoballoon_host_shortfall_bytes", "autoballoon_host_memory_pressure_avg10_ratio"] {
+        for name in ["autoballoon_host_memory_total_bytes", "autoballoon_host_shortfall_bytes", "autoballoon_host_memory_pressure_avg10_ratio", "autoballoon_host_reclaim_mode", "autoballoon_host_reclaiming"] {
             assert!(lines_of(&none, name).is_empty(), "{name}");
         }
         // A kernel without the `full` line has the `some` one only.

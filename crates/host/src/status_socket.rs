@@ -19,7 +19,7 @@
 use crate::controller::VmCommand;
 use crate::log::Logger;
 use crate::server_thread::{Bounded, Limits, ServerThread};
-use crate::metrics::Snapshots;
+use crate::metrics::{HostSnapshot, Snapshots};
 use serde_json::{json, Value};
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -76,11 +76,12 @@ pub struct StatusServer {
 impl StatusServer {
     /// Creates the socket at `path` (its directory must exist) and serves from a thread.
     pub fn start(path: &Path, snapshots: Snapshots, log: Logger) -> Result<StatusServer, String> {
-        StatusServer::start_with(path, snapshots, None, log)
+        StatusServer::start_with(path, snapshots, None, None, log)
     }
 
-    /// As [`StatusServer::start`], taking commands too when `commands` is given.
-    pub fn start_with(path: &Path, snapshots: Snapshots, commands: Option<Commands>, log: Logger) -> Result<StatusServer, String> {
+    /// As [`StatusServer::start`], with the host's figures in the document (`"host"`) when
+    /// `host` is given, and taking commands when `commands` is.
+    pub fn start_with(path: &Path, snapshots: Snapshots, host: Option<HostSnapshot>, commands: Option<Commands>, log: Logger) -> Result<StatusServer, String> {
         match std::fs::symlink_metadata(path) {
             Ok(m) if m.file_type().is_socket() => match UnixStream::connect(path) {
                 Ok(_) => return Err(format!("another daemon is listening on {}", path.display())),
@@ -96,7 +97,7 @@ impl StatusServer {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|e| format!("chmod 0600 {}: {e}", path.display()))?;
         listener.set_nonblocking(true).map_err(|e| e.to_string())?;
         let limits = Limits { deadline: DEADLINE, idle: REQUEST_WAIT };
-        let thread = ServerThread::spawn("status", "status socket", log, limits, move || listener.accept().map(|(c, _)| c), move |c| serve(c, &snapshots, commands.as_ref()))
+        let thread = ServerThread::spawn("status", "status socket", log, limits, move || listener.accept().map(|(c, _)| c), move |c| serve(c, &snapshots, host.as_ref(), commands.as_ref()))
             .map_err(|e| e.to_string())?;
         Ok(StatusServer { path: path.into(), thread })
     }
@@ -122,14 +123,18 @@ impl Drop for StatusServer {
     }
 }
 
-fn serve(mut conn: Bounded<UnixStream>, snapshots: &Snapshots, commands: Option<&Commands>) -> std::io::Result<()> {
+fn serve(mut conn: Bounded<UnixStream>, snapshots: &Snapshots, host: Option<&HostSnapshot>, commands: Option<&Commands>) -> std::io::Result<()> {
     let mut req = Vec::new();
     // A timeout or an error reading means no request: the status document. (Nothing for
     // REQUEST_WAIT ends the request; the whole of it ends at DEADLINE.)
     let _ = (&mut conn).take(MAX_REQUEST).read_to_end(&mut req);
     conn.set_idle(IO_TIMEOUT);
     let doc = if req.iter().all(u8::is_ascii_whitespace) {
-        json!({ "version": env!("CARGO_PKG_VERSION"), "vms": snapshots() })
+        let mut doc = json!({ "version": env!("CARGO_PKG_VERSION"), "vms": snapshots() });
+        if let Some(h) = host {
+            doc["host"] = json!(h());
+        }
+        doc
     } else {
         match command(&req, commands) {
             Ok(()) => json!({ "ok": true }),
@@ -205,6 +210,28 @@ fn connect(path: &Path) -> Result<UnixStream, String> {
 }
 
 /// The `autoballoon status` table of a status document's VMs (sizes in MiB).
+/// One line on the host under the table: the reclaim mode and what it did at the last
+/// step, the host's memory, and the VMs' capacity, wants and shortfall (`-` where not
+/// known). `None` when the document has no host (an older daemon).
+pub fn host_line(host: &Value) -> Option<String> {
+    let mode = host["reclaim_mode"].as_str().filter(|m| !m.is_empty())?;
+    let mib = |k: &str| host[k].as_u64().map_or("-".to_string(), |k| format!("{} MiB", k / 1024));
+    let reclaim = match (host["reclaim_target_pct"].as_u64(), host["reclaiming"].as_bool()) {
+        (Some(t), Some(true)) => format!("{mode} (target {t} %): reclaiming, {} above the target", mib("reclaim_excess")),
+        (Some(t), Some(false)) => format!("{mode} (target {t} %): below the target, guests keep their memory"),
+        (Some(t), None) => format!("{mode} (target {t} %)"),
+        (None, _) => mode.to_string(),
+    };
+    Some(format!(
+        "host: reclaim {reclaim}; MemAvailable {} of {}; capacity {}, wanted {}, shortfall {}",
+        mib("mem_available"),
+        mib("mem_total"),
+        mib("capacity"),
+        mib("wanted"),
+        mib("shortfall")
+    ))
+}
+
 pub fn table(vms: &[Value]) -> String {
     let kib = |v: &Value| v.as_u64();
     let mib = |k: Option<u64>| k.map(|k| format!("{}", k / 1024)).unwrap_or_else(|| "-".into());
@@ -337,5 +364,18 @@ mod tests {
         assert!(lines[1].ends_with("(+1/-2)  estimate"), "{t}");
         let b: Vec<&str> = lines[2].split_whitespace().collect();
         assert_eq!(&b[..8], ["db1", "unreachable", "-", "-", "-", "-", "none", "-"], "{t}");
+    }
+
+    #[test]
+    fn the_host_line_says_the_mode_and_what_it_did() {
+        use crate::controller::HostStatus;
+        let line = |h: HostStatus| host_line(&serde_json::to_value(h).unwrap());
+        let lean = HostStatus { reclaim_mode: "lean", mem_total: Some(Kib(24 << 20)), mem_available: Some(Kib(20 << 20)), ..Default::default() };
+        assert_eq!(line(lean).unwrap(), "host: reclaim lean; MemAvailable 20480 MiB of 24576 MiB; capacity -, wanted -, shortfall -");
+        let need = HostStatus { reclaim_mode: "host-need", reclaim_target_pct: Some(80), reclaiming: Some(true), reclaim_excess: Some(Kib(1096 * 1024)), ..Default::default() };
+        assert!(line(need.clone()).unwrap().starts_with("host: reclaim host-need (target 80 %): reclaiming, 1096 MiB above the target;"));
+        let keep = HostStatus { reclaiming: Some(false), reclaim_excess: Some(Kib::ZERO), ..need };
+        assert!(line(keep).unwrap().contains("below the target, guests keep their memory"));
+        assert_eq!(host_line(&Value::Null), None, "an older daemon's document");
     }
 }

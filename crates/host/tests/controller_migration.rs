@@ -153,7 +153,7 @@ fn autoballoon_migrate_asks_the_daemon_and_reports_the_end() {
     wait_for(T, "the daemon sees the guest at 1064 MiB", || d.status("a").size == expected_target(1000));
     let dir = autoballoon_fakes::TempDir::new().unwrap();
     let sock = dir.path().join("status.sock");
-    let server = StatusServer::start_with(&sock, autoballoon::metrics::snapshots_of(d.ctl()), Some(commands_of(d.ctl())), autoballoon::log::Logger::new(autoballoon::config::LogFormat::Json, false)).unwrap();
+    let server = StatusServer::start_with(&sock, autoballoon::metrics::snapshots_of(d.ctl()), Some(autoballoon::metrics::host_of(d.ctl())), Some(commands_of(d.ctl())), autoballoon::log::Logger::new(autoballoon::config::LogFormat::Json, false)).unwrap();
     // The fake QEMU's migration completes half a second after it started.
     let q = g.fakes.clone();
     let finisher = std::thread::spawn(move || {

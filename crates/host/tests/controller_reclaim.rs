@@ -87,6 +87,8 @@ fn host_need_keeps_a_guests_memory_below_the_target_and_reclaims_above_it() {
     let keep = d.log.lines().into_iter().find(|l| l["event"] == "reclaim").expect("a reclaim line");
     assert_eq!(keep["reclaiming"], false, "{keep}");
     assert!(keep["msg"].as_str().unwrap().contains("not above the target 80 %: guests keep their memory"), "{keep}");
+    let h = d.ctl().host_status();
+    assert_eq!((h.reclaim_mode, h.reclaim_target_pct, h.reclaiming, h.reclaim_excess), ("host-need", Some(80), Some(false), Some(Kib::ZERO)), "the status and metrics say so");
 
     // Others now use 13000 MiB: 17096 in all, 1096 above the target. The guest gives that
     // much (in two steps: the 1024 MiB shrink step), down to 3000 MiB, not to its estimate.
@@ -101,4 +103,6 @@ fn host_need_keeps_a_guests_memory_below_the_target_and_reclaims_above_it() {
     let shrink = lines.iter().find(|l| l["event"] == "set_target").unwrap();
     assert!(shrink["msg"].as_str().unwrap().contains("reclaim host-need: host use"), "{shrink}");
     assert_requests_in_bounds(&g.q());
+    // Settled at the target: nothing above it is left to ask for.
+    wait_for(T, "the excess reaches 0 in the status", || d.ctl().host_status().reclaim_excess.is_some_and(|e| e <= mib(16)));
 }

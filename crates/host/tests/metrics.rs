@@ -184,7 +184,7 @@ fn rendered_statuses_with_every_field_set_pass_promtool_and_the_python_parser() 
     a.grow_times.settle.observe(Duration::from_millis(2500));
     let k = autoballoon_core::Kib::from_gib_saturating;
     let pressure = autoballoon_core::procfs::parse_pressure(&std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../core/fixtures/host-6.18-busy/pressure-memory")).unwrap()).unwrap();
-    let host = HostStatus { steps: 3, mem_total: Some(k(24)), mem_available: Some(k(20)), capacity: Some(k(8)), wanted: Some(k(9)), shortfall: Some(k(1)), pressure: Some(pressure) };
+    let host = HostStatus { steps: 3, mem_total: Some(k(24)), mem_available: Some(k(20)), capacity: Some(k(8)), wanted: Some(k(9)), shortfall: Some(k(1)), pressure: Some(pressure), reclaim_mode: "host-need", reclaim_target_pct: Some(80), reclaiming: Some(false), reclaim_excess: Some(k(0)) };
     let text = render(&[a, VmStatus { name: "idle".into(), ..Default::default() }], &host);
     promtool(&text).unwrap();
     let parsed = python_parse(&text).unwrap();

@@ -27,7 +27,7 @@ fn pause_keeps_the_size_until_resume_through_the_cli() {
     wait_for(T, "size 1064 MiB sampled", || d.status("a").size == expected_target(1000));
     let dir = autoballoon_fakes::TempDir::new().unwrap();
     let sock = dir.path().join("status.sock");
-    let server = StatusServer::start_with(&sock, snapshots_of(d.ctl()), Some(commands_of(d.ctl())), Logger::new(LogFormat::Json, false)).unwrap();
+    let server = StatusServer::start_with(&sock, snapshots_of(d.ctl()), Some(autoballoon::metrics::host_of(d.ctl())), Some(commands_of(d.ctl())), Logger::new(LogFormat::Json, false)).unwrap();
     let s = sock.to_str().unwrap();
 
     let (code, out, err) = autoballoon(&["pause", "a", "--socket", s]);

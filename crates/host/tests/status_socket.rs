@@ -144,7 +144,7 @@ fn migrate_is_refused_with_reasons_and_a_read_only_socket_takes_no_commands() {
     let dir = tmp("migrate");
     let ctl = controller(&dir, &["web1"]);
     let sock = dir.join("status.sock");
-    let server = StatusServer::start_with(&sock, snapshots_of(&ctl), Some(commands_of(&ctl)), Logger::new(LogFormat::Json, false)).unwrap();
+    let server = StatusServer::start_with(&sock, snapshots_of(&ctl), Some(autoballoon::metrics::host_of(&ctl)), Some(commands_of(&ctl)), Logger::new(LogFormat::Json, false)).unwrap();
     let s = sock.to_str().unwrap();
     let (code, _, err) = autoballoon(&["migrate", "web1", "--to", "tcp:127.0.0.1:9", "--socket", s]);
     assert_eq!(code, 1, "refused by the daemon: a runtime failure");
@@ -155,7 +155,9 @@ fn migrate_is_refused_with_reasons_and_a_read_only_socket_takes_no_commands() {
     // A raw bad request gets an error answer; status still works beside it.
     let r = autoballoon::status_socket::request(&sock, &serde_json::json!({"migrate": {"vm": "web1", "uri": "", "max_bandwidth": null}}));
     assert!(r.unwrap_err().contains("`uri`"));
-    assert_eq!(autoballoon(&["status", "--socket", s]).0, 0);
+    let (code, out, _) = autoballoon(&["status", "--socket", s]);
+    assert_eq!(code, 0);
+    assert!(out.lines().last().unwrap().starts_with("host: reclaim lean;"), "{out}");
     server.stop();
 
     let server = StatusServer::start(&sock, snapshots_of(&ctl), Logger::new(LogFormat::Json, false)).unwrap();

@@ -375,6 +375,12 @@ impl Decider {
         h.pressure = look.pressure;
         h.wanted = wanted;
         h.shortfall = shortfall(wanted, look.capacity);
+        h.reclaiming = self.reclaim.map(|r| r.reclaiming());
+        h.reclaim_excess = self.reclaim.and_then(|r| match r {
+            ReclaimStep::Unknown => None,
+            ReclaimStep::Keep { .. } => Some(Kib::ZERO),
+            ReclaimStep::Reclaim { excess, .. } => Some(excess),
+        });
     }
 
     /// One warning when the host starts being short of memory for what the balancer wants

@@ -215,4 +215,15 @@ pub struct HostStatus {
     pub shortfall: Option<Kib>,
     /// The memory pressure the balancers read (/proc/pressure/memory, or `pressure_file`).
     pub pressure: Option<autoballoon_core::procfs::Pressure>,
+    /// The reclaim mode (`[controller] reclaim`: `lean`, `host-need`); "" before the
+    /// controller set it.
+    pub reclaim_mode: &'static str,
+    /// `host-need`'s target: the share of MemTotal the host may use before guests give.
+    pub reclaim_target_pct: Option<u8>,
+    /// `host-need` at the last step: whether memory was reclaimed for the host (also when
+    /// the host's memory was unknown: then every VM goes toward its estimate, as `lean`).
+    pub reclaiming: Option<bool>,
+    /// `host-need` at the last step: the host's use (with what growing VMs asked for)
+    /// above its target; 0 below it, `None` when the host's memory was unknown.
+    pub reclaim_excess: Option<Kib>,
 }
