@@ -56,6 +56,10 @@ pub struct PolicyConfig {
     pub spike_hold_s: u64,
     /// Seconds over which that memory is then given back, a quarter at a time.
     pub spike_fade_s: u64,
+    /// `spike_hold_s` for a VM whose balloon reports free pages (free page reporting on):
+    /// the memory kept goes back to the host within seconds anyway, so it is kept longer.
+    /// `spike_hold_s` and `spike_fade_s` both 0 turn this off too.
+    pub spike_hold_fpr_s: u64,
     /// The most room kept for page cache the guest reads again after it was evicted
     /// (its file refaults), MiB; 0: off.
     pub refault_keep_max_mib: u64,
@@ -92,6 +96,7 @@ impl Default for PolicyConfig {
             outlier_threshold_mib: 64,
             spike_hold_s: 30,
             spike_fade_s: 60,
+            spike_hold_fpr_s: 600,
             refault_keep_max_mib: 512,
             refault_hold_s: 120,
             refault_fade_s: 240,
@@ -143,6 +148,11 @@ impl PolicyConfig {
                 cache_buffer: Kib::from_mib_saturating(self.cache_buffer_mib),
                 migration_buffer: Kib::from_mib_saturating(self.migration_buffer_mib),
                 headroom_rule: HeadroomRule { hold: Duration::from_secs(self.spike_hold_s), fade: Duration::from_secs(self.spike_fade_s) },
+                headroom_fpr_rule: if self.spike_hold_s == 0 && self.spike_fade_s == 0 {
+                    HeadroomRule::OFF
+                } else {
+                    HeadroomRule { hold: Duration::from_secs(self.spike_hold_fpr_s), fade: Duration::from_secs(self.spike_fade_s) }
+                },
                 headroom: Headroom::default(),
                 cache_keep_rule: CacheKeepRule {
                     max: Kib::from_mib_saturating(self.refault_keep_max_mib),
@@ -191,7 +201,7 @@ impl PolicyConfig {
         for (key, v) in [("buffer_mib", self.buffer_mib), ("migration_buffer_mib", self.migration_buffer_mib), ("cache_buffer_mib", self.cache_buffer_mib), ("min_mib", self.min_mib), ("max_mib", self.max_mib),
                          ("max_shrink_mib_per_tick", self.max_shrink_mib_per_tick), ("dead_band_mib", self.dead_band_mib),
                          ("align_mib", self.align_mib), ("outlier_threshold_mib", self.outlier_threshold_mib),
-                         ("spike_hold_s", self.spike_hold_s), ("spike_fade_s", self.spike_fade_s), ("refault_keep_max_mib", self.refault_keep_max_mib),
+                         ("spike_hold_s", self.spike_hold_s), ("spike_fade_s", self.spike_fade_s), ("spike_hold_fpr_s", self.spike_hold_fpr_s), ("refault_keep_max_mib", self.refault_keep_max_mib),
                          ("refault_hold_s", self.refault_hold_s), ("refault_fade_s", self.refault_fade_s), ("rinse_after_s", self.rinse_after_s), ("rinse_every_s", self.rinse_every_s)] {
             if v > 1 << 30 {
                 return bad(key, "must be at most 1073741824 (1 PiB)");

@@ -619,6 +619,8 @@ impl World for SimWorld {
                     // it only from a migration notice (so it keeps no spike headroom).
                     shrink_while_migrating: self.calib.shrink_while_migrating
                         && (!self.side.target_in_force || migrating),
+                    // The host reads it from the balloon device; the agent does not.
+                    reports_free_pages: self.side.fpr && !self.side.target_in_force,
                     pressure: Some(psi(v.psi)),
                     oom_kills: Some(v.oom_kills),
                     // The model keeps no refault history (docs/simulator.md, limits).

@@ -72,6 +72,10 @@ pub struct SwapFree {
     /// the balloon shrink during one), never while a migration runs or is prepared; a need
     /// seen during a migration is not remembered.
     pub headroom_rule: HeadroomRule,
+    /// The headroom's rule where the balloon reports free pages
+    /// (`Sample::reports_free_pages`): the kept memory goes back to the host within
+    /// seconds anyway, so it may be kept longer.
+    pub headroom_fpr_rule: HeadroomRule,
     pub headroom: Headroom,
     /// How much room page cache the guest reads again may claim ([`super::CacheKeep`]);
     /// not while a migration is prepared.
@@ -92,6 +96,7 @@ impl SwapFree {
             cache_buffer: Kib::ZERO,
             migration_buffer: Kib::ZERO,
             headroom_rule: HeadroomRule::OFF,
+            headroom_fpr_rule: HeadroomRule::OFF,
             headroom: Headroom::default(),
             cache_keep_rule: CacheKeepRule::OFF,
             cache_keep: CacheKeep::default(),
@@ -113,7 +118,8 @@ impl Policy for SwapFree {
         let need = estimate(mem, s.guest_size, s.max, Kib::ZERO).target;
         // A need seen while a migration runs is not remembered: it would keep memory the
         // next migration sends.
-        let covered = if s.migrating { self.headroom.remembered(&self.headroom_rule, s.at).max(need) } else { self.headroom.observe(&self.headroom_rule, need, s.at) };
+        let rule = if s.reports_free_pages { &self.headroom_fpr_rule } else { &self.headroom_rule };
+        let covered = if s.migrating { self.headroom.remembered(rule, s.at).max(need) } else { self.headroom.observe(rule, need, s.at) };
         if s.shrink_while_migrating && !s.migrating && !s.preparing_migration && covered > need {
             e.headroom = covered.saturating_sub(need);
             e.target = e.target.saturating_add(e.headroom).min(s.max);
@@ -224,6 +230,35 @@ mod tests {
         assert_eq!(p.decide(&migrating(4, 1400)).unwrap().target, mib(1464), "a spike during the migration grows the guest");
         assert_eq!(p.decide(&migrating(5, 200)).unwrap().target, mib(264), "and is given back when freed");
         assert_eq!(p.decide(&at(6, 200)).unwrap().target, mib(1064), "after the migration: the headroom from before it, not the spike during it");
+    }
+
+    #[test]
+    fn with_free_page_reporting_a_spike_is_kept_longer() {
+        use std::time::Duration;
+        let mib = Kib::from_mib_saturating;
+        let short = HeadroomRule { hold: Duration::from_secs(30), fade: Duration::from_secs(60) };
+        let long = HeadroomRule { hold: Duration::from_secs(600), fade: Duration::from_secs(60) };
+        let at = |secs: u64, used: u64, fpr: bool| Sample {
+            at: Duration::from_secs(secs),
+            guest_size: mib(1536),
+            max: mib(2048),
+            mem: Some(view((1536 - used) * 1024, 0, 0, 0)),
+            shrink_while_migrating: true,
+            reports_free_pages: fpr,
+            ..Sample::default()
+        };
+        for (fpr, after_two_minutes) in [(false, 264), (true, 1064)] {
+            let mut p = SwapFree { headroom_rule: short, headroom_fpr_rule: long, ..SwapFree::new(mib(64)) };
+            assert_eq!(p.decide(&at(0, 1000, fpr)).unwrap().target, mib(1064), "a spike");
+            assert_eq!(p.decide(&at(20, 200, fpr)).unwrap().target, mib(1064), "freed: kept as headroom either way");
+            assert_eq!(p.decide(&at(120, 200, fpr)).unwrap().target, mib(after_two_minutes), "two minutes later, free page reporting {fpr}");
+        }
+        // The long hold ends too, and a migration sheds it as the short one.
+        let mut p = SwapFree { headroom_rule: short, headroom_fpr_rule: long, ..SwapFree::new(mib(64)) };
+        p.decide(&at(0, 1000, true));
+        assert_eq!(p.decide(&at(700, 200, true)).unwrap().target, mib(264));
+        p.decide(&at(800, 1000, true));
+        assert_eq!(p.decide(&Sample { migrating: true, ..at(801, 200, true) }).unwrap().target, mib(264));
     }
 
     #[test]

@@ -43,6 +43,11 @@ pub struct Sample {
     /// shrink, without the step limit and the hold-off (every tick waited is memory the
     /// migration may send). False (the default): no shrinking while `migrating`.
     pub shrink_while_migrating: bool,
+    /// The VM's balloon device reports the guest's free pages to the host (virtio-balloon
+    /// free page reporting): free memory the guest keeps goes back to the host within
+    /// seconds, so keeping it costs the host little. The policy may keep a spike's memory
+    /// longer then (`spike_hold_fpr_s`).
+    pub reports_free_pages: bool,
     /// The guest's memory pressure (its /proc/pressure/memory), if reported.
     pub pressure: Option<Pressure>,
     /// OOM kills in the guest since boot, if reported.
