@@ -46,7 +46,7 @@ for t in ${KERNEL_TEST_SKIP:-}; do
 	skip+=(--skip "$t")
 done
 rc=0
-(cd "$ROOT" && cargo test --locked -p autoballoon-testbed --test kernel --test kernel_mm -- --ignored --test-threads=1 "${skip[@]}" $FILTER) || rc=$?
+(cd "$ROOT" && cargo test --locked -p autoballoon-testbed --test kernel --test kernel_mm --test kernel_files -- --ignored --test-threads=1 "${skip[@]}" $FILTER) || rc=$?
 if [ "${KERNEL_TEST_MIGRATE:-0}" = 1 ]; then
 	cat "$AUTOBALLOON_KERNEL_RESULTS"
 else
