@@ -26,7 +26,8 @@ const DISK_MIB: u64 = 768;
 const ROUNDS: usize = 3;
 
 fn boot_with_disk(test: &str, name: &str) -> Qemu {
-    let dir = common::vm_dir(test, name);
+    // Not in the VM's folder: `boot` makes that afresh.
+    let dir = common::vm_dir(test, &format!("{name}-disk"));
     let disk = sparse_disk(&dir.join("disk.raw"), Kib::from_mib_saturating(DISK_MIB)).unwrap_or_else(|e| panic!("{e}"));
     let q = boot(test, &patched(), VmSpec { disk: Some(disk), ..spec(name, GuestAgent::None, true) });
     // The disk's blocks hold data, not holes QEMU answers without reading.
@@ -42,17 +43,16 @@ fn served(q: &Qemu) -> u64 {
 
 /// Reads the whole disk `ROUNDS` times; what that cost the balloon (pages the hook
 /// served, the balloon QEMU reports before and after), and the seconds.
-fn read_rounds(q: &Qemu, readahead_kb: u32) -> Value {
-    let qmp = ctl(q);
+fn read_rounds(q: &Qemu, qmp: &autoballoon_qmp::Qmp, readahead_kb: u32) -> Value {
     sh(q, &format!("echo {readahead_kb} > /sys/block/vda/queue/read_ahead_kb"));
-    let (pages0, balloon0) = (served(q), qemu_balloon(&qmp, GUEST).expect("query-balloon"));
+    let (pages0, balloon0) = (served(q), qemu_balloon(qmp, GUEST).expect("query-balloon"));
     let t = Instant::now();
     for _ in 0..ROUNDS {
         let out = q.console.run(&format!("dd if=/dev/vda of=/dev/null bs=64k count={} 2>&1", DISK_MIB * 16), Duration::from_secs(600)).unwrap();
         assert_eq!(out.status, 0, "dd: {}", out.text);
     }
     let secs = t.elapsed().as_secs_f64();
-    let (pages, balloon) = (served(q) - pages0, qemu_balloon(&qmp, GUEST).expect("query-balloon"));
+    let (pages, balloon) = (served(q) - pages0, qemu_balloon(qmp, GUEST).expect("query-balloon"));
     json!({ "readahead_kb": readahead_kb, "rounds": ROUNDS, "disk_mib": DISK_MIB, "read_s": secs, "hook_pages": pages,
             "balloon_before_mib": mib(balloon0), "balloon_after_mib": mib(balloon) })
 }
@@ -62,8 +62,8 @@ fn placement(test: &str, cache_first: u8) -> Value {
     sh(&q, &format!("echo {cache_first} > /sys/module/virtio_balloon/parameters/cache_first"));
     let qmp = ctl(&q);
     shrink(&qmp);
-    let with_ra = read_rounds(&q, 128);
-    let without_ra = read_rounds(&q, 0);
+    let with_ra = read_rounds(&q, &qmp, 128);
+    let without_ra = read_rounds(&q, &qmp, 0);
     // The balloon back where the host wants it, then an anonymous spike into it.
     shrink(&qmp);
     let before = served(&q);
