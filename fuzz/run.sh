@@ -43,7 +43,7 @@ if [ -d corpus/procfs ]; then
         for f in meminfo vmstat pressure-memory; do cp "$d/$f" "corpus/procfs/$(basename "$d")-$f"; done
     done
 fi
-[ -d corpus/libvirt ] && cp "$ROOT"/crates/host/fixtures/virsh/* corpus/libvirt/ && cp "$ROOT"/docs/examples/*.xml corpus/libvirt/
+[ -d corpus/libvirt ] && cp "$ROOT"/crates/host/fixtures/libvirt/* corpus/libvirt/ && cp "$ROOT"/docs/examples/*.xml corpus/libvirt/
 [ -d corpus/config ] && cp "$ROOT"/docs/example-host.toml corpus/config/
 if [ -d corpus/border ]; then
     # 48 bytes of numbers first: a 4 GiB VM (KiB), actual 4 GiB (bytes), no balloon stats.
