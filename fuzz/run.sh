@@ -18,6 +18,8 @@ if ! command -v c++ >/dev/null; then
     echo "fuzz: installing a C++ compiler (libFuzzer is C++)"
     if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq g++ >/dev/null; else sudo apt-get install -y -qq g++ >/dev/null; fi
 fi
+# The targets link the host crate, which links libvirt's library (libvirt-dev, pkg-config).
+"$ROOT/scripts/install-deps.sh" --only pkg-config libvirt-dev >/dev/null
 if ! cargo fuzz --version >/dev/null 2>&1; then
     echo "fuzz: installing cargo-fuzz from crates.io"
     cargo install cargo-fuzz --locked
