@@ -1,7 +1,8 @@
 //! A libvirt domain ([`crate::libvirt::Domain`], through libvirt's API:
-//! `virDomainSetMemoryFlags`, `virDomainMemoryStats`, `virDomainGetJobStats`). The `virt`
-//! crate wraps no domain event callbacks, so the domain's job is polled once a tick, and a
-//! migration job that ended is read back with `VIR_DOMAIN_JOB_STATS_COMPLETED`.
+//! `virDomainSetMemoryFlags`, `virDomainMemoryStats`, `virDomainGetJobStats`,
+//! `virDomainMigrateToURI3` for `autoballoon migrate`). The `virt` crate wraps no domain
+//! event callbacks, so the domain's job is polled once a tick, and a migration job that
+//! ended is read back with `VIR_DOMAIN_JOB_STATS_COMPLETED`.
 
 use super::{BalloonFeatures, Connected, Hypervisor, Result};
 use crate::controller::lock;
@@ -11,8 +12,9 @@ use autoballoon_core::migration::{self, MigrationPhase, MigrationProgress};
 use autoballoon_core::protocol::{BalloonStats, MigrationOutcome};
 use autoballoon_core::{Bytes, Kib};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub(crate) struct LibvirtHypervisor {
     domain: Domain,
@@ -23,7 +25,15 @@ pub(crate) struct LibvirtHypervisor {
     features: BalloonFeatures,
     /// A migration job was running at the last poll.
     migrating: Mutex<bool>,
+    /// `autoballoon migrate`'s bandwidth cap, MiB/s, for the next migration.
+    bandwidth_mib_s: Mutex<Option<u64>>,
+    /// The end of the migration `autoballoon migrate` started, until read.
+    started: Mutex<Option<Receiver<std::result::Result<(), LibvirtError>>>>,
 }
+
+/// How long [`Hypervisor::migrate`] waits for libvirt's migration job to appear (or the
+/// migration to fail).
+const MIGRATION_START: Duration = Duration::from_secs(5);
 
 /// Opens the domain `domain` on `uri`, on a connection of its own; the agent's socket, if
 /// none is configured, is the one the domain's XML declares.
@@ -36,7 +46,7 @@ pub(crate) fn connect(uri: &str, domain: &str, agent: Option<&Path>, timeout: Du
     };
     let facts = facts_of(d.hypervisor_version().ok(), &xml);
     let features = features_of(parse::memballoon_in_xml(&xml));
-    Ok(Connected { hypervisor: Arc::new(LibvirtHypervisor { domain: d, facts, features, migrating: Mutex::new(false) }), agent })
+    Ok(Connected { hypervisor: Arc::new(LibvirtHypervisor { domain: d, facts, features, migrating: Mutex::new(false), bandwidth_mib_s: Mutex::new(None), started: Mutex::new(None) }), agent })
 }
 
 /// QEMU's version (`virConnectGetVersion`) and the accelerator the domain type asks for.
@@ -133,21 +143,65 @@ impl Hypervisor for LibvirtHypervisor {
             let p = if done.is_migration() { job_phase(done.kind) } else { MigrationPhase::Ended(MigrationOutcome::Failed) };
             (done, p)
         } else {
-            (job, MigrationPhase::Idle)
+            // A migration `migrate` started that ended before its job was ever seen.
+            let mut started = lock(&self.started);
+            let ended = started.as_ref().and_then(|rx| match rx.try_recv() {
+                Ok(r) => Some(r.is_ok()),
+                Err(std::sync::mpsc::TryRecvError::Empty) => None,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => Some(false),
+            });
+            match ended {
+                Some(ok) => {
+                    started.take();
+                    (job, MigrationPhase::Ended(if ok { MigrationOutcome::Completed } else { MigrationOutcome::Failed }))
+                }
+                None => (job, MigrationPhase::Idle),
+            }
         };
         Ok(MigrationProgress { phase, total_time: job.elapsed_ms.map(Duration::from_millis), sent: job.memory_processed.map(Bytes), downtime: job.downtime_ms.map(Duration::from_millis) })
     }
+    /// Through libvirt's migration API: `uri` is the destination's libvirt URI.
     fn can_migrate(&self) -> std::result::Result<(), &'static str> {
-        Err("not for a libvirt domain: migrate it with libvirt (e.g. `virsh migrate`; autoballoon sees the migration job and stops shrinking until it ends)")
+        Ok(())
     }
-    fn set_max_bandwidth(&self, _bytes_per_sec: u64) -> Result<()> {
-        Err(LibvirtError::Unsupported("migration bandwidth of a libvirt domain: set it with libvirt (virDomainMigrateSetMaxSpeed, `virsh migrate-setspeed`)").into())
+    /// Kept for the next [`Hypervisor::migrate`] (libvirt's `bandwidth` parameter, MiB/s,
+    /// rounded up).
+    fn set_max_bandwidth(&self, bytes_per_sec: u64) -> Result<()> {
+        *lock(&self.bandwidth_mib_s) = Some(bytes_per_sec.div_ceil(1 << 20).max(1));
+        Ok(())
     }
-    fn migrate(&self, _uri: &str) -> Result<()> {
-        Err(LibvirtError::Unsupported("autoballoon migrate of a libvirt domain: migrate it with libvirt (`virsh migrate`)").into())
+    /// A live peer-to-peer migration to the libvirt at `uri` (e.g.
+    /// `qemu+ssh://dst/system`), on a thread of its own; returns once libvirt's migration
+    /// job runs (or within [`MIGRATION_START`]), or with the error of a migration that failed
+    /// at once. Its progress and end are the domain's job, polled as for any migration.
+    fn migrate(&self, uri: &str) -> Result<()> {
+        let rx = self.domain.start_migration(uri, *lock(&self.bandwidth_mib_s));
+        let until = Instant::now() + MIGRATION_START;
+        loop {
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(Err(e)) => return Err(e.into()),
+                Ok(Ok(())) => {
+                    // Over before the first look: its end is read as the job's.
+                    *lock(&self.migrating) = true;
+                    return Ok(());
+                }
+                Err(RecvTimeoutError::Disconnected) => return Err(LibvirtError::Closed.into()),
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+            let job = self.domain.job(false)?;
+            if (job.is_running() && job.is_migration()) || Instant::now() >= until {
+                *lock(&self.started) = Some(rx);
+                return Ok(());
+            }
+        }
     }
+    /// The domain's state; an inactive domain (shut off, crashed: after an outgoing
+    /// migration, or stopped) is an error, so a session waiting for it to go ends.
     fn run_state(&self) -> Result<String> {
-        Ok(self.domain.info()?.state.to_string())
+        match self.domain.info()?.state {
+            s @ ("shut off" | "crashed") => Err(LibvirtError::NotRunning { state: s }.into()),
+            s => Ok(s.to_string()),
+        }
     }
     fn is_connected(&self) -> bool {
         !self.domain.is_closed()
@@ -217,6 +271,12 @@ mod tests {
         h.set_guest_size(Kib(1024 * 1024)).unwrap();
         assert_eq!(h.balloon().unwrap(), Kib(1024 * 1024).to_bytes_saturating());
         assert!(h.set_guest_size(Kib(16 * 1024 * 1024)).is_err(), "libvirt refuses more than <memory>");
+        // The test driver cannot migrate: the error comes back at once.
+        assert!(h.can_migrate().is_ok());
+        h.set_max_bandwidth(10 << 20).unwrap();
+        let e = h.migrate("test:///default").unwrap_err();
+        assert!(e.to_string().contains("virDomainMigrateToURI3"), "{e}");
+        assert_eq!(h.migration().unwrap().phase, MigrationPhase::Idle);
         h.close();
         assert!(!h.is_connected());
         assert!(h.balloon().is_err());

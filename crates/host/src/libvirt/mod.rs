@@ -76,6 +76,9 @@ pub enum LibvirtError {
     /// unexpected answer of libvirt's {call}: {why}
     #[error("unexpected answer of libvirt's {call}: {why}")]
     Unexpected { call: &'static str, why: String },
+    /// the domain is {state}
+    #[error("the domain is {state}")]
+    NotRunning { state: &'static str },
     /// {count} libvirt calls of ended sessions still hang; no new connection until some return
     #[error("{count} libvirt calls of ended sessions still hang; no new connection until some return")]
     Stuck { count: usize },
@@ -368,6 +371,36 @@ impl Domain {
     /// The domain's live XML (`virDomainGetXMLDesc`).
     pub fn xml(&self) -> Result<String, LibvirtError> {
         self.on_domain("virDomainGetXMLDesc", |d| d.xml_desc(0))
+    }
+
+    /// Starts a live peer-to-peer migration to the libvirt at `dest_uri`
+    /// (`virDomainMigrateToURI3` with `VIR_MIGRATE_LIVE | VIR_MIGRATE_PEER2PEER`, as
+    /// `virsh migrate --live --p2p`), capped at `bandwidth_mib_s` if given. The call returns
+    /// only when the migration ends, so it runs on a thread and a connection of its own,
+    /// with keepalive; its end comes on the returned channel. Its progress is the domain's
+    /// job ([`Domain::job`]).
+    pub fn start_migration(&self, dest_uri: &str, bandwidth_mib_s: Option<u64>) -> mpsc::Receiver<Result<(), LibvirtError>> {
+        const CALL: &str = "virDomainMigrateToURI3";
+        init();
+        let (tx, rx) = mpsc::channel();
+        let (uri, name, dest) = (self.conn.uri.clone(), self.name.clone(), dest_uri.to_string());
+        let run = move || -> Result<(), LibvirtError> {
+            let conn = virt::connect::Connect::open(Some(&uri)).map_err(|e| LibvirtError::Connect { uri: uri.clone(), message: e.message().to_string() })?;
+            let _ = conn.set_keep_alive(KEEPALIVE_INTERVAL_S, KEEPALIVE_COUNT);
+            let d = conn.lookup_domain_by_name(&name).map_err(|e| failed("virDomainLookupByName", e))?;
+            let params = virt::domain::MigrateParameters { bandwidth: bandwidth_mib_s, ..Default::default() };
+            d.migrate_to_uri3(Some(&dest), params, sys::VIR_MIGRATE_LIVE | sys::VIR_MIGRATE_PEER2PEER).map_err(|e| failed(CALL, e))
+        };
+        let spawned = std::thread::Builder::new().name("libvirt-migrate".into()).spawn({
+            let tx = tx.clone();
+            move || {
+                let _ = tx.send(run());
+            }
+        });
+        if let Err(e) = spawned {
+            let _ = tx.send(Err(LibvirtError::Unexpected { call: CALL, why: format!("cannot start its thread: {e}") }));
+        }
+        rx
     }
 
     /// The hypervisor's version (`virConnectGetVersion`): QEMU's `(major, minor, micro)`
