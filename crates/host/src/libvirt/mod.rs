@@ -31,15 +31,16 @@
 //! libvirt's QEMU driver, which gives up waiting for a domain's job lock after 30 s. A QEMU
 //! whose monitor never answers holds its call as long as libvirtd keeps the job: the
 //! connection's thread stays in it, its session having ended at the deadline; such
-//! threads are counted, and past [`MAX_STUCK`] no new connection is opened
-//! ([`LibvirtError::Stuck`]) until some return.
+//! threads are counted per URI, and past [`MAX_STUCK`] no new connection to that URI is
+//! opened ([`LibvirtError::Stuck`]) until some return (other URIs are not held up).
 
 pub mod parse;
 
 pub use parse::{DomInfo, JobInfo, MemStats};
 
 use autoballoon_core::Kib;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
@@ -52,8 +53,8 @@ pub const DEFAULT_URI: &str = "qemu:///system";
 pub const KEEPALIVE_INTERVAL_S: i32 = 5;
 /// Unanswered probes after which the connection is closed.
 pub const KEEPALIVE_COUNT: u32 = 3;
-/// Connection threads still inside a call whose connection was given up: past this many,
-/// [`Connection::open`] refuses.
+/// Connection threads still inside a call whose connection was given up, per URI: past
+/// this many, [`Connection::open`] refuses that URI.
 pub const MAX_STUCK: usize = 32;
 
 /// Everything that can go wrong talking to libvirt.
@@ -79,9 +80,9 @@ pub enum LibvirtError {
     /// the domain is {state}
     #[error("the domain is {state}")]
     NotRunning { state: &'static str },
-    /// {count} libvirt calls of ended sessions still hang; no new connection until some return
-    #[error("{count} libvirt calls of ended sessions still hang; no new connection until some return")]
-    Stuck { count: usize },
+    /// {count} libvirt calls of ended sessions still hang on {uri}; no new connection to it until some return
+    #[error("{count} libvirt calls of ended sessions still hang on {uri}; no new connection to it until some return")]
+    Stuck { uri: String, count: usize },
     /// {0}
     #[error("{0}")]
     Unsupported(&'static str),
@@ -141,12 +142,24 @@ struct Held {
 
 type Job = Box<dyn FnOnce(&mut Held) + Send>;
 
-/// Connection threads inside a call whose connection was dropped or closed.
-static STUCK: AtomicUsize = AtomicUsize::new(0);
+/// Connection threads inside a call whose connection was dropped or closed, per URI.
+static STUCK: Mutex<BTreeMap<String, usize>> = Mutex::new(BTreeMap::new());
+
+/// Counts one more (`+1`) or one less (`-1`) stuck thread on `uri`; the count after.
+fn count_stuck(uri: &str, by: isize) -> usize {
+    let mut m = lock(&STUCK);
+    let n = m.entry(uri.to_string()).or_default();
+    *n = n.saturating_add_signed(by);
+    let after = *n;
+    if after == 0 {
+        m.remove(uri);
+    }
+    after
+}
 
 /// A connection thread's state, seen by its owner.
-#[derive(Default)]
 struct Busy {
+    uri: String,
     /// Inside a call.
     busy: bool,
     /// Counted in [`STUCK`] (given up while busy); the thread uncounts itself when done.
@@ -177,12 +190,12 @@ impl Connection {
     /// most `timeout`.
     pub fn open(uri: &str, timeout: Duration) -> Result<Connection, LibvirtError> {
         init();
-        let stuck = STUCK.load(Ordering::SeqCst);
+        let stuck = count_stuck(uri, 0);
         if stuck >= MAX_STUCK {
-            return Err(LibvirtError::Stuck { count: stuck });
+            return Err(LibvirtError::Stuck { uri: uri.into(), count: stuck });
         }
         let (tx, rx) = mpsc::channel::<Job>();
-        let busy = Arc::new(Mutex::new(Busy { busy: true, stuck: false }));
+        let busy = Arc::new(Mutex::new(Busy { uri: uri.into(), busy: true, stuck: false }));
         let (opened_tx, opened_rx) = mpsc::channel();
         let (thread_uri, thread_busy) = (uri.to_string(), busy.clone());
         let spawned = std::thread::Builder::new().name("libvirt-conn".into()).spawn(move || {
@@ -190,7 +203,7 @@ impl Connection {
                 let mut b = lock(b);
                 b.busy = false;
                 if std::mem::take(&mut b.stuck) {
-                    STUCK.fetch_sub(1, Ordering::SeqCst);
+                    count_stuck(&b.uri, -1);
                 }
             };
             let conn = match virt::connect::Connect::open(Some(&thread_uri)) {
@@ -235,7 +248,7 @@ impl Connection {
         let mut b = lock(&self.busy);
         if b.busy && !b.stuck {
             b.stuck = true;
-            STUCK.fetch_add(1, Ordering::SeqCst);
+            count_stuck(&b.uri, 1);
         }
     }
 
@@ -453,6 +466,17 @@ mod tests {
         assert_eq!(d.hypervisor_version().unwrap(), (0, 0, 2));
         d.close();
         assert!(matches!(d.info(), Err(LibvirtError::Closed)));
+    }
+
+    #[test]
+    fn a_uri_with_too_many_stuck_calls_is_refused_and_others_are_not() {
+        let uri = "test:///nosuchfile-stuck-test.xml";
+        count_stuck(uri, MAX_STUCK as isize);
+        let e = Connection::open(uri, Duration::from_secs(5)).unwrap_err();
+        assert!(matches!(&e, LibvirtError::Stuck { count: MAX_STUCK, .. }), "{e}");
+        assert!(Connection::open("test:///default", Duration::from_secs(5)).is_ok());
+        assert_eq!(count_stuck(uri, -(MAX_STUCK as isize)), 0);
+        assert!(matches!(Connection::open(uri, Duration::from_secs(5)), Err(LibvirtError::Connect { .. })));
     }
 
     #[test]
