@@ -258,6 +258,11 @@ impl Connection {
 
     /// `f` on the connection's thread; its answer, if it comes within the deadline.
     fn call<T: Send + 'static>(&self, call: &'static str, f: impl FnOnce(&mut Held) -> Result<T, LibvirtError> + Send + 'static) -> Result<T, LibvirtError> {
+        self.call_within(self.timeout, call, f)
+    }
+
+    /// [`Connection::call`] with its own deadline.
+    fn call_within<T: Send + 'static>(&self, timeout: Duration, call: &'static str, f: impl FnOnce(&mut Held) -> Result<T, LibvirtError> + Send + 'static) -> Result<T, LibvirtError> {
         if self.is_closed() {
             return Err(LibvirtError::Closed);
         }
@@ -269,14 +274,14 @@ impl Connection {
             Some(jobs) if jobs.send(job).is_ok() => {}
             _ => return Err(LibvirtError::Closed),
         }
-        let deadline = Instant::now() + self.timeout;
+        let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match rx.recv_timeout(left.min(POLL)) {
                 Ok(answer) => return answer,
                 Err(RecvTimeoutError::Disconnected) => return Err(LibvirtError::Closed),
                 Err(RecvTimeoutError::Timeout) if self.is_closed() => return Err(LibvirtError::Closed),
-                Err(RecvTimeoutError::Timeout) if left.is_zero() => return Err(LibvirtError::Timeout { call, after: self.timeout }),
+                Err(RecvTimeoutError::Timeout) if left.is_zero() => return Err(LibvirtError::Timeout { call, after: timeout }),
                 Err(RecvTimeoutError::Timeout) => {}
             }
         }
@@ -297,6 +302,47 @@ impl Drop for Connection {
         self.close();
     }
 }
+
+/// `virDomainGetJobStats`, read here rather than by `virt` 0.5.0's `Domain::job_stats`:
+/// that one builds a `Vec` from the parameters' pointer, which libvirt leaves NULL when
+/// there is no job (undefined behaviour: a debug build aborts), and frees libvirt's memory
+/// with Rust's allocator. Only the fields [`parse::job_info`] reads are filled in.
+fn job_stats(d: &virt::domain::Domain, flags: u32) -> Result<virt::domain::JobStats, virt::error::Error> {
+    use std::os::raw::{c_int, c_ulonglong};
+    let mut kind: c_int = 0;
+    let mut params: sys::virTypedParameterPtr = std::ptr::null_mut();
+    let mut n: c_int = 0;
+    // SAFETY: the domain pointer is valid while `d` lives; libvirt fills the three
+    // out-parameters (`params` allocated by libvirt, or NULL with `n` 0).
+    if unsafe { sys::virDomainGetJobStats(d.as_ptr(), &mut kind, &mut params, &mut n, flags) } < 0 {
+        return Err(virt::error::Error::last_error());
+    }
+    let ull = |name: &std::ffi::CStr| {
+        let mut v: c_ulonglong = 0;
+        // SAFETY: `params` holds `n` parameters (or is NULL, which libvirt handles); `name`
+        // is a NUL-terminated constant.
+        (!params.is_null() && unsafe { sys::virTypedParamsGetULLong(params, n, name.as_ptr(), &mut v) } == 1).then_some(v)
+    };
+    let int = |name: &std::ffi::CStr| {
+        let mut v: c_int = 0;
+        // SAFETY: as above.
+        (!params.is_null() && unsafe { sys::virTypedParamsGetInt(params, n, name.as_ptr(), &mut v) } == 1).then_some(v)
+    };
+    let stats = virt::domain::JobStats {
+        r#type: kind,
+        operation: int(sys::VIR_DOMAIN_JOB_OPERATION),
+        time_elapsed: ull(sys::VIR_DOMAIN_JOB_TIME_ELAPSED),
+        mem_processed: ull(sys::VIR_DOMAIN_JOB_MEMORY_PROCESSED),
+        downtime: ull(sys::VIR_DOMAIN_JOB_DOWNTIME),
+        ..Default::default()
+    };
+    // SAFETY: frees what libvirt allocated, once; NULL with 0 is allowed.
+    unsafe { sys::virTypedParamsFree(params, n) };
+    Ok(stats)
+}
+
+/// How long [`Domain::hypervisor_version`] waits.
+pub const VERSION_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How often a caller waiting for an answer looks whether its connection was closed.
 pub const POLL: Duration = Duration::from_millis(20);
@@ -374,7 +420,7 @@ impl Domain {
     /// A driver without job statistics has no job.
     pub fn job(&self, completed: bool) -> Result<JobInfo, LibvirtError> {
         let flags = if completed { sys::VIR_DOMAIN_JOB_STATS_COMPLETED } else { 0 };
-        match self.on_domain("virDomainGetJobStats", move |d| d.job_stats(flags)) {
+        match self.on_domain("virDomainGetJobStats", move |d| job_stats(d, flags)) {
             Ok(s) => Ok(parse::job_info(&s)),
             Err(e) if e.is_no_support() => Ok(JobInfo::none()),
             Err(e) => Err(e),
@@ -417,11 +463,21 @@ impl Domain {
     }
 
     /// The hypervisor's version (`virConnectGetVersion`): QEMU's `(major, minor, micro)`
-    /// for the QEMU driver.
+    /// for the QEMU driver (its default emulator's: a domain with another `<emulator>` may
+    /// run another version). libvirt's QEMU driver may re-probe QEMU's capabilities to
+    /// answer, which takes seconds (about 4 s each time on this project's test machine):
+    /// the call waits up to [`VERSION_TIMEOUT`], and its answer is kept per URI for the
+    /// daemon's life, so only a URI's first session pays for it.
     pub fn hypervisor_version(&self) -> Result<(u32, u32, u32), LibvirtError> {
         const CALL: &str = "virConnectGetVersion";
-        let v = self.conn.call(CALL, |h| h.conn.hyp_version().map_err(|e| failed(CALL, e)))?;
-        Ok(parse::hypervisor_version(u64::from(v)))
+        static KNOWN: Mutex<BTreeMap<String, (u32, u32, u32)>> = Mutex::new(BTreeMap::new());
+        if let Some(v) = lock(&KNOWN).get(self.uri()) {
+            return Ok(*v);
+        }
+        let v = self.conn.call_within(VERSION_TIMEOUT.max(self.conn.timeout), CALL, |h| h.conn.hyp_version().map_err(|e| failed(CALL, e)))?;
+        let v = parse::hypervisor_version(u64::from(v));
+        lock(&KNOWN).insert(self.uri().to_string(), v);
+        Ok(v)
     }
 }
 
@@ -512,3 +568,4 @@ mod tests {
         assert!(matches!(c.active_domains(), Err(LibvirtError::Closed)));
     }
 }
+
