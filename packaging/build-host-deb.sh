@@ -66,7 +66,7 @@ the unit; `systemctl reload autoballoon` re-reads the configuration
 .I /usr/share/doc/autoballoon/
 configuration.md (every key), security.md (threat model and confinement), metrics.md (the Prometheus metrics), example-host.toml, autoballoon-dashboard.json (a Grafana dashboard of the metrics)'
 "$here/gen-man.sh" "$host" 8 "continuous, swap-free memory ballooning for QEMU VMs" "$files" \
-    '.BR systemctl (1), " " systemd.exec (5), " " qemu-system-x86_64 (1), " " virsh (1)' \
+    '.BR systemctl (1), " " systemd.exec (5), " " qemu-system-x86_64 (1), " " libvirtd (8)' \
     | gzip -9n > "$pkg/usr/share/man/man8/autoballoon.8.gz"
 chmod 0644 "$pkg/usr/share/man/man8/autoballoon.8.gz"
 

@@ -226,8 +226,8 @@ mod tests {
 
     #[test]
     fn memory_stats_map_libvirt_tags() {
-        // What virDomainMemoryStats answered for a running 1 GiB guest (virsh dommemstat's
-        // numbers, libvirt 9.0): swap_in 0, ..., actual, unused, available, usable,
+        // What virDomainMemoryStats answered for a running 1 GiB guest (the numbers virsh
+        // dommemstat printed, libvirt 9.0): swap_in 0, ..., actual, unused, available, usable,
         // last_update, disk_caches, rss.
         let pairs = [(0, 0), (1, 0), (2, 515), (3, 97366), (6, 1048576), (4, 942468), (5, 983872), (8, 875556), (9, 1795486876), (10, 5408), (11, 0), (12, 0), (7, 239704)];
         let s = mem_stats(&pairs).unwrap();
