@@ -281,4 +281,21 @@ mod tests {
         assert!(!h.is_connected());
         assert!(h.balloon().is_err());
     }
+
+    /// A persistent domain that stops is `shut off`: an error, so a session waiting for the
+    /// husk of a migrated domain to go ends (and reconnects when it runs again).
+    #[test]
+    fn a_stopped_domain_ends_the_wait_for_it_to_go() {
+        // The test's own connection shares the driver's state with the hypervisor's.
+        let own = virt::connect::Connect::open(Some("test:///default")).unwrap();
+        let xml = "<domain type='test'><name>stops</name><memory unit='MiB'>256</memory><os><type>hvm</type></os></domain>";
+        let dom = own.define_domain_xml(xml).unwrap();
+        dom.create().unwrap();
+        let h = connect("test:///default", "stops", None, Duration::from_secs(5)).unwrap().hypervisor;
+        assert_eq!(h.run_state().unwrap(), "running");
+        dom.destroy().unwrap();
+        let e = h.run_state().unwrap_err();
+        assert!(e.to_string().contains("the domain is shut off"), "{e}");
+        dom.undefine().unwrap();
+    }
 }
