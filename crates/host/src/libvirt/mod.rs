@@ -190,6 +190,10 @@ impl Connection {
     /// most `timeout`.
     pub fn open(uri: &str, timeout: Duration) -> Result<Connection, LibvirtError> {
         init();
+        // `virt` would panic on it (a C string cannot hold it).
+        if uri.contains('\0') {
+            return Err(LibvirtError::Connect { uri: uri.escape_debug().to_string(), message: "a URI cannot contain a NUL byte".into() });
+        }
         let stuck = count_stuck(uri, 0);
         if stuck >= MAX_STUCK {
             return Err(LibvirtError::Stuck { uri: uri.into(), count: stuck });
@@ -442,6 +446,10 @@ impl Domain {
         const CALL: &str = "virDomainMigrateToURI3";
         init();
         let (tx, rx) = mpsc::channel();
+        if dest_uri.contains('\0') {
+            let _ = tx.send(Err(LibvirtError::Unexpected { call: CALL, why: "a URI cannot contain a NUL byte".into() }));
+            return rx;
+        }
         let (uri, name, dest) = (self.conn.uri.clone(), self.name.clone(), dest_uri.to_string());
         let run = move || -> Result<(), LibvirtError> {
             let conn = virt::connect::Connect::open(Some(&uri)).map_err(|e| LibvirtError::Connect { uri: uri.clone(), message: e.message().to_string() })?;
@@ -533,6 +541,14 @@ mod tests {
         assert!(Connection::open("test:///default", Duration::from_secs(5)).is_ok());
         assert_eq!(count_stuck(uri, -(MAX_STUCK as isize)), 0);
         assert!(matches!(Connection::open(uri, Duration::from_secs(5)), Err(LibvirtError::Connect { .. })));
+    }
+
+    #[test]
+    fn a_nul_byte_is_an_error_not_a_panic() {
+        assert!(matches!(Connection::open("test:///def\0ault", Duration::from_secs(5)), Err(LibvirtError::Connect { .. })));
+        assert!(Domain::open("test:///default", "te\0st", Duration::from_secs(5)).is_err());
+        let (d, _) = Domain::open("test:///default", "test", Duration::from_secs(5)).unwrap();
+        assert!(d.start_migration("qemu+ssh://x\0/system", None).recv().unwrap().is_err());
     }
 
     #[test]
