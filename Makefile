@@ -69,9 +69,11 @@ guest-deb: agent
 
 # The host daemon's Debian package: the release binary, its unit, a default configuration
 # with no VM (/etc/autoballoon/host.toml) and a man page generated from --help
-# (packaging/build-host-deb.sh, packaging/gen-man.sh). Only cargo, dpkg-deb and gzip are
-# needed, so it does not go through `deps` (QEMU and the rest).
+# (packaging/build-host-deb.sh, packaging/gen-man.sh). Only cargo, libvirt-dev and
+# pkg-config (the daemon links libvirt0), dpkg-deb and gzip are needed, so it does not go
+# through `deps` (QEMU and the rest).
 deb:
+	@scripts/install-deps.sh --only pkg-config libvirt-dev
 	cargo build --release --locked -p autoballoon
 	packaging/build-host-deb.sh --host target/release/autoballoon --out $(CACHE)/deb
 

@@ -18,6 +18,8 @@ if ! command -v c++ >/dev/null; then
     echo "fuzz: installing a C++ compiler (libFuzzer is C++)"
     if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq g++ >/dev/null; else sudo apt-get install -y -qq g++ >/dev/null; fi
 fi
+# The targets link the host crate, which links libvirt's library (libvirt-dev, pkg-config).
+"$ROOT/scripts/install-deps.sh" --only pkg-config libvirt-dev >/dev/null
 if ! cargo fuzz --version >/dev/null 2>&1; then
     echo "fuzz: installing cargo-fuzz from crates.io"
     cargo install cargo-fuzz --locked
@@ -43,7 +45,7 @@ if [ -d corpus/procfs ]; then
         for f in meminfo vmstat pressure-memory; do cp "$d/$f" "corpus/procfs/$(basename "$d")-$f"; done
     done
 fi
-[ -d corpus/libvirt ] && cp "$ROOT"/crates/host/fixtures/virsh/* corpus/libvirt/ && cp "$ROOT"/docs/examples/*.xml corpus/libvirt/
+[ -d corpus/libvirt ] && cp "$ROOT"/crates/host/fixtures/libvirt/* corpus/libvirt/ && cp "$ROOT"/docs/examples/*.xml corpus/libvirt/
 [ -d corpus/config ] && cp "$ROOT"/docs/example-host.toml corpus/config/
 if [ -d corpus/border ]; then
     # 48 bytes of numbers first: a 4 GiB VM (KiB), actual 4 GiB (bytes), no balloon stats.

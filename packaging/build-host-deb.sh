@@ -6,8 +6,9 @@
 #   /usr/share/man/man8/autoballoon.8.gz       the man page, generated from --help (gen-man.sh)
 #   /usr/share/doc/autoballoon/                configuration.md, security.md, metrics.md, example-host.toml, copyright,
 #                                              and the Grafana dashboard autoballoon-dashboard.json
-# Depends only on what the binary links (libc6, libgcc-s1, from dpkg-shlibdeps when there);
-# libvirt-clients is suggested (virsh, for VMs given as libvirt domains). The unit is
+# Depends only on what the binary links (libc6, libgcc-s1 and libvirt0, libvirt's library for
+# VMs given as libvirt domains; from dpkg-shlibdeps when there); libvirt-daemon-system is
+# suggested (the daemon that runs libvirt domains). The unit is
 # enabled and started on install (with no VM the daemon just waits), restarted on upgrade.
 # Uses dpkg-deb on a staged tree; no debhelper needed.
 #
@@ -65,7 +66,7 @@ the unit; `systemctl reload autoballoon` re-reads the configuration
 .I /usr/share/doc/autoballoon/
 configuration.md (every key), security.md (threat model and confinement), metrics.md (the Prometheus metrics), example-host.toml, autoballoon-dashboard.json (a Grafana dashboard of the metrics)'
 "$here/gen-man.sh" "$host" 8 "continuous, swap-free memory ballooning for QEMU VMs" "$files" \
-    '.BR systemctl (1), " " systemd.exec (5), " " qemu-system-x86_64 (1), " " virsh (1)' \
+    '.BR systemctl (1), " " systemd.exec (5), " " qemu-system-x86_64 (1), " " libvirtd (8)' \
     | gzip -9n > "$pkg/usr/share/man/man8/autoballoon.8.gz"
 chmod 0644 "$pkg/usr/share/man/man8/autoballoon.8.gz"
 
@@ -80,6 +81,7 @@ if [ -z "$depends" ]; then
     glibc="$(objdump -T "$host" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -1)"
     depends="libc6 (>= ${glibc:-2.34})"
     readelf -d "$host" | grep -q 'NEEDED.*libgcc_s' && depends="$depends, libgcc-s1"
+    readelf -d "$host" | grep -q 'NEEDED.*libvirt\.so' && depends="$depends, libvirt0"
 fi
 size_kib="$(du -sk --exclude=DEBIAN "$pkg" | cut -f1)"
 
@@ -90,14 +92,14 @@ Architecture: $arch
 Maintainer: autoballoon developers <autoballoon@localhost>
 Installed-Size: $size_kib
 Depends: $depends
-Suggests: libvirt-clients
+Suggests: libvirt-daemon-system
 Section: admin
 Priority: optional
 Description: continuous, swap-free memory ballooning for QEMU VMs (host daemon)
  The autoballoon host controller keeps each QEMU VM at the memory it needs: it
  reads every guest's memory (from the autoballoon-guest agent over virtio-serial,
  or the balloon driver's statistics) and sets the virtio-balloon over QMP, or
- through libvirt (virsh, package libvirt-clients) for libvirt domains. Live
+ through libvirt's API (libvirt0) for libvirt domains. Live
  migrations send less and hosts pack more VMs; a spike never meets the OOM killer.
  .
  Installs a systemd unit (Type=notify, watchdog, sandboxed) and a configuration

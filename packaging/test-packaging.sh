@@ -88,10 +88,13 @@ grep -q '^ Package: autoballoon$' <<< "$info" || fail "no Package field: $info"
 grep -q '^ Architecture: amd64$' <<< "$info" || fail "no Architecture field"
 deps="$(sed -n 's/^ Depends: //p' <<< "$info")"
 grep -q 'libc6 (>= [0-9.]*)' <<< "$deps" || fail "Depends lacks libc6: $deps"
-# Only what the daemon runs: the C library and libgcc's unwinder; no QEMU, no libvirt.
-extra="$(tr ',' '\n' <<< "$deps" | sed 's/^ *//; s/ .*//' | grep -v -x -e libc6 -e libgcc-s1 || true)"
+# libvirt's library: libvirt domains are managed through its API (no virsh).
+grep -Eq '(^|, )libvirt0( |,|$)' <<< "$deps" || fail "Depends lacks libvirt0: $deps"
+# Only what the daemon links: the C library, libgcc's unwinder and libvirt's library; no
+# QEMU, no libvirt daemon or clients.
+extra="$(tr ',' '\n' <<< "$deps" | sed 's/^ *//; s/ .*//' | grep -v -x -e libc6 -e libgcc-s1 -e libvirt0 || true)"
 [ -z "$extra" ] || fail "Depends on more than the linked libraries: $deps"
-grep -q '^ Suggests: libvirt-clients$' <<< "$info" || fail "no Suggests: libvirt-clients"
+grep -q '^ Suggests: libvirt-daemon-system$' <<< "$info" || fail "no Suggests: libvirt-daemon-system"
 grep -q 'conffiles' <<< "$info" || fail "no conffiles: $info"
 [ "$(dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles)" = /etc/autoballoon/host.toml ] || fail "host.toml is not a conffile"
 for f in './usr/bin/autoballoon' './lib/systemd/system/autoballoon.service' './etc/autoballoon/host.toml' \

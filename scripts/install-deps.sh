@@ -15,11 +15,14 @@ set -euo pipefail
 # python3-prometheus-client: the metrics endpoint's test parses the scraped text with it
 # (and with promtool too where Debian's `prometheus` server package happens to be
 # installed). systemd (systemd-analyze) and dpkg: the packaging test; python3-yaml: its
-# check of the KubeVirt manifests (packaging/kubevirt/test-manifest.sh). libvirt (daemon,
-# QEMU driver, virsh): VMs managed by libvirt domain and their test (crates/testbed/tests/
-# libvirt.rs, which starts libvirtd itself where no systemd runs it).
+# check of the KubeVirt manifests (packaging/kubevirt/test-manifest.sh). libvirt-dev and
+# pkg-config: the host daemon links libvirt's library (libvirt0, through the `virt` crate,
+# whose build finds it with pkg-config), so nothing compiles the host crate without them.
+# libvirt (daemon, QEMU driver, virsh): VMs managed by libvirt domain and their test
+# (crates/testbed/tests/libvirt.rs, which starts libvirtd itself where no systemd runs it,
+# and creates its domain with virsh).
 PKGS=(qemu-system-x86 busybox-static cpio gcc libc6-dev xz-utils zstd file ca-certificates
-      python3-prometheus-client python3-yaml systemd dpkg
+      python3-prometheus-client python3-yaml systemd dpkg pkg-config libvirt-dev
       libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients)
 want_rust=1
 while [ $# -gt 0 ]; do

@@ -131,7 +131,7 @@ pub struct VmConfig {
     #[serde(default)]
     pub qmp: PathBuf,
     /// The libvirt domain, as an alternative to `qmp`: managed through libvirt's API
-    /// (`virsh`) on `libvirt_uri`.
+    /// (its library, `libvirt0`) on `libvirt_uri`.
     #[serde(default)]
     pub libvirt_domain: Option<String>,
     /// libvirt's connection URI for `libvirt_domain`.
@@ -370,7 +370,7 @@ pub struct DiscoveryConfig {
     /// A directory of QMP sockets: `<name>.qmp` is a VM's QMP socket, `<name>.agent` its
     /// agent port's (optional). Read every [`SOCKET_SCAN`]; empty = off.
     pub socket_dir: PathBuf,
-    /// Manage every running domain of `libvirt_uri` (`virsh list`, every [`LIBVIRT_SCAN`]).
+    /// Manage every running domain of `libvirt_uri` (`virConnectListAllDomains`, every [`LIBVIRT_SCAN`]).
     pub libvirt: bool,
     /// libvirt's connection URI for `libvirt = true`.
     pub libvirt_uri: String,
@@ -384,7 +384,7 @@ impl Default for DiscoveryConfig {
 
 /// How often `[discovery] socket_dir` is read (one `readdir`).
 pub const SOCKET_SCAN: std::time::Duration = std::time::Duration::from_millis(500);
-/// How often libvirt's running domains are listed (one `virsh list`).
+/// How often libvirt's running domains are listed (one `virConnectListAllDomains`).
 pub const LIBVIRT_SCAN: std::time::Duration = std::time::Duration::from_secs(2);
 /// A discovered VM's QMP socket in `socket_dir`: `<name>` + this.
 pub const QMP_SUFFIX: &str = ".qmp";

@@ -82,10 +82,10 @@ struct VmArgs {
 struct MigrateArgs {
     /// The VM's name in the daemon's configuration.
     vm: String,
-    /// QEMU's migration URI, e.g. tcp:10.0.0.2:4444 (the destination QEMU runs with -incoming).
+    /// QEMU's migration URI, e.g. tcp:10.0.0.2:4444 (the destination QEMU runs with -incoming); for a libvirt domain the destination's libvirt URI, e.g. qemu+ssh://10.0.0.2/system (a live peer-to-peer migration).
     #[arg(long = "to", value_name = "URI")]
     to: String,
-    /// Migration bandwidth cap, MiB/s [default: QEMU's setting].
+    /// Migration bandwidth cap, MiB/s [default: QEMU's or libvirt's setting].
     #[arg(long, value_name = "N")]
     bandwidth_mib: Option<u64>,
     /// The daemon's status socket [default: as for `status`].

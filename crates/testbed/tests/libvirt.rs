@@ -2,7 +2,9 @@
 //! project's guest image (made from docs/examples/autoballoon-guest.xml), the daemon as
 //! shipped managing it by domain name only (`libvirt_domain`; the agent's socket comes
 //! from the domain's XML), the balloon moved to the daemon's target (as libvirt itself
-//! reports it), `autoballoon status` showing it, and a spike in the guest grown into.
+//! reports it), `autoballoon status` showing it, and a spike in the guest grown into. The
+//! daemon calls libvirt's library (no virsh, no QMP passthrough): the domain is never
+//! tainted `custom-monitor`.
 //!
 //! libvirt from Debian (`libvirt-daemon-system`, installed by scripts/install-deps.sh);
 //! without systemd the test starts `virtlogd` and `libvirtd` itself. Skipped, with the
@@ -38,7 +40,7 @@ fn libvirt_domain_is_ballooned_by_name() {
     let d = Daemon::start(&common::vm_dir("libvirt", "daemon"), &config).unwrap_or_else(|e| panic!("{e}"));
     let managing = format!("managing libvirt={name} on qemu:///system");
     assert!(wait_for(Duration::from_secs(20), Duration::from_millis(200), || !d.log_lines(&managing).is_empty()).is_some(), "log: {}", d.log_text());
-    // The hypervisor is read through libvirt's QMP passthrough (query-version, query-kvm):
+    // The hypervisor is read through libvirt's API (virConnectGetVersion, the domain type):
     // the migration rule names it instead of "not known".
     let line = d.log_lines(&managing).join("\n");
     assert!(line.contains("TCG on QEMU") || line.contains("KVM"), "the hypervisor read through libvirt: {line}");
@@ -56,7 +58,7 @@ fn libvirt_domain_is_ballooned_by_name() {
         let (target, actual) = (v["target"].as_u64(), dom.actual_kib());
         matches!((target, actual), (Some(t), Some(a)) if a.abs_diff(t) <= 2048)
     });
-    assert!(at_target.is_some(), "virsh dommemstat actual {:?} KiB vs target {:?}", dom.actual_kib(), d.vm("lv").map(|v| v["target"].clone()));
+    assert!(at_target.is_some(), "libvirt's actual {:?} KiB vs target {:?}", dom.actual_kib(), d.vm("lv").map(|v| v["target"].clone()));
 
     // `autoballoon status` shows it.
     let table = d.status_table().unwrap_or_else(|e| panic!("autoballoon status: {e}"));
@@ -64,7 +66,7 @@ fn libvirt_domain_is_ballooned_by_name() {
     let row = table.lines().find(|l| l.starts_with("lv ")).unwrap_or_else(|| panic!("no row for lv:\n{table}"));
     assert!(row.contains("running") && row.contains("agent"), "{row}");
 
-    // A spike in the guest is grown into (through libvirt's setmem), and completes.
+    // A spike in the guest is grown into (through virDomainSetMemoryFlags), and completes.
     let before = d.size_mib("lv").unwrap();
     let out = console.run("spike 2 200 2 0 1", Duration::from_secs(180)).expect("spike finishes");
     assert_eq!(out.status, 0, "spike: {}", out.text);
@@ -75,5 +77,8 @@ fn libvirt_domain_is_ballooned_by_name() {
     });
     assert!(grew, "the daemon grew the guest by 200 MiB or more from {before} MiB:\n{}", d.log_lines("set size").join("\n"));
     assert_eq!(console.oom_kills(), 0, "OOM kills");
+    // No QMP passed through libvirt: libvirt logs a taint in the domain's log otherwise.
+    let qemu_log = std::fs::read_to_string(format!("/var/log/libvirt/qemu/{name}.log")).unwrap_or_default();
+    assert!(!qemu_log.contains("custom-monitor"), "the domain was tainted:\n{qemu_log}");
     eprintln!("libvirt_domain_is_ballooned_by_name: {:.1} s in all", t0.elapsed().as_secs_f64());
 }

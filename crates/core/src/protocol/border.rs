@@ -1,6 +1,6 @@
 //! The one border every number from a guest crosses, whichever way it comes: the agent's
 //! samples ([`check_sample`]), the virtio-balloon driver's statistics as QEMU's
-//! `guest-stats` or libvirt's `dommemstat` hand them on ([`check_balloon_stats`]), and the
+//! `guest-stats` or libvirt's `virDomainMemoryStats` hand them on ([`check_balloon_stats`]), and the
 //! balloon's `actual`, which QEMU computes from the page count the guest writes and which
 //! underflows to a huge number when the guest claims more pages than the VM has
 //! ([`check_actual`]). A guest can send anything, so the host uses these numbers only after
@@ -40,8 +40,8 @@ pub enum Rejected {
 }
 
 /// The virtio-balloon driver's statistics as QEMU (`qom-get guest-stats`) or libvirt
-/// (`dommemstat`) hand them on: the guest's own numbers, unchecked. `None`: not reported
-/// (QEMU's `-1`, a missing line). Sizes in bytes, saturated where the source counts in KiB.
+/// (`virDomainMemoryStats`) hand them on: the guest's own numbers, unchecked. `None`: not reported
+/// (QEMU's `-1`, a statistic libvirt does not give). Sizes in bytes, saturated where the source counts in KiB.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BalloonStats {
     /// MemTotal.

@@ -35,8 +35,8 @@ pub(crate) enum Change {
 /// makes a new one (the time tells a new file that got a freed inode number again).
 type FileId = (u64, u64, i128);
 
-/// How long one `virsh list` may take.
-const VIRSH_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one listing of libvirt's domains (or opening its connection) may take.
+const LIBVIRT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One managed VM.
 struct Managed {
@@ -84,6 +84,9 @@ pub(crate) struct Fleet {
     /// Wakes the discovery threads at shutdown.
     pub wake: Wake,
     log: Logger,
+    /// Discovery's libvirt connection, kept from listing to listing; dropped when a listing
+    /// fails (the next one reconnects) or the URI changes. Only libvirt's thread uses it.
+    libvirt: Mutex<Option<crate::libvirt::Connection>>,
     started: Instant,
     interval: Duration,
     shrink: ShrinkSetting,
@@ -133,6 +136,7 @@ impl Fleet {
             bell,
             wake: Wake::default(),
             log,
+            libvirt: Mutex::new(None),
             started,
             interval: Duration::from_millis(config.controller.interval_ms),
             shrink: config.controller.migration_shrink,
@@ -171,9 +175,24 @@ impl Fleet {
         };
         if !on {
             lock(&self.state).domains.clear();
+            lock(&self.libvirt).take();
             return;
         }
-        let listed = crate::libvirt::active_domains(&uri, VIRSH_TIMEOUT);
+        let listed = {
+            let mut conn = lock(&self.libvirt);
+            if conn.as_ref().is_some_and(|c| c.uri() != uri) {
+                conn.take();
+            }
+            let listed = match conn.take() {
+                Some(c) => Ok(c),
+                None => crate::libvirt::Connection::open(&uri, LIBVIRT_TIMEOUT),
+            }
+            .and_then(|c| c.active_domains().map(|names| (c, names)));
+            listed.map(|(c, names)| {
+                *conn = Some(c);
+                names
+            })
+        };
         let mut st = lock(&self.state);
         match listed {
             Ok(names) => st.domains = names.iter().map(|n| VmConfig { libvirt_uri: uri.clone(), ..VmConfig::libvirt(n, n) }).collect(),
@@ -193,8 +212,8 @@ impl Fleet {
         }
     }
 
-    /// libvirt's thread: a listing and a pass every [`LIBVIRT_SCAN`] (a slow `virsh` does
-    /// not hold up the socket directory).
+    /// libvirt's thread: a listing and a pass every [`LIBVIRT_SCAN`] (a slow libvirt does
+    /// not hold up the socket directory; a listing waits at most [`LIBVIRT_TIMEOUT`]).
     pub fn watch_libvirt(&self) {
         while !self.shutdown.load(Ordering::SeqCst) {
             let before = lock(&self.state).domains.len();

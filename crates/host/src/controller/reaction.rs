@@ -3,7 +3,7 @@
 //!
 //! - **reaction**: from the moment the host had the sample a grow was decided on (the
 //!   agent's report arriving, or the actor's sample when the view was QEMU's) to the
-//!   hypervisor accepting the grow (QMP `balloon` answered, `virsh setmem` exited);
+//!   hypervisor accepting the grow (QMP `balloon` answered, libvirt's `virDomainSetMemoryFlags` returned);
 //! - **settle**: from that acceptance to the first sample whose balloon size (`actual`)
 //!   reached the grow's target, within [`SETTLE_SLACK`]. Samples are taken once a tick
 //!   (and at once when the agent says its guest runs short), so this is an upper bound

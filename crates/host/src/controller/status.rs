@@ -128,7 +128,7 @@ pub struct VmStatus {
     pub qmp_events_dropped: u64,
     /// Balloon sizes (`actual`) refused at the border: above the VM's size.
     pub actual_rejected: u64,
-    /// Balloon-driver statistics (guest-stats, libvirt's dommemstat) refused at the border.
+    /// Balloon-driver statistics (guest-stats, libvirt's memory statistics) refused at the border.
     pub guest_stats_rejected: u64,
     /// The running or last live migration of this VM seen by this controller.
     pub last_migration: Option<MigrationReport>,

@@ -2,7 +2,7 @@
 //! [`Hypervisor`], in core's neutral types (sizes in [`Kib`] and [`Bytes`], the balloon
 //! driver's statistics as [`BalloonStats`], a migration as [`MigrationPhase`] and
 //! [`MigrationProgress`]), and one file per hypervisor: [`qmp`] (QEMU's QMP socket) and
-//! [`libvirt`] (a libvirt domain through `virsh`). Another hypervisor is one more file
+//! [`libvirt`] (a libvirt domain through libvirt's library). Another hypervisor is one more file
 //! here implementing [`Hypervisor`] and one more [`Endpoint`] variant, matched in
 //! [`connect`] (with its client's error as one more [`HypervisorError`] variant).
 //!
@@ -14,7 +14,7 @@ pub(crate) mod libvirt;
 pub(crate) mod qmp;
 
 use crate::config::{Endpoint, VmConfig};
-use crate::libvirt::VirshError;
+use crate::libvirt::LibvirtError;
 use autoballoon_core::migration::{self, MigrationPhase, MigrationProgress};
 use autoballoon_core::policy::MemView;
 use autoballoon_core::protocol::{check_actual, check_balloon_stats, BalloonStats, Rejected};
@@ -30,7 +30,7 @@ pub enum HypervisorError {
     #[error(transparent)]
     Qmp(#[from] QmpError),
     #[error("libvirt: {0}")]
-    Libvirt(#[from] VirshError),
+    Libvirt(#[from] LibvirtError),
 }
 
 impl HypervisorError {
@@ -120,7 +120,8 @@ impl std::fmt::Display for BalloonFeatures {
     }
 }
 
-/// One VM's hypervisor. Every call has a deadline (the QMP command timeout, or virsh's).
+/// One VM's hypervisor. Every call has a deadline (the QMP command timeout, or the libvirt
+/// connection's).
 pub(crate) trait Hypervisor: Send + Sync {
     /// For log lines: `QEMU 7.2.0`, `through libvirt`.
     fn describe(&self) -> String;
@@ -132,7 +133,7 @@ pub(crate) trait Hypervisor: Send + Sync {
     fn configured(&self) -> Result<Kib>;
     /// The guest's present size (the balloon's `actual`), raw: use [`actual`].
     fn balloon(&self) -> Result<Bytes>;
-    /// Sets the guest's size (QMP `balloon`, `virsh setmem`).
+    /// Sets the guest's size (QMP `balloon`, libvirt's `virDomainSetMemoryFlags`).
     fn set_guest_size(&self, size: Kib) -> Result<()>;
     /// The hypervisor's own switches on the balloon device. Never fails: what cannot be
     /// read is unknown.
@@ -157,6 +158,6 @@ pub(crate) trait Hypervisor: Send + Sync {
     /// The VM's run state (`running`, `postmigrate`, `paused`, ...).
     fn run_state(&self) -> Result<String>;
     fn is_connected(&self) -> bool;
-    /// Cuts the session: a command waiting for an answer fails now (QMP) or at its deadline.
+    /// Cuts the session: a command waiting for an answer fails now.
     fn close(&self);
 }

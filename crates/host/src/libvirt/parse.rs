@@ -1,35 +1,43 @@
-//! Pure parsers of `virsh` output (run with `LC_ALL=C`). Each is tested on files captured
-//! from real `virsh` 9.0 (Debian 12) under `crates/host/fixtures/virsh/`.
+//! Pure readers of what libvirt's API answers: the domain's XML (`virDomainGetXMLDesc`,
+//! scanned for the agent's channel, the domain type and the balloon device), the memory
+//! statistics' tagged values (`virDomainMemoryStats`), a job's statistics
+//! (`virDomainGetJobStats`), a domain state's number and the hypervisor's version number
+//! (`virConnectGetVersion`). No I/O: [`super`] makes the calls. The XML readers are tested
+//! on a domain's XML captured from libvirt 9.0 (`crates/host/fixtures/libvirt/`), and never
+//! panic on any input (`make fuzz`, target `libvirt`).
 
+use autoballoon_core::migration::Accel;
 use autoballoon_core::Kib;
-use autoballoon_qmp::QemuVersion;
 
-/// What `virsh dominfo` says that we use.
+/// What `virDomainGetInfo` says that we use.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DomInfo {
-    /// `State:` (`running`, `paused`, `shut off`, ...).
-    pub state: String,
-    /// `Max memory:` — the domain's `<memory>`: the balloon's ceiling, the configured size.
+    /// The state's name, as virsh prints it ([`state_name`]).
+    pub state: &'static str,
+    /// `maxMem` — the domain's `<memory>`: the balloon's ceiling, the configured size.
     pub max: Kib,
-    /// `Used memory:` — the balloon's present size as libvirt last heard of it.
+    /// `memory` — the domain's `<currentMemory>`: the balloon's size as libvirt last heard of it.
     pub used: Kib,
 }
 
-/// `virsh dominfo DOMAIN`.
-pub fn parse_dominfo(text: &str) -> Result<DomInfo, String> {
-    let field = |name: &str| fields(text).find(|(k, _)| *k == name).map(|(_, v)| v);
-    let kib = |name: &str| -> Result<Kib, String> {
-        let v = field(name).ok_or_else(|| format!("no `{name}` line"))?;
-        parse_kib_words(v).ok_or_else(|| format!("`{name}` is not a size in KiB: {v:?}"))
-    };
-    let state = field("State").ok_or("no `State` line")?.to_string();
-    Ok(DomInfo { state, max: kib("Max memory")?, used: kib("Used memory")? })
+/// A `virDomainState` as virsh names it (`running`, `paused`, `shut off`, ...).
+pub fn state_name(state: u32) -> &'static str {
+    match state {
+        0 => "no state",
+        1 => "running",
+        2 => "idle",
+        3 => "paused",
+        4 => "in shutdown",
+        5 => "shut off",
+        6 => "crashed",
+        7 => "pmsuspended",
+        _ => "unknown",
+    }
 }
 
-/// `virsh dommemstat DOMAIN`: one `name value` pair a line, values in KiB except counters
-/// and `last_update` (seconds since the epoch). libvirt's names: `actual` (the balloon's
-/// size), `unused` (MemFree), `available` (MemTotal), `usable` (MemAvailable),
-/// `disk_caches`, `rss` (QEMU's resident memory).
+/// libvirt's memory statistics, values in KiB except `last_update` (seconds since the
+/// epoch). libvirt's names: `actual` (the balloon's size), `unused` (MemFree), `available`
+/// (MemTotal), `usable` (MemAvailable), `disk_caches`, `rss` (QEMU's resident memory).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MemStats {
     pub actual: Option<Kib>,
@@ -41,90 +49,138 @@ pub struct MemStats {
     pub last_update: Option<u64>,
 }
 
-pub fn parse_dommemstat(text: &str) -> Result<MemStats, String> {
+/// `virDomainMemoryStats`' `(tag, value)` pairs (`VIR_DOMAIN_MEMORY_STAT_*`); unknown tags
+/// are skipped, and there must be an `actual` (the balloon's size).
+pub fn mem_stats(pairs: &[(u32, u64)]) -> Result<MemStats, String> {
     let mut s = MemStats::default();
-    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
-        let mut w = line.split_whitespace();
-        let (Some(name), Some(value), None) = (w.next(), w.next(), w.next()) else {
-            return Err(format!("not a `name value` line: {line:?}"));
-        };
-        let n: u64 = value.parse().map_err(|_| format!("`{name}` is not a number: {value:?}"))?;
-        match name {
-            "actual" => s.actual = Some(Kib(n)),
-            "unused" => s.unused = Some(Kib(n)),
-            "available" => s.available = Some(Kib(n)),
-            "usable" => s.usable = Some(Kib(n)),
-            "disk_caches" => s.disk_caches = Some(Kib(n)),
-            "rss" => s.rss = Some(Kib(n)),
-            "last_update" => s.last_update = Some(n),
+    for &(tag, n) in pairs {
+        match tag {
+            4 => s.unused = Some(Kib(n)),
+            5 => s.available = Some(Kib(n)),
+            6 => s.actual = Some(Kib(n)),
+            7 => s.rss = Some(Kib(n)),
+            8 => s.usable = Some(Kib(n)),
+            9 => s.last_update = Some(n),
+            10 => s.disk_caches = Some(Kib(n)),
             _ => {}
         }
     }
     if s.actual.is_none() {
-        return Err("no `actual` line (is there a balloon device?)".into());
+        return Err("no `actual` (is there a balloon device?)".into());
     }
     Ok(s)
 }
 
-/// The job `virsh domjobinfo` (or `domjobinfo --completed`) shows.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// A job's `virDomainJobType`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobType {
+    None,
+    Bounded,
+    Unbounded,
+    Completed,
+    Failed,
+    Cancelled,
+    /// A type this libvirt does not know yet.
+    Other(i32),
+}
+
+impl JobType {
+    pub fn of(raw: i32) -> JobType {
+        match raw {
+            0 => JobType::None,
+            1 => JobType::Bounded,
+            2 => JobType::Unbounded,
+            3 => JobType::Completed,
+            4 => JobType::Failed,
+            5 => JobType::Cancelled,
+            n => JobType::Other(n),
+        }
+    }
+}
+
+/// `VIR_DOMAIN_JOB_OPERATION_MIGRATION_OUT`.
+pub const OPERATION_MIGRATION_OUT: i32 = 5;
+
+/// A domain's job, from `virDomainGetJobStats` (the running one, or with
+/// `VIR_DOMAIN_JOB_STATS_COMPLETED` the last finished one).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobInfo {
-    /// `Job type:` — `None`, `Bounded`, `Unbounded` (running), `Completed`, `Failed`, `Cancelled`.
-    pub kind: String,
-    /// `Operation:` — e.g. `Outgoing migration`, `Dump`, `Save`; absent without a job.
-    pub operation: Option<String>,
-    /// `Time elapsed:`, ms.
+    pub kind: JobType,
+    /// `VIR_DOMAIN_JOB_OPERATION`: e.g. [`OPERATION_MIGRATION_OUT`]; absent without a job.
+    pub operation: Option<i32>,
+    /// `VIR_DOMAIN_JOB_TIME_ELAPSED`, ms.
     pub elapsed_ms: Option<u64>,
-    /// `Memory processed:`, bytes (what was sent of the guest's memory).
+    /// `VIR_DOMAIN_JOB_MEMORY_PROCESSED`, bytes (what was sent of the guest's memory).
     pub memory_processed: Option<u64>,
-    /// `Total downtime:`, ms (once completed).
+    /// `VIR_DOMAIN_JOB_DOWNTIME`, ms (once completed).
     pub downtime_ms: Option<u64>,
 }
 
 impl JobInfo {
+    /// No job: what a driver without job statistics is taken to have.
+    pub fn none() -> JobInfo {
+        JobInfo { kind: JobType::None, operation: None, elapsed_ms: None, memory_processed: None, downtime_ms: None }
+    }
     /// An outgoing migration's job (not a dump or save).
     pub fn is_migration(&self) -> bool {
-        self.operation.as_deref().is_some_and(|o| o.to_ascii_lowercase().contains("outgoing migration"))
+        self.operation == Some(OPERATION_MIGRATION_OUT)
     }
     /// The job runs (`Bounded` or `Unbounded`).
     pub fn is_running(&self) -> bool {
-        matches!(self.kind.as_str(), "Bounded" | "Unbounded")
+        matches!(self.kind, JobType::Bounded | JobType::Unbounded)
     }
 }
 
-pub fn parse_domjobinfo(text: &str) -> Result<JobInfo, String> {
-    let get = |name: &str| fields(text).find(|(k, _)| *k == name).map(|(_, v)| v);
-    let kind = get("Job type").ok_or("no `Job type` line")?.to_string();
-    let ms = |name: &str| get(name).and_then(|v| v.strip_suffix("ms")).and_then(|v| v.trim().parse().ok());
-    Ok(JobInfo {
-        kind,
-        operation: get("Operation").map(str::to_string),
-        elapsed_ms: ms("Time elapsed"),
-        memory_processed: get("Memory processed").and_then(parse_scaled_bytes),
-        downtime_ms: ms("Total downtime"),
-    })
+/// What we use of `virDomainGetJobStats`' answer.
+pub fn job_info(s: &virt::domain::JobStats) -> JobInfo {
+    JobInfo { kind: JobType::of(s.r#type), operation: s.operation, elapsed_ms: s.time_elapsed, memory_processed: s.mem_processed, downtime_ms: s.downtime }
 }
 
-/// `virsh domstate DOMAIN`: the first line (`running`, `paused`, `shut off`, ...).
-/// `virsh list --name`: one domain name a line, then an empty line.
-pub fn parse_domain_names(text: &str) -> Vec<String> {
-    text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect()
+/// QEMU's `(major, minor, micro)` from libvirt's version number of the hypervisor
+/// (`virConnectGetVersion`: major * 1,000,000 + minor * 1,000 + micro).
+pub fn hypervisor_version(v: u64) -> (u32, u32, u32) {
+    let part = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+    (part(v / 1_000_000), part(v / 1000 % 1000), part(v % 1000))
 }
 
-pub fn parse_domstate(text: &str) -> Result<String, String> {
-    text.lines().map(str::trim).find(|l| !l.is_empty()).map(str::to_string).ok_or_else(|| "empty output".into())
+/// The accelerator a domain's XML asks for: `<domain type='kvm'>` is KVM, `type='qemu'`
+/// TCG; anything else is unknown.
+pub fn domain_accel_in_xml(xml: &str) -> Accel {
+    let Some(start) = xml.find("<domain ") else { return Accel::Unknown };
+    let rest = &xml[start..];
+    let head = &rest[..rest.find('>').unwrap_or(rest.len())];
+    match attr(head, "type").as_deref() {
+        Some("kvm") => Accel::Kvm,
+        Some("qemu") => Accel::Tcg,
+        _ => Accel::Unknown,
+    }
 }
 
-/// The host end of the agent's channel in `virsh dumpxml DOMAIN`: the `path` of the
+/// The `<memballoon>` of a domain's XML.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Memballoon {
+    /// `model` (`virtio`, `none`, ...).
+    pub model: String,
+    /// `autodeflate` (QEMU's `deflate-on-oom`); libvirt writes it only when set.
+    pub autodeflate: bool,
+    /// `freePageReporting`; libvirt writes it only when set.
+    pub free_page_reporting: bool,
+}
+
+/// The domain's `<memballoon>` element, if it has one.
+pub fn memballoon_in_xml(xml: &str) -> Option<Memballoon> {
+    let start = xml.find("<memballoon ")?;
+    let rest = &xml[start..];
+    let head = &rest[..rest.find('>').unwrap_or(rest.len())];
+    let on = |name: &str| attr(head, name).as_deref() == Some("on");
+    Some(Memballoon { model: attr(head, "model").unwrap_or_default(), autodeflate: on("autodeflate"), free_page_reporting: on("freePageReporting") })
+}
+
+/// The host end of the agent's channel in a domain's XML: the `path` of the
 /// `<source mode='bind'>` of the unix `<channel>` whose virtio target is named `port`.
 /// A plain scan of libvirt's own formatting (one element a line, single quotes), not a
 /// general XML parser.
 pub fn agent_socket_in_xml(xml: &str, port: &str) -> Option<String> {
-    let attr = |line: &str, name: &str| -> Option<String> {
-        let start = line.find(&format!("{name}='"))? + name.len() + 2;
-        let end = line[start..].find('\'')?;
-        Some(xml_unescape(&line[start..start + end]))
-    };
     let mut rest = xml;
     while let Some(open) = rest.find("<channel ") {
         let body = &rest[open..];
@@ -147,83 +203,34 @@ pub fn agent_socket_in_xml(xml: &str, port: &str) -> Option<String> {
     None
 }
 
+/// The value of ` name='...'` in `element` (libvirt quotes with single quotes), unescaped.
+fn attr(element: &str, name: &str) -> Option<String> {
+    let key = format!(" {name}='");
+    let start = element.find(&key)? + key.len();
+    let end = element[start..].find('\'')?;
+    Some(xml_unescape(&element[start..start + end]))
+}
+
 fn xml_unescape(s: &str) -> String {
     s.replace("&apos;", "'").replace("&quot;", "\"").replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
-}
-
-/// `Name:   value` lines, trimmed.
-fn fields(text: &str) -> impl Iterator<Item = (&str, &str)> {
-    text.lines().filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim(), v.trim()))
-}
-
-/// `1048576 KiB`.
-fn parse_kib_words(v: &str) -> Option<Kib> {
-    let mut w = v.split_whitespace();
-    let n = w.next()?.parse().ok()?;
-    (w.next() == Some("KiB") && w.next().is_none()).then_some(Kib(n))
-}
-
-/// `89.652 MiB`, `1.000 GiB`, `0.000 B`, `1023.861 KiB` (virsh's binary units) in bytes.
-fn parse_scaled_bytes(v: &str) -> Option<u64> {
-    let mut w = v.split_whitespace();
-    let n: f64 = w.next()?.parse().ok()?;
-    let unit = match w.next()? {
-        "B" => 1u64,
-        "KiB" => 1 << 10,
-        "MiB" => 1 << 20,
-        "GiB" => 1 << 30,
-        "TiB" => 1 << 40,
-        _ => return None,
-    };
-    (n.is_finite() && n >= 0.0).then(|| (n * unit as f64).round() as u64)
-}
-
-#[cfg(test)]
-mod qmp_passthrough_tests {
-    use super::*;
-
-    #[test]
-    fn query_version_and_kvm_through_virsh() {
-        let v = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/virsh/qemu-monitor-command-query-version.json")).unwrap();
-        let version = parse_query_version(&v).unwrap();
-        assert_eq!(version.triple(), (7, 2, 22));
-        assert!(version.package.starts_with("Debian 1:7.2"), "{}", version.package);
-        let k = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/virsh/qemu-monitor-command-query-kvm.json")).unwrap();
-        assert_eq!(parse_query_kvm(&k), Ok(false));
-        assert!(parse_query_version("error").is_err() && parse_query_version(r#"{"return":{}}"#).is_err());
-        assert!(parse_query_kvm(r#"{"error":{"class":"GenericError"}}"#).is_err());
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn domain_names_one_a_line() {
-        assert_eq!(parse_domain_names("autoballoon-guest\ndb-1\n\n"), ["autoballoon-guest", "db-1"]);
-        assert!(parse_domain_names("\n").is_empty());
-    }
-
     fn fixture(name: &str) -> String {
-        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/virsh").join(name);
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/libvirt").join(name);
         std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
     }
 
     #[test]
-    fn dominfo_gives_state_and_sizes() {
-        let i = parse_dominfo(&fixture("dominfo-running.txt")).unwrap();
-        assert_eq!(i, DomInfo { state: "running".into(), max: Kib(1048576), used: Kib(1048576) });
-        let i = parse_dominfo(&fixture("dominfo-shrunk.txt")).unwrap();
-        assert_eq!((i.max, i.used), (Kib(1048576), Kib(400000)));
-        assert!(parse_dominfo("").is_err());
-        assert!(parse_dominfo("State: running\nMax memory: lots\nUsed memory: 1 KiB\n").unwrap_err().contains("Max memory"));
-        assert!(parse_dominfo(&fixture("dominfo-nodomain.stdout")).is_err());
-    }
-
-    #[test]
-    fn dommemstat_maps_libvirt_names() {
-        let s = parse_dommemstat(&fixture("dommemstat-full.txt")).unwrap();
+    fn memory_stats_map_libvirt_tags() {
+        // What virDomainMemoryStats answered for a running 1 GiB guest (the numbers virsh
+        // dommemstat printed, libvirt 9.0): swap_in 0, ..., actual, unused, available, usable,
+        // last_update, disk_caches, rss.
+        let pairs = [(0, 0), (1, 0), (2, 515), (3, 97366), (6, 1048576), (4, 942468), (5, 983872), (8, 875556), (9, 1795486876), (10, 5408), (11, 0), (12, 0), (7, 239704)];
+        let s = mem_stats(&pairs).unwrap();
         assert_eq!(s.actual, Some(Kib(1048576)));
         assert_eq!(s.unused, Some(Kib(942468)));
         assert_eq!(s.available, Some(Kib(983872)));
@@ -231,42 +238,65 @@ mod tests {
         assert_eq!(s.disk_caches, Some(Kib(5408)));
         assert_eq!(s.rss, Some(Kib(239704)));
         assert_eq!(s.last_update, Some(1795486876));
-        let s = parse_dommemstat(&fixture("dommemstat-shrunk.txt")).unwrap();
-        assert_eq!(s.actual, Some(Kib(400000)));
-        assert!(parse_dommemstat("rss 5\n").is_err());
-        assert!(parse_dommemstat("actual x\n").is_err());
-        assert!(parse_dommemstat("actual 1 2\n").is_err());
+        // Without a balloon driver: only `actual` and `rss`; no `actual` at all is refused.
+        assert_eq!(mem_stats(&[(6, 400000), (7, 1)]).unwrap().unused, None);
+        assert!(mem_stats(&[(7, 5)]).is_err());
+        assert!(mem_stats(&[]).is_err());
+        // A tag from a newer libvirt is skipped.
+        assert_eq!(mem_stats(&[(6, 1), (99, 7)]).unwrap().actual, Some(Kib(1)));
     }
 
     #[test]
-    fn domjobinfo_tells_jobs_apart() {
-        let none = parse_domjobinfo(&fixture("domjobinfo-none.txt")).unwrap();
-        assert_eq!(none.kind, "None");
+    fn job_stats_tell_jobs_apart() {
+        use virt::domain::JobStats;
+        let none = job_info(&JobStats::default());
+        assert_eq!(none, JobInfo::none());
         assert!(!none.is_running() && !none.is_migration());
-        let dump = parse_domjobinfo(&fixture("domjobinfo-dump-running.txt")).unwrap();
-        assert!(dump.is_running());
-        assert!(!dump.is_migration(), "a dump is not a migration");
-        assert_eq!(dump.elapsed_ms, Some(22));
-        assert_eq!(dump.memory_processed, Some(1_048_434)); // 1023.861 KiB
-        let done = parse_domjobinfo(&fixture("domjobinfo-dump-completed.txt")).unwrap();
-        assert_eq!(done.kind, "Completed");
-        assert_eq!(done.operation.as_deref(), Some("Dump"));
-        assert_eq!(done.downtime_ms, Some(105));
-        assert_eq!(done.elapsed_ms, Some(368));
-        // libvirt drops a completed job's statistics once read: a second look finds none.
-        assert_eq!(parse_domjobinfo(&fixture("domjobinfo-completed-consumed.txt")).unwrap().kind, "None");
-        // libvirt's name of a migration job (virDomainJobOperation); no fixture: a
-        // migration needs a second libvirt host.
-        let mig = parse_domjobinfo("Job type:         Unbounded   \nOperation:        Outgoing migration\n").unwrap();
+        // A dump is a job, but no migration.
+        let dump = job_info(&JobStats { r#type: 2, operation: Some(8), time_elapsed: Some(22), mem_processed: Some(1_048_434), ..Default::default() });
+        assert!(dump.is_running() && !dump.is_migration());
+        assert_eq!((dump.elapsed_ms, dump.memory_processed), (Some(22), Some(1_048_434)));
+        let mig = job_info(&JobStats { r#type: 2, operation: Some(OPERATION_MIGRATION_OUT), ..Default::default() });
         assert!(mig.is_running() && mig.is_migration());
-        assert!(parse_domjobinfo("").is_err());
+        let done = job_info(&JobStats { r#type: 3, operation: Some(OPERATION_MIGRATION_OUT), downtime: Some(105), ..Default::default() });
+        assert_eq!((done.kind, done.downtime_ms), (JobType::Completed, Some(105)));
+        assert!(!done.is_running() && done.is_migration());
+        assert_eq!(JobType::of(1), JobType::Bounded);
+        assert_eq!(JobType::of(4), JobType::Failed);
+        assert_eq!(JobType::of(5), JobType::Cancelled);
+        assert_eq!(JobType::of(-3), JobType::Other(-3));
     }
 
     #[test]
-    fn domstate_is_the_first_line() {
-        assert_eq!(parse_domstate(&fixture("domstate-running.txt")).unwrap(), "running");
-        assert_eq!(parse_domstate(&fixture("domstate-paused.txt")).unwrap(), "paused");
-        assert!(parse_domstate("\n\n").is_err());
+    fn states_and_versions() {
+        assert_eq!(state_name(1), "running");
+        assert_eq!(state_name(3), "paused");
+        assert_eq!(state_name(5), "shut off");
+        assert_eq!(state_name(1000), "unknown");
+        assert_eq!(hypervisor_version(7_002_022), (7, 2, 22));
+        assert_eq!(hypervisor_version(10_000_000), (10, 0, 0));
+        assert_eq!(hypervisor_version(2), (0, 0, 2));
+        assert_eq!(hypervisor_version(u64::MAX).0, u32::MAX);
+    }
+
+    #[test]
+    fn the_domain_type_gives_the_accelerator() {
+        assert_eq!(domain_accel_in_xml(&fixture("dumpxml-running.xml")), Accel::Tcg);
+        assert_eq!(domain_accel_in_xml("<domain type='kvm' id='3'>\n<name>x</name>\n</domain>"), Accel::Kvm);
+        assert_eq!(domain_accel_in_xml("<domain type='test' id='1'>"), Accel::Unknown);
+        assert_eq!(domain_accel_in_xml("<domain type='kvm"), Accel::Unknown);
+        assert_eq!(domain_accel_in_xml(""), Accel::Unknown);
+    }
+
+    #[test]
+    fn the_balloon_device_is_read_from_the_xml() {
+        let b = memballoon_in_xml(&fixture("dumpxml-running.xml")).unwrap();
+        assert_eq!(b, Memballoon { model: "virtio".into(), autodeflate: true, free_page_reporting: false });
+        let b = memballoon_in_xml("<memballoon model='virtio' freePageReporting='on'>").unwrap();
+        assert!(b.free_page_reporting && !b.autodeflate);
+        assert_eq!(memballoon_in_xml("<memballoon model='none'/>").unwrap().model, "none");
+        assert_eq!(memballoon_in_xml("<domain type='kvm'>\n</domain>"), None);
+        assert_eq!(memballoon_in_xml("<memballoon model='vir").unwrap().model, "");
     }
 
     #[test]
@@ -283,30 +313,4 @@ mod tests {
         assert_eq!(agent_socket_in_xml(escaped, "p").as_deref(), Some("/a'b"));
         assert_eq!(agent_socket_in_xml("<channel type='unix'>", "p"), None);
     }
-
-    #[test]
-    fn scaled_sizes() {
-        assert_eq!(parse_scaled_bytes("1.000 GiB"), Some(1 << 30));
-        assert_eq!(parse_scaled_bytes("0.000 B"), Some(0));
-        assert_eq!(parse_scaled_bytes("-1 MiB"), None);
-        assert_eq!(parse_scaled_bytes("1 PB"), None);
-    }
-}
-
-/// The `return` of a QMP command passed through `virsh qemu-monitor-command` (libvirt adds
-/// an `id`); a QMP `error` is an error.
-fn qmp_return(text: &str) -> Result<serde_json::Value, String> {
-    let mut v: serde_json::Value = serde_json::from_str(text.trim()).map_err(|e| format!("not JSON: {e}"))?;
-    v.get_mut("return").map(serde_json::Value::take).ok_or_else(|| format!("no `return` in {}", text.trim()))
-}
-
-/// What `virsh qemu-monitor-command DOMAIN '{"execute":"query-version"}'` answers (libvirt's
-/// QMP passthrough): QEMU's version and package string, parsed as the QMP client does.
-pub fn parse_query_version(text: &str) -> Result<QemuVersion, String> {
-    autoballoon_qmp::types::parse_query_version(&qmp_return(text)?).map_err(|e| e.to_string())
-}
-
-/// `... '{"execute":"query-kvm"}'`: whether KVM is enabled.
-pub fn parse_query_kvm(text: &str) -> Result<bool, String> {
-    autoballoon_qmp::types::parse_kvm_enabled(&qmp_return(text)?).map_err(|e| e.to_string())
 }

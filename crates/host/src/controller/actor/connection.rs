@@ -94,7 +94,8 @@ impl Actor {
                 End::Shutdown => return,
                 End::Retarget => backoff.reset(),
                 End::Error(e) => {
-                    let msg = format!("lost QMP: {e}; retrying");
+                    let session = if self.cfg.libvirt_domain.is_some() { "the libvirt session" } else { "QMP" };
+                    let msg = format!("lost {session}: {e}; retrying");
                     if leaves {
                         lost = Some(msg);
                     } else {

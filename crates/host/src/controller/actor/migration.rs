@@ -79,8 +79,9 @@ impl Actor {
     pub(super) fn drop_unstarted_request(&mut self) {
         if let Some(p) = self.prep.take() {
             if !p.started {
-                self.migration_report(|r| r.status = "failed: the QMP session ended before the migration started".into());
-                self.log.event(&self.shared.name, EventKind::MigrationRequest, &format!("migration to {} dropped: the QMP session ended", p.uri), &[]);
+                let session = if self.cfg.libvirt_domain.is_some() { "libvirt" } else { "QMP" };
+                self.migration_report(|r| r.status = format!("failed: the {session} session ended before the migration started"));
+                self.log.event(&self.shared.name, EventKind::MigrationRequest, &format!("migration to {} dropped: the {session} session ended", p.uri), &[]);
             }
         }
     }
