@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0
 # make kernel-test: build the patched and the stock kernel (cached), put each
 # into the project's guest image with the agent, run the scenarios of
-# crates/testbed/tests/kernel.rs and kernel_mm.rs on real QEMU guests, and print one JSON summary
+# crates/testbed/tests/kernel.rs, kernel_mm.rs and kernel_files.rs on real QEMU guests, and print one JSON summary
 # line per variant (patched, stock, stock-deflate-on-oom).
 #
 #   kernel/scripts/kernel-test.sh AGENT [TEST-NAME-FILTER]
