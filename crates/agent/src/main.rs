@@ -67,8 +67,10 @@ pub struct RunArgs {
     #[arg(long)]
     pub port: Option<PathBuf>,
     /// Directory of the patched kernel's interface (max_pages, current_pages, target_pages).
-    #[arg(long, default_value = "/proc/sys/vm/balloon")]
-    pub kernel_dir: PathBuf,
+    /// Without it: the first balloon device's /sys/bus/virtio/drivers/virtio_balloon/virtio*/balloon
+    /// (series v3), else /proc/sys/vm/balloon (v1, v2).
+    #[arg(long)]
+    pub kernel_dir: Option<PathBuf>,
     /// Xen's balloon sysfs directory (target_kb, info/current_kb).
     #[arg(long, default_value = "/sys/devices/system/xen_memory/xen_memory0")]
     pub xen_dir: PathBuf,

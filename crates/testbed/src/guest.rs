@@ -6,8 +6,10 @@ use autoballoon_core::{Kib, Pages};
 use autoballoon_qmp::{Qmp, QmpError};
 use std::time::Duration;
 
-/// The patched kernel's guest interface (kernel/README.md).
-pub const BALLOON_DIR: &str = "/proc/sys/vm/balloon";
+/// The patched kernel's guest interface (kernel/README.md): the balloon device's sysfs
+/// directory, as a shell word that expands to it in the guest's shell (the device's
+/// number depends on the other virtio devices); use it in commands run there.
+pub const BALLOON_DIR: &str = "$(echo /sys/bus/virtio/drivers/virtio_balloon/virtio*/balloon)";
 
 /// One run of the guest's `spike` workload (guest/workloads/spike.c).
 #[derive(Debug, Clone, PartialEq)]
@@ -113,7 +115,7 @@ pub fn tainted(q: &Qemu) -> Result<u64, ConsoleError> {
     read_number(q, "/proc/sys/kernel/tainted")
 }
 
-/// A number read from a guest file (e.g. `/proc/sys/vm/balloon/current_pages`).
+/// A number read from a guest file (e.g. `current_pages` under [`BALLOON_DIR`]).
 pub fn read_number(q: &Qemu, path: &str) -> Result<u64, ConsoleError> {
     let out = q.console.run(&format!("cat {path}"), Duration::from_secs(60))?;
     out.text.trim().parse().map_err(|_| ConsoleError::Unexpected { command: format!("cat {path}"), output: out.text })

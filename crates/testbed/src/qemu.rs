@@ -36,7 +36,7 @@ pub enum GuestAgent {
     None,
     /// Reports samples over virtio-serial; the host controller sets the balloon.
     Host,
-    /// Sets the patched kernel's own target (`/proc/sys/vm/balloon/target_pages`).
+    /// Sets the patched kernel's own target (`target_pages` in the balloon device's sysfs directory).
     Kernel,
 }
 

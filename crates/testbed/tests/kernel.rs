@@ -85,14 +85,14 @@ fn kunit_counts(dmesg: &str, tag: &str) -> Vec<KunitCounts> {
 fn patched_floor_with_target_one_page() {
     // No agent: it would set its own target.
     let q = boot("kernel_floor", &patched(), spec("floor", GuestAgent::None, true));
-    let max = Pages(read_u64(&q, "/proc/sys/vm/balloon/max_pages"));
-    sh(&q, "echo 1 > /proc/sys/vm/balloon/target_pages");
-    let floor = wait_settled(Duration::from_secs(120), || Pages(read_u64(&q, "/proc/sys/vm/balloon/current_pages")).to_kib_saturating()).expect("the balloon settles");
+    let max = Pages(read_u64(&q, &format!("{BALLOON_DIR}/max_pages")));
+    sh(&q, &format!("echo 1 > {BALLOON_DIR}/target_pages"));
+    let floor = wait_settled(Duration::from_secs(120), || Pages(read_u64(&q, &format!("{BALLOON_DIR}/current_pages"))).to_kib_saturating()).expect("the balloon settles");
     // The guest keeps answering shell commands at the floor.
     for cmd in ["echo alive", "ls / > /dev/null", "cat /proc/meminfo > /dev/null", "ps > /dev/null", "dmesg | tail -1 > /dev/null"] {
         sh(&q, cmd);
     }
-    let after = Pages(read_u64(&q, "/proc/sys/vm/balloon/current_pages"));
+    let after = Pages(read_u64(&q, &format!("{BALLOON_DIR}/current_pages")));
     let qmp = ctl(&q);
     let kills = oom_kills(&q);
     let floor_mib = floor.0 as f64 / 1024.0;
@@ -124,7 +124,7 @@ fn hook_spike(test: &str, image: &GuestImage, variant: &str) {
     let q = boot(test, image, spec(variant, GuestAgent::Kernel, true));
     let qmp = ctl(&q);
     shrink(&qmp);
-    let before = Pages(read_u64(&q, "/proc/sys/vm/balloon/current_pages"));
+    let before = Pages(read_u64(&q, &format!("{BALLOON_DIR}/current_pages")));
     let t = Instant::now();
     let s = spike(&q);
     let wall = t.elapsed().as_secs_f64();
@@ -145,10 +145,10 @@ fn guest_target_spike(name: &str, append: &str, scenario: &str) -> serde_json::M
     let q = boot("kernel_guest_target", &patched(), VmSpec { append: append.into(), ..spec(name, GuestAgent::None, false) });
     let memtotal = || sh(&q, "grep MemTotal /proc/meminfo").split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).expect("MemTotal");
     let total_before = memtotal();
-    let max = read_u64(&q, "/proc/sys/vm/balloon/max_pages");
+    let max = read_u64(&q, &format!("{BALLOON_DIR}/max_pages"));
     let target = SHRUNK.to_pages_floor().0;
-    sh(&q, &format!("echo {target} > /proc/sys/vm/balloon/target_pages"));
-    let current = || read_u64(&q, "/proc/sys/vm/balloon/current_pages");
+    sh(&q, &format!("echo {target} > {BALLOON_DIR}/target_pages"));
+    let current = || read_u64(&q, &format!("{BALLOON_DIR}/current_pages"));
     wait_for(Duration::from_secs(120), Duration::from_millis(100), || current() <= target).expect("the guest shrinks itself to 256 MiB");
     let total_shrunk = memtotal();
     if total_shrunk < total_before {
@@ -158,7 +158,7 @@ fn guest_target_spike(name: &str, append: &str, scenario: &str) -> serde_json::M
     }
     let s = spike(&q);
     let kills = oom_kills(&q);
-    sh(&q, &format!("echo {max} > /proc/sys/vm/balloon/target_pages"));
+    sh(&q, &format!("echo {max} > {BALLOON_DIR}/target_pages"));
     let deflated = wait_for(Duration::from_secs(120), Duration::from_millis(100), || current() == max).is_some();
     eprintln!("{scenario}: {s:?}, OOM kills {kills}, deflated fully: {deflated}, MemTotal {total_before} -> {total_shrunk} kB");
     assert!(s.completed, "the spike failed: {s:?}");
@@ -394,7 +394,7 @@ fn patched_spike_cycles_with_migrations() {
         // Shrinking again also shows the agent resumed after the last migration's end notice.
         // First the shrink (a loaded machine can hold the balloon still for seconds before
         // the agent's next tick), then the balloon's last move.
-        let size = || Pages(read_u64(&q, "/proc/sys/vm/balloon/current_pages"));
+        let size = || Pages(read_u64(&q, &format!("{BALLOON_DIR}/current_pages")));
         let shrunk = wait_for(Duration::from_secs(60), Duration::from_millis(200), || size().to_kib_saturating() < Kib(GUEST.0 / 2));
         assert!(shrunk.is_some(), "cycle {i}: the agent left the guest at {:.0} MiB after the spike", mib(size()));
         wait_settled(Duration::from_secs(60), balloon).expect("the agent shrinks the guest back");
@@ -550,7 +550,7 @@ fn spike_during_migrations(test: &str, image: &GuestImage, variant: &str) {
     };
     if target_loop {
         let target = Kib::from_mib_saturating(balloon_mib).to_pages_floor().0;
-        q.console.spawn(&format!("while :; do echo {target} > /proc/sys/vm/balloon/target_pages; sleep 1; done")).expect("start the target loop");
+        q.console.spawn(&format!("while :; do echo {target} > {BALLOON_DIR}/target_pages; sleep 1; done")).expect("start the target loop");
     }
     if balloon_mib == 0 {
         // The control: no balloon activity.

@@ -1,11 +1,25 @@
-//! The patched kernel's balloon interface (`/proc/sys/vm/balloon`): `current_pages`,
-//! `max_pages` and `target_pages`, in 4 KiB pages. The allocator hook raises
-//! `target_pages` by itself when it hands the balloon's memory to an allocation.
+//! The patched kernel's balloon interface: `current_pages`, `max_pages` and
+//! `target_pages`, in 4 KiB pages, in the balloon device's sysfs directory
+//! (`/sys/bus/virtio/devices/virtioN/balloon/`, series v3) or in `/proc/sys/vm/balloon`
+//! (v1 and v2 of the series). The allocator hook raises `target_pages` by itself when it
+//! hands the balloon's memory to an allocation.
 
 use super::files::{optional, read_pages, write_number};
 use super::{Backend, FileError, WriteError};
 use autoballoon_core::Kib;
 use std::path::{Path, PathBuf};
+
+/// Where the interface is: the `balloon/` directory of the first bound balloon device
+/// (by name, `virtio0` before `virtio1`) under `sys`'s virtio_balloon driver, else
+/// `proc`'s `sys/vm/balloon` (older versions of the series; what errors then name).
+pub fn locate(sys: &Path, proc: &Path) -> PathBuf {
+    let driver = sys.join("bus/virtio/drivers/virtio_balloon");
+    let mut devices: Vec<PathBuf> = std::fs::read_dir(&driver)
+        .map(|d| d.filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().starts_with("virtio")).map(|e| e.path().join("balloon")).collect())
+        .unwrap_or_default();
+    devices.sort();
+    devices.into_iter().find(|d| d.join("target_pages").exists()).unwrap_or_else(|| proc.join("sys/vm/balloon"))
+}
 
 pub struct KernelBalloon {
     dir: PathBuf,
@@ -38,6 +52,21 @@ impl Backend for KernelBalloon {
 mod tests {
     use super::*;
     use crate::testutil::ProcTree;
+
+    #[test]
+    fn the_device_sysfs_directory_is_found_before_the_old_sysctl() {
+        let root = std::env::temp_dir().join(format!("ab-kernel-locate-{}", std::process::id()));
+        let (sys, proc) = (root.join("sys"), root.join("proc"));
+        assert_eq!(locate(&sys, &proc), proc.join("sys/vm/balloon"), "no device: the v2 path, for the error message");
+        let driver = sys.join("bus/virtio/drivers/virtio_balloon");
+        for dev in ["virtio3", "virtio1"] {
+            std::fs::create_dir_all(driver.join(dev).join("balloon")).unwrap();
+            std::fs::write(driver.join(dev).join("balloon/target_pages"), "1\n").unwrap();
+        }
+        std::fs::create_dir_all(driver.join("module")).unwrap();
+        assert_eq!(locate(&sys, &proc), driver.join("virtio1/balloon"), "the first device by name");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 
     #[test]
     fn the_target_is_whole_pages_never_zero() {

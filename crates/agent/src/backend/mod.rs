@@ -1,7 +1,7 @@
 //! The balloons the agent drives, behind one trait: where the guest's size comes from and
 //! where its target goes. One file per balloon:
 //!
-//! - [`kernel`]: the patched kernel's `/proc/sys/vm/balloon` (4 KiB pages); the agent runs
+//! - [`kernel`]: the patched kernel's balloon directory in sysfs (4 KiB pages); the agent runs
 //!   the control loop and the kernel's allocator hook gives memory back by itself.
 //! - [`xen`]: Xen's balloon in sysfs (KiB); the agent runs the control loop.
 //! - [`host`]: a stock kernel: the host owns the balloon and sets it over QMP; the agent
@@ -51,7 +51,7 @@ pub trait Backend {
 pub fn open(a: &RunArgs) -> Result<Rc<dyn Backend>, FileError> {
     Ok(match a.backend {
         BackendKind::Host => Rc::new(host::HostOwned),
-        BackendKind::Kernel => Rc::new(kernel::KernelBalloon::new(&a.kernel_dir)),
+        BackendKind::Kernel => Rc::new(kernel::KernelBalloon::new(&a.kernel_dir.clone().unwrap_or_else(|| kernel::locate(std::path::Path::new("/sys"), &a.proc_dir)))),
         BackendKind::Xen => Rc::new(xen::XenBalloon::open(a.xen_dir.clone(), a.max_kb.map(Kib))?),
     })
 }

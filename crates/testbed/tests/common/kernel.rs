@@ -3,6 +3,7 @@
 //! and checking that its kernel stayed clean.
 
 use super::vm_dir;
+pub use autoballoon_testbed::guest::BALLOON_DIR;
 use autoballoon_testbed::guest::{balloon_to, dmesg_errors, kernel_errors, read_number, run_spike, tainted, SpikeRun};
 use autoballoon_testbed::{GuestAgent, GuestImage, Qemu, VmSpec};
 use autoballoon_core::{Kib, Pages};
@@ -103,7 +104,7 @@ pub fn read_u64(q: &Qemu, path: &str) -> u64 {
 
 /// Pages in the guest's balloon, as the patched guest counts them: `max_pages - current_pages`.
 pub fn guest_balloon(q: &Qemu) -> Option<Pages> {
-    let read = |f: &str| read_number(q, &format!("/proc/sys/vm/balloon/{f}")).ok();
+    let read = |f: &str| read_number(q, &format!("{BALLOON_DIR}/{f}")).ok();
     Some(Pages(read("max_pages")?.saturating_sub(read("current_pages")?)))
 }
 
