@@ -253,7 +253,7 @@ pub struct CycleRecord {
     pub arm: Arm,
     /// 1-based, per arm and QEMU.
     pub cycle: u64,
-    /// Seconds since this arm's guest booted, at the cycle's start.
+    /// Seconds since the arm's first guest booted, at the cycle's start.
     pub t_s: f64,
     pub plan: Plan,
     /// The THP mode set, `None` if the guest has no THP switch.
@@ -262,6 +262,9 @@ pub struct CycleRecord {
     pub spike_alloc_s: Option<f64>,
     /// `spike` exited 0 with every allocation and page good.
     pub spike_completed: bool,
+    /// `spike`'s exit status; `None` if it gave none (the shell did not answer, or the
+    /// migration it was to run during failed).
+    pub spike_exit: Option<i32>,
     /// Thread allocations that failed; a spike with no done line (killed, shell gone)
     /// counts all of its threads.
     pub failed_allocations: u64,
@@ -621,6 +624,7 @@ fn cycle(x: &mut Ctx, fleet: &mut Fleet, arm: Arm, plan: &Plan, n: u64, booted: 
         seconds: 0.0,
         spike_alloc_s: None,
         spike_completed: false,
+        spike_exit: None,
         failed_allocations: 0,
         bad_pages: 0,
         verified_pages: 0,
@@ -682,6 +686,7 @@ fn cycle(x: &mut Ctx, fleet: &mut Fleet, arm: Arm, plan: &Plan, n: u64, booted: 
         let run = SpikeRun::parse(text, *status);
         let check = SpikeCheck::parse(text);
         rec.spike_alloc_s = run.alloc_s;
+        rec.spike_exit = Some(*status);
         rec.failed_allocations = check.failed.unwrap_or(u64::from(plan.shape.threads));
         rec.bad_pages = check.bad_pages;
         rec.verified_pages = check.verified_pages;
@@ -897,6 +902,9 @@ pub fn report(a: &SoakArgs, meta: &serde_json::Value, groups: &[Group], records:
             if r.bad_pages > 0 {
                 v.push(format!("{at}: {} bad page(s): {}", r.bad_pages, r.bad_lines.join("; ")));
             }
+            if !r.spike_completed && r.failed_allocations == 0 && r.bad_pages == 0 {
+                v.push(format!("{at}: the spike did not complete (exit status {})", r.spike_exit.map_or("none".into(), |e| e.to_string())));
+            }
             v.extend(r.kernel_errors.iter().map(|e| format!("{at}: `{e}`")));
             if r.tainted.is_some_and(|t| t != 0) {
                 v.push(format!("{at}: taint flags {:#x} newly set", r.tainted.unwrap_or(0)));
@@ -999,6 +1007,7 @@ mod tests {
             seconds: 3.0,
             spike_alloc_s: Some(0.5),
             spike_completed: true,
+            spike_exit: Some(0),
             failed_allocations: 0,
             bad_pages: 0,
             verified_pages: 32768,
