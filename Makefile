@@ -9,7 +9,7 @@ AGENT := target/$(TRIPLE)/release/autoballoon-guest
 DEMOBIN := target/release/autoballoon-demo
 IMAGE_PATH := run/image.path
 
-.PHONY: all qemu10 test-qemu10 deps build agent host testbed image demo migbench spikebench densitybench test unit-test integration-test test-host-pressure bench bench-host clean help guest-deb deb packaging-test fuzz sim reproduce calibrate
+.PHONY: all qemu10 test-qemu10 deps build agent host testbed image demo migbench spikebench densitybench soak test unit-test integration-test test-host-pressure bench bench-host clean help guest-deb deb packaging-test fuzz sim reproduce calibrate
 
 all: build
 
@@ -20,6 +20,7 @@ help:
 	@echo "make bench  - writes bench/RESULTS.md: migrations at every moment and footprint per configuration against FPR, and the kernel bench (BENCH_QUICK=1, BENCH_RUNS=N)"
 	@echo "make spikebench - spikes at steady state against FPR alone and no balloon (SPIKEBENCH_ARGS='--shapes 3x400 --cpus 1')"
 	@echo "make densitybench - four guests over a job sequence: host memory against FPR alone (DENSITYBENCH_ARGS='--guests 2')"
+	@echo "make soak   - 1,000 verified spike cycles and 100 live migrations per arm (patched kernel; stock kernel + host controller) on QEMU 10 and the fixed 7.2; not part of make test (SOAK_ARGS='--cycles 6 --migrations 2', '--hours 24')"
 	@echo "make bench-host - the host controller's CPU and RSS per VM (1/4/16 VMs), iBalloon's mixed workloads (static vs balancer), E1 balloon overhead (ballooned vs configured) and A1 auto-ballooning on an overcommitted host (vanilla vs pressure) into bench/host/RESULTS.md; HOSTBENCH_ONLY=cost,mixed,e1,a1 runs some, keeping the others' previous results"
 	@echo "make migbench - migrations idle and after a spike against free page reporting (MIGBENCH_ARGS='--runs 2')"
 	@echo "make sim    - the simulator's tests, then S1 (paper-spike: 24 h of 675 GB spikes on a 732 GB VM) under swapfree against static (docs/simulator.md)"
@@ -194,6 +195,20 @@ bench: agent testbed image
 densitybench: testbed image
 	target/release/autoballoon-densitybench --image "$$(cat $(IMAGE_PATH))" --qemu "$$(scripts/install-qemu10.sh)" \
 	  --out run/densitybench --results run/densitybench $(DENSITYBENCH_ARGS)
+
+# The soak (issue 21 item 6; docs/soak.md): per arm (the patched kernel with the agent on its
+# kernel backend; the stock kernel with the host controller in-process, FPR on) and per QEMU
+# (the fixed 7.2 and QEMU 10, SOAK_QEMU), 1,000 `spike ... verify` cycles of varied shapes and
+# THP modes with 100 live migrations in between, some during a spike. Not part of `make
+# test`: at the full sizes it runs for a day or more. Writes run/soak/REPORT.md, soak.json
+# and the plots; fails on any OOM kill, failed allocation, bad page, kernel warning or
+# balloon size disagreement. SOAK_ARGS passes options (--help), e.g.
+# SOAK_ARGS='--cycles 6 --migrations 2' or '--hours 24' or '--arms stock'.
+SOAK_QEMU ?= $$(scripts/build-qemu72-fixed.sh),$$(scripts/install-qemu10.sh)
+soak: testbed image
+	@images=$$(kernel/scripts/images.sh $(AGENT)) && patched=$$(sed -n 1p <<< "$$images") && \
+	target/release/autoballoon-soak --image "$$(cat $(IMAGE_PATH))" --patched-image "$$patched" \
+	  --qemu "$(SOAK_QEMU)" --out run/soak $(SOAK_ARGS)
 
 # The host controller's own CPU and RSS per managed VM (1, 4, 16 fake VMs and one real guest)
 # and the iBalloon seed's mixed-workload experiment on four real guests, static sizes against

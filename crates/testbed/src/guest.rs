@@ -35,6 +35,37 @@ impl SpikeRun {
     }
 }
 
+/// What `spike ... verify` reported besides [`SpikeRun`]: failed allocations and the
+/// pages that read back wrong (guest/workloads/spike.c).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SpikeCheck {
+    /// The `SPIKE done` line's `failed=`: thread allocations that failed; `None` without a
+    /// done line (the program was killed, or its output is lost).
+    pub failed: Option<u64>,
+    /// Pages with at least one wrong word: the done line's `bad=`, or the sum of the
+    /// `SPIKE verified ... bad=` lines if that is more (a run that died before its end).
+    pub bad_pages: u64,
+    /// Pages read back (the `SPIKE verified ... pages=` lines).
+    pub verified_pages: u64,
+    /// The `SPIKE bad ...` lines: each thread's first wrong word, with what it held.
+    pub bad_lines: Vec<String>,
+}
+
+impl SpikeCheck {
+    pub fn parse(text: &str) -> SpikeCheck {
+        let field = |l: &str, k: &str| l.split_whitespace().find_map(|w| w.strip_prefix(k)).and_then(|v| v.parse::<u64>().ok());
+        let done = text.lines().find(|l| l.starts_with("SPIKE done "));
+        let verified: Vec<&str> = text.lines().filter(|l| l.starts_with("SPIKE verified ")).collect();
+        let summed = verified.iter().filter_map(|l| field(l, "bad=")).sum::<u64>();
+        SpikeCheck {
+            failed: done.and_then(|l| field(l, "failed=")),
+            bad_pages: done.and_then(|l| field(l, "bad=")).unwrap_or(0).max(summed),
+            verified_pages: verified.iter().filter_map(|l| field(l, "pages=")).sum(),
+            bad_lines: text.lines().filter(|l| l.starts_with("SPIKE bad ")).map(str::to_string).collect(),
+        }
+    }
+}
+
 /// Runs `spike THREADS MIB 0 0 1` (one cycle, no hold) and waits up to `timeout`.
 pub fn run_spike(q: &Qemu, threads: u32, mib_per_thread: u64, timeout: Duration) -> SpikeRun {
     match q.console.run(&format!("spike {threads} {mib_per_thread} 0 0 1"), timeout) {
@@ -194,6 +225,28 @@ pub fn pageblocks(q: &Qemu) -> Result<Pageblocks, ConsoleError> {
     parse_pageblocks(&out.text).ok_or_else(|| ConsoleError::Unexpected { command: "cat /proc/pagetypeinfo (no pageblock table)".into(), output: out.text })
 }
 
+/// Pages in the balloon as the guest counts them: the patched kernel's `max_pages −
+/// current_pages` (`/proc/sys/vm/balloon`), else the stock driver's `balloon_inflate −
+/// balloon_deflate` (`/proc/vmstat`). One console command.
+pub fn guest_balloon_pages(q: &Qemu) -> Result<Pages, ConsoleError> {
+    let cmd = format!("if [ -e {BALLOON_DIR}/max_pages ]; then echo patched $(cat {BALLOON_DIR}/max_pages) $(cat {BALLOON_DIR}/current_pages); else cat /proc/vmstat; fi");
+    let out = q.console.run(&cmd, Duration::from_secs(60))?;
+    parse_guest_balloon(&out.text).ok_or(ConsoleError::Unexpected { command: cmd, output: out.text })
+}
+
+/// Reads [`guest_balloon_pages`]' output: `patched MAX CURRENT`, or `/proc/vmstat`.
+pub fn parse_guest_balloon(text: &str) -> Option<Pages> {
+    let t = text.trim();
+    if let Some(rest) = t.strip_prefix("patched ") {
+        let n: Vec<u64> = rest.split_whitespace().map(|w| w.parse().ok()).collect::<Option<_>>()?;
+        return match n.as_slice() {
+            [max, current] => Some(Pages(max.saturating_sub(*current))),
+            _ => None,
+        };
+    }
+    autoballoon_core::procfs::parse_vmstat(t).ok()?.balloon_pages()
+}
+
 /// Pages in the balloon as QEMU counts them: `memory` minus the guest size `query-balloon` reports.
 pub fn qemu_balloon(qmp: &Qmp, memory: Kib) -> Result<Pages, QmpError> {
     Ok(Pages(memory.to_bytes_saturating().0.saturating_sub(qmp.query_balloon()?) / 4096))
@@ -225,14 +278,20 @@ pub fn balloon_to(qmp: &Qmp, size: Kib, timeout: Duration) -> Result<Option<Dura
 /// `actual`, bytes) every `every`: its result and the samples, (seconds since the start,
 /// bytes).
 pub fn watch_balloon<T>(ctl: &Qmp, every: Duration, f: impl FnOnce() -> T) -> (T, Vec<(f64, u64)>) {
+    watch(every, || ctl.query_balloon().ok(), f)
+}
+
+/// Runs `f` while taking `sample` every `every` on another thread: `f`'s result and the
+/// samples that were there, (seconds since the start, sample).
+pub fn watch<T, S: Send>(every: Duration, sample: impl Fn() -> Option<S> + Sync, f: impl FnOnce() -> T) -> (T, Vec<(f64, S)>) {
     let stop = std::sync::atomic::AtomicBool::new(false);
     let t0 = std::time::Instant::now();
     std::thread::scope(|sc| {
         let sampler = sc.spawn(|| {
             let mut v = Vec::new();
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                if let Ok(b) = ctl.query_balloon() {
-                    v.push((t0.elapsed().as_secs_f64(), b));
+                if let Some(s) = sample() {
+                    v.push((t0.elapsed().as_secs_f64(), s));
                 }
                 std::thread::sleep(every);
             }
@@ -264,6 +323,26 @@ mod tests {
         let failed = "SPIKE cycle=1 threads=4 mib=384 alloc_s=0.20 ok=3\nSPIKE done cycles=1 failed=1\n";
         assert!(!SpikeRun::parse(failed, 1).completed);
         assert!(!SpikeRun::parse("Killed\n", 137).completed);
+    }
+
+    #[test]
+    fn verify_output_is_read() {
+        let ok = "SPIKE cycle=1 threads=2 mib=64 alloc_s=0.50 ok=2\nSPIKE verified cycle=1 pages=32768 bad=0\nSPIKE done cycles=1 failed=0 bad=0\n";
+        assert_eq!(SpikeCheck::parse(ok), SpikeCheck { failed: Some(0), bad_pages: 0, verified_pages: 32768, bad_lines: vec![] });
+        let bad = "SPIKE cycle=1 threads=2 mib=64 alloc_s=0.50 ok=1\nSPIKE bad cycle=1 thread=0 page=7 word=3 got=0 want=0xa5a5\nSPIKE verified cycle=1 pages=16384 bad=2\nSPIKE done cycles=1 failed=1 bad=2\n";
+        let c = SpikeCheck::parse(bad);
+        assert_eq!((c.failed, c.bad_pages, c.verified_pages, c.bad_lines.len()), (Some(1), 2, 16384, 1));
+        // Killed before its end: no done line, the verified lines still count.
+        let killed = "SPIKE verified cycle=1 pages=100 bad=3\nKilled\n";
+        assert_eq!(SpikeCheck::parse(killed), SpikeCheck { failed: None, bad_pages: 3, verified_pages: 100, bad_lines: vec![] });
+    }
+
+    #[test]
+    fn the_guest_balloon_is_read_either_way() {
+        assert_eq!(parse_guest_balloon("patched 524288 65536\n"), Some(Pages(458752)));
+        assert_eq!(parse_guest_balloon("nr_free_pages 5\nballoon_inflate 190464\nballoon_deflate 14080\n"), Some(Pages(176384)));
+        assert_eq!(parse_guest_balloon("patched 1\n"), None);
+        assert_eq!(parse_guest_balloon("nr_free_pages 5\n"), None);
     }
 
     #[test]

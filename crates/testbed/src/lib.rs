@@ -18,6 +18,7 @@ pub mod migbench;
 pub mod plot;
 mod qemu;
 pub mod densitybench;
+pub mod soak;
 pub mod spikebench;
 
 pub use console::{count_oom_kills, Console, ConsoleError};

@@ -59,7 +59,7 @@ fn mib(bytes: u64) -> f64 {
 
 /// Waits until the balloon stops moving, for the configurations that move it; a guest that
 /// does not settle is measured anyway (with a note).
-fn settle(fleet: &Fleet, c: Config, ctl: &Qmp) {
+pub(crate) fn settle(fleet: &Fleet, c: Config, ctl: &Qmp) {
     let r = match fleet.vm(c) {
         Some(vm) => wait_vm_settled(&vm, Duration::from_secs(90)).map(|_| ()),
         None if c.ballooning() => wait_settled(Duration::from_secs(90), || Kib(ctl.query_balloon().unwrap_or(0) / 1024)).map(|_| ()).ok_or_else(|| "did not settle in 90 s".to_string()),
@@ -133,23 +133,36 @@ fn reach(fleet: &Fleet, c: Config, m: Moment, setup: &Setup, ctl: &Qmp, q: &crat
 /// Starts the migration, and for [`Moment::DuringSpike`] the spike once it is under way.
 fn migrate_at(m: Moment, setup: &Setup, ctl: &Qmp, q: &crate::Qemu, dest: &crate::Qemu) -> Result<Migrated, String> {
     let bw = if m == Moment::DuringSpike { setup.slow_mib } else { setup.bandwidth_mib } << 20;
-    let timeout = Duration::from_secs(900);
-    if m != Moment::DuringSpike {
-        return step("migration", crate::migrate(ctl, dest, bw, timeout));
-    }
+    let spike = (m == Moment::DuringSpike).then(|| setup.spike_cmd());
+    migrate_with_spike(ctl, q, dest, bw, spike.as_deref(), Duration::from_secs(900))
+}
+
+/// Migrates `q`'s guest to `dest` at `bandwidth` bytes/s; with `spike`, that command
+/// starts in the guest's background once the migration is active (its output and exit
+/// status go to files the destination reads back: [`during_spike_output`]).
+pub(crate) fn migrate_with_spike(ctl: &Qmp, q: &crate::Qemu, dest: &crate::Qemu, bandwidth: u64, spike: Option<&str>, timeout: Duration) -> Result<Migrated, String> {
+    let Some(spike) = spike else {
+        return step("migration", crate::migrate(ctl, dest, bandwidth, timeout));
+    };
     step("spike files", q.console.run(&format!("rm -f {DURING_LOG} {DURING_RC}"), Duration::from_secs(30)))?;
-    let start = step("migration", start_migration(ctl, dest, bw))?;
+    let start = step("migration", start_migration(ctl, dest, bandwidth))?;
     wait_for(Duration::from_secs(30), Duration::from_millis(50), || ctl.query_migrate().is_ok_and(|i| i.status == MigrationStatus::Active)).ok_or("the migration did not become active in 30 s")?;
-    step("spike", q.console.spawn(&format!("{} > {DURING_LOG} 2>&1; echo $? > {DURING_RC}", setup.spike_cmd())))?;
+    step("spike", q.console.spawn(&format!("{spike} > {DURING_LOG} 2>&1; echo $? > {DURING_RC}")))?;
     step("migration", wait_migration(ctl, dest, start, timeout))
 }
 
 /// The spike started during the migration, read on the destination once it ended; `None`
 /// if the destination's shell does not answer (a crashed guest: no long wait).
 fn during_spike(dest: &crate::Qemu) -> Option<SpikeRun> {
+    during_spike_output(dest, Duration::from_secs(180)).map(|(text, status)| SpikeRun::parse(&text, status))
+}
+
+/// What the spike [`migrate_with_spike`] started printed, and its exit status, once it
+/// ended (waiting up to `timeout`); `None` if the destination's shell does not answer.
+pub(crate) fn during_spike_output(dest: &crate::Qemu, timeout: Duration) -> Option<(String, i32)> {
     dest.console.run("true", Duration::from_secs(20)).ok()?;
     let cmd = format!("(while [ ! -e {DURING_RC} ]; do sleep 0.2; done; cat {DURING_LOG}; exit $(cat {DURING_RC}))");
-    dest.console.run(&cmd, Duration::from_secs(180)).ok().map(|o| SpikeRun::parse(&o.text, o.status))
+    dest.console.run(&cmd, timeout).ok().map(|o| (o.text, o.status))
 }
 
 /// If `c`'s guest died since its last measurement (its QEMU exited: `panic=-1`,
