@@ -74,17 +74,33 @@ fn balloon_current_kib(domain: &str) -> Option<u64> {
     out.lines().find_map(|l| l.trim().strip_prefix("balloon.current=")).and_then(|v| v.trim().parse().ok())
 }
 
-/// The package to install: `$AUTOBALLOON_DEB`, else built here by packaging/build-host-deb.sh
-/// from the daemon binary cargo built, into the cache (never into the repository).
+/// The package to install: `$AUTOBALLOON_DEB`, else built by packaging/build-host-deb.sh
+/// from the daemon binary cargo built, into the cache (never into the repository):
+/// `~/.cache/autoballoon/deb-e2e/KEY/`, KEY the SHA-256 of the binary and of everything
+/// under packaging/ and Cargo.toml, so that an unchanged daemon is not packaged again (xz
+/// of the 50 MB debug binary takes 20-30 s here).
 fn host_deb() -> PathBuf {
     if let Some(p) = std::env::var_os("AUTOBALLOON_DEB").filter(|p| !p.is_empty()) {
         return PathBuf::from(p);
     }
     let bin = daemon_binary().unwrap_or_else(|e| panic!("{e}"));
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let cache = std::env::var_os("AUTOBALLOON_CACHE").filter(|c| !c.is_empty()).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache/autoballoon"));
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/build-host-deb.sh");
-    let out = run(Command::new(&script).arg("--host").arg(&bin).arg("--out").arg(cache.join("deb-e2e"))).unwrap_or_else(|e| panic!("building the host .deb: {e}"));
-    PathBuf::from(out.lines().last().unwrap_or_default().trim())
+    let sums = run(Command::new("sh").arg("-c").arg("sha256sum \"$1\" Cargo.toml $(find packaging -type f | sort) | cut -d' ' -f1 | sha256sum").arg("sh").arg(&bin).current_dir(&root)).unwrap_or_else(|e| panic!("{e}"));
+    let key = &sums[..16];
+    let out = cache.join("deb-e2e").join(key);
+    let cached = std::fs::read_dir(&out).into_iter().flatten().flatten().map(|e| e.path()).find(|p| p.extension().is_some_and(|x| x == "deb"));
+    if let Some(deb) = cached {
+        return deb;
+    }
+    // Older keys' packages go.
+    let _ = std::fs::remove_dir_all(cache.join("deb-e2e"));
+    // Built beside, then renamed: an interrupted build is never taken for a package.
+    let tmp = out.with_extension("tmp");
+    let built = run(Command::new(root.join("packaging/build-host-deb.sh")).arg("--host").arg(&bin).arg("--out").arg(&tmp)).unwrap_or_else(|e| panic!("building the host .deb: {e}"));
+    let file = PathBuf::from(built.lines().last().unwrap_or_default().trim());
+    std::fs::rename(&tmp, &out).unwrap_or_else(|e| panic!("{} -> {}: {e}", tmp.display(), out.display()));
+    out.join(file.file_name().expect("a file name"))
 }
 
 /// The package, installed with dpkg; purged on drop (its conffile with it).
