@@ -314,6 +314,9 @@ impl Drop for SocketFiles {
                 let _ = std::fs::remove_file(e.path());
             }
         }
+        // The directories go if nothing else is in them (as systemd removes RuntimeDirectory).
+        let _ = std::fs::remove_dir(SOCKET_DIR);
+        let _ = std::fs::remove_dir(RUN_DIR);
     }
 }
 
@@ -395,24 +398,36 @@ fn installed_package_manages_discovered_vms() {
     // A plain QEMU starts when its QMP socket appears.
     let q_started = std::fs::metadata(&qemu.qmp).and_then(|m| m.modified()).unwrap_or_else(|_| SystemTime::now());
 
-    // 4a. Each VM managed soon after it starts: in the status, then its session up.
-    let mut starts: Vec<(String, SystemTime, f64)> = domains.iter().map(|(d, t)| (d.name.clone(), *t, 2.0 + 2.0)).collect();
-    starts.push((qemu_name.clone(), q_started, 0.5 + 2.0));
-    let all_running = wait_for(Duration::from_secs(60), Duration::from_millis(100), || starts.iter().all(|(n, _, _)| watch.seen(n).running.is_some()));
-    for (name, started, bound) in &starts {
+    // 4a. Each VM managed soon after it starts: in the status (the socket directory is read
+    // every 0.5 s, libvirt listed every 2 s), then its session up within 2 s. While libvirtd
+    // creates a domain it may not answer for tens of seconds here (it probes QEMU's
+    // capabilities again at every start, docs/libvirt.md): the daemon's listings and calls
+    // then time out (5 s) and are retried, so a domain's clock starts at the later of its
+    // own start and the last `virsh create` returning (libvirtd answering again).
+    let all_created = domains.iter().map(|(_, t)| *t).max().expect("three domains");
+    let mut starts: Vec<(String, SystemTime, SystemTime, f64)> = domains.iter().map(|(d, t)| (d.name.clone(), *t, all_created, 2.0 + 2.0)).collect();
+    starts.push((qemu_name.clone(), q_started, q_started, 0.5 + 2.0));
+    let all_running = wait_for(Duration::from_secs(60), Duration::from_millis(100), || starts.iter().all(|(n, ..)| watch.seen(n).running.is_some()));
+    for (name, started, answering, bound) in &starts {
         let s = watch.seen(name);
         let (Some(first), Some(running)) = (s.first, s.running) else {
             failures.push(format!("{name}: not managed within 60 s of all VMs starting ({s:?})"));
             continue;
         };
         let (found, session) = (secs(*started, first), secs(first, running));
-        eprintln!("{name}: in the status {found:.2} s after it started, running {session:.2} s later");
-        if found > *bound {
-            failures.push(format!("{name}: in the status {found:.2} s after it started (bound {bound} s)"));
+        let clock = (*started).max(*answering);
+        let (found_fair, session_fair) = (secs(clock, first), secs(first.max(clock), running));
+        eprintln!("{name}: in the status {found:.2} s after it started, running {session:.2} s later; from libvirt answering: {found_fair:.2} s, {session_fair:.2} s");
+        if found_fair > *bound {
+            failures.push(format!("{name}: in the status {found_fair:.2} s after it started and libvirt answered (bound {bound} s)"));
         }
-        if session > 2.0 {
-            failures.push(format!("{name}: its session began {session:.2} s after the daemon added it (bound 2 s)"));
+        if session_fair > 2.0 {
+            failures.push(format!("{name}: its session began {session_fair:.2} s after the daemon added it and libvirt answered (bound 2 s)"));
         }
+    }
+    let timeouts = svc.log_lines("did not answer within");
+    if !timeouts.is_empty() {
+        eprintln!("note: {} libvirt call(s) of the daemon timed out while libvirtd created domains", timeouts.len());
     }
     if all_running.is_none() {
         panic!("not every VM is managed; failures so far: {failures:#?}\nlog:\n{}", svc.log_text());
@@ -426,7 +441,7 @@ fn installed_package_manages_discovered_vms() {
 
     // 4b. Agents report, the idle guests shrink below the floor to come, and libvirt's
     // balloon agrees with the daemon's status within 2 MiB.
-    let names: Vec<String> = starts.iter().map(|(n, _, _)| n.clone()).collect();
+    let names: Vec<String> = starts.iter().map(|(n, ..)| n.clone()).collect();
     let shrunk = wait_for(Duration::from_secs(150), Duration::from_millis(250), || {
         names.iter().all(|n| watch.vm(n).is_some_and(|v| v["source"] == "agent" && kib(&v, "target").is_some_and(|t| t < (FLOOR_MIB - 32) << 10)))
     });
