@@ -10,7 +10,9 @@
 //!
 //! - each VM is in the daemon's status soon after it starts (the socket directory is read
 //!   every 0.5 s, libvirt listed every 2 s), and its session (`managing` line, state
-//!   `running`) within 2 s of the daemon adding it;
+//!   `running`) begins within 2 s of the daemon adding it, or for a libvirt domain 30 s
+//!   (its first session waits for libvirt's `virConnectGetVersion`, slow here: see
+//!   `LIBVIRT_SESSION_BOUND_S`);
 //! - libvirt logs no taint for any domain (`Domain id=N is tainted` in
 //!   /var/log/libvirt/qemu/NAME.log);
 //! - libvirt's view of each balloon (`virsh domstats --balloon`, `balloon.current`) agrees
@@ -52,6 +54,13 @@ const FLOOR_MIB: u64 = 448;
 /// example the packaged file gives).
 const RUN_DIR: &str = "/run/autoballoon";
 const SOCKET_DIR: &str = "/run/autoballoon/vms";
+/// How long after the daemon adds a VM (and libvirt answers) its session must have begun:
+/// 2 s for the plain QEMU. A libvirt domain's first session waits for
+/// `virConnectGetVersion`, which libvirtd here answers by probing QEMU's capabilities again
+/// (4 s alone, 8-20 s while three guests boot on two cores; the daemon keeps the answer per
+/// URI, so only first sessions pay): 30 s.
+const SESSION_BOUND_S: f64 = 2.0;
+const LIBVIRT_SESSION_BOUND_S: f64 = 30.0;
 /// The packaged configuration's status socket (its default).
 const STATUS_SOCKET: &str = "/run/autoballoon/status.sock";
 
@@ -399,16 +408,16 @@ fn installed_package_manages_discovered_vms() {
     let q_started = std::fs::metadata(&qemu.qmp).and_then(|m| m.modified()).unwrap_or_else(|_| SystemTime::now());
 
     // 4a. Each VM managed soon after it starts: in the status (the socket directory is read
-    // every 0.5 s, libvirt listed every 2 s), then its session up within 2 s. While libvirtd
+    // every 0.5 s, libvirt listed every 2 s), then its session up (see SESSION_BOUND_S). While libvirtd
     // creates a domain it may not answer for tens of seconds here (it probes QEMU's
     // capabilities again at every start, docs/libvirt.md): the daemon's listings and calls
     // then time out (5 s) and are retried, so a domain's clock starts at the later of its
     // own start and the last `virsh create` returning (libvirtd answering again).
     let all_created = domains.iter().map(|(_, t)| *t).max().expect("three domains");
-    let mut starts: Vec<(String, SystemTime, SystemTime, f64)> = domains.iter().map(|(d, t)| (d.name.clone(), *t, all_created, 2.0 + 2.0)).collect();
-    starts.push((qemu_name.clone(), q_started, q_started, 0.5 + 2.0));
+    let mut starts: Vec<(String, SystemTime, SystemTime, f64, f64)> = domains.iter().map(|(d, t)| (d.name.clone(), *t, all_created, 2.0 + 2.0, LIBVIRT_SESSION_BOUND_S)).collect();
+    starts.push((qemu_name.clone(), q_started, q_started, 0.5 + 2.0, SESSION_BOUND_S));
     let all_running = wait_for(Duration::from_secs(60), Duration::from_millis(100), || starts.iter().all(|(n, ..)| watch.seen(n).running.is_some()));
-    for (name, started, answering, bound) in &starts {
+    for (name, started, answering, bound, session_bound) in &starts {
         let s = watch.seen(name);
         let (Some(first), Some(running)) = (s.first, s.running) else {
             failures.push(format!("{name}: not managed within 60 s of all VMs starting ({s:?})"));
@@ -421,8 +430,8 @@ fn installed_package_manages_discovered_vms() {
         if found_fair > *bound {
             failures.push(format!("{name}: in the status {found_fair:.2} s after it started and libvirt answered (bound {bound} s)"));
         }
-        if session_fair > 2.0 {
-            failures.push(format!("{name}: its session began {session_fair:.2} s after the daemon added it and libvirt answered (bound 2 s)"));
+        if session_fair > *session_bound {
+            failures.push(format!("{name}: its session began {session_fair:.2} s after the daemon added it and libvirt answered (bound {session_bound} s)"));
         }
     }
     let timeouts = svc.log_lines("did not answer within");
