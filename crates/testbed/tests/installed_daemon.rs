@@ -60,6 +60,9 @@ const SOCKET_DIR: &str = "/run/autoballoon/vms";
 /// (4 s alone, 8-20 s while three guests boot on two cores; the daemon keeps the answer per
 /// URI, so only first sessions pay): 30 s.
 const SESSION_BOUND_S: f64 = 2.0;
+/// How long after libvirt answers a domain must be in the status: the listing's period (2 s)
+/// and one listing that timed out (5 s), as libvirtd still busy with its probes makes it.
+const LIBVIRT_FOUND_BOUND_S: f64 = 7.5;
 const LIBVIRT_SESSION_BOUND_S: f64 = 30.0;
 /// The packaged configuration's status socket (its default).
 const STATUS_SOCKET: &str = "/run/autoballoon/status.sock";
@@ -414,7 +417,7 @@ fn installed_package_manages_discovered_vms() {
     // then time out (5 s) and are retried, so a domain's clock starts at the later of its
     // own start and the last `virsh create` returning (libvirtd answering again).
     let all_created = domains.iter().map(|(_, t)| *t).max().expect("three domains");
-    let mut starts: Vec<(String, SystemTime, SystemTime, f64, f64)> = domains.iter().map(|(d, t)| (d.name.clone(), *t, all_created, 2.0 + 2.0, LIBVIRT_SESSION_BOUND_S)).collect();
+    let mut starts: Vec<(String, SystemTime, SystemTime, f64, f64)> = domains.iter().map(|(d, t)| (d.name.clone(), *t, all_created, LIBVIRT_FOUND_BOUND_S, LIBVIRT_SESSION_BOUND_S)).collect();
     starts.push((qemu_name.clone(), q_started, q_started, 0.5 + 2.0, SESSION_BOUND_S));
     let all_running = wait_for(Duration::from_secs(60), Duration::from_millis(100), || starts.iter().all(|(n, ..)| watch.seen(n).running.is_some()));
     for (name, started, answering, bound, session_bound) in &starts {
