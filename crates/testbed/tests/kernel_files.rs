@@ -5,9 +5,8 @@
 //!
 //! - `0`, the seed's: the hook before direct reclaim; opportunistic requests (readahead,
 //!   THP, hugetlb pool growth) never deflate;
-//! - `1` (the default since these runs): a request that may reclaim first goes through a
-//!   reclaim pass that drops only clean page cache (no writeback, no swap); the hook is
-//!   asked after it.
+//! - `1`: a request that may reclaim first goes through a reclaim pass that drops only
+//!   clean page cache (no writeback, no swap); the hook is asked after it.
 //!
 //! Each records what the reads cost the balloon (pages the hook served, the size QEMU
 //! reports) and their time, then an anonymous spike of 1.5 GiB (six times what the guest
