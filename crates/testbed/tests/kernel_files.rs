@@ -36,8 +36,11 @@ fn boot_with_disk(test: &str, name: &str) -> Qemu {
     q
 }
 
+/// Pages the hook has served since boot. An unreadable `hook_stats` fails the test: as 0
+/// it would make "no pages served" pass without anything measured.
 fn served(q: &Qemu) -> u64 {
-    hook_stats(q).ok().and_then(|s| hook_pages_served(&s)).unwrap_or(0)
+    let stats = hook_stats(q).unwrap_or_else(|e| panic!("hook_stats: {e}"));
+    hook_pages_served(&stats).unwrap_or_else(|| panic!("no pages column in hook_stats:\n{stats}"))
 }
 
 /// Reads the whole disk `rounds` times; what that cost the balloon (pages the hook
