@@ -130,13 +130,14 @@ reproduce:
 	cargo build --release --locked -p autoballoon-sim
 	$(SIM) --reproduce experiments/REPORT.md --bench bench/results.json --bench-host bench/host/results.json
 
-# The calibration's fitted values (docs/simulator.md, Calibration) written into the file the
+# The calibration's fitted values (docs/simulator.md, Calibration; make bench's and make
+# bench-host's records) written into the file the
 # binary embeds; then the binary is rebuilt with them and prints the fit beside them.
 calibrate:
 	cargo build --release --locked -p autoballoon-sim
-	$(SIM) --calibrate-write crates/sim/calibration.toml --bench bench/results.json
+	$(SIM) --calibrate-write crates/sim/calibration.toml --bench bench/results.json --bench-host bench/host/results.json
 	cargo build --release --locked -p autoballoon-sim
-	$(SIM) --calibrate --bench bench/results.json
+	$(SIM) --calibrate --bench bench/results.json --bench-host bench/host/results.json
 
 # Everything: the cargo suite (unit, property, doc and QEMU tests; the kernel scenarios
 # are ignored there), then the kernel scenarios, which build both kernels if not cached.

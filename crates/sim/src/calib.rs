@@ -71,6 +71,10 @@ pub struct Calibration {
     pub fpr_keep_mib: f64,
     pub hint_gib_s: f64,
     pub agent_cpu_ms: f64,
+    /// A file read served from the guest's page cache (a hit), GiB/s.
+    pub cache_read_gib_s: f64,
+    /// A file read that misses the page cache and goes to the virtual disk, GiB/s.
+    pub disk_read_gib_s: f64,
 }
 
 impl Calibration {
@@ -130,6 +134,8 @@ impl Calibration {
             ("swap_gib_s", self.swap_gib_s),
             ("fpr_gib_s", self.fpr_gib_s),
             ("hint_gib_s", self.hint_gib_s),
+            ("cache_read_gib_s", self.cache_read_gib_s),
+            ("disk_read_gib_s", self.disk_read_gib_s),
         ];
         for (k, v) in positive {
             if !(v.is_finite() && v > 0.0) {

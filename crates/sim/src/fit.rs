@@ -14,6 +14,9 @@
 //!   migrates (to its −3.2 % with migrations). fluid_sim A–C are left out of the fit: they
 //!   are the check (experiments/REPORT.md, R1).
 //!
+//! - **qemu-tcg's page cache**: a hit at the facts' memory speed, a miss at the disk speed
+//!   fitted on make bench-host's E1 (bench/host/results.json), the configured guests' throughput.
+//!
 //! `--calibrate` prints each value beside calibration.toml's; `--calibrate-write FILE` puts
 //! the fitted values into the file, comments kept. tests/calibration.rs fails when the file
 //! and the fit disagree.
@@ -407,6 +410,12 @@ pub fn qemu_tcg_facts() -> Vec<Fitted> {
             "1.2 GiB with deflate-on-oom in 8.2–9.0 s against 1.1–1.3 s, 1 MiB a round",
         ),
         fact(
+            "cache_read_gib_s",
+            qemu_tcg_cache_read_gib_s(),
+            2,
+            "a page-cache hit copies at the memory speed under TCG, 3 × 400 MiB written in 0.47 s",
+        ),
+        fact(
             "fpr_gib_s",
             mid(FPR_MIB_S) / 1024.0,
             3,
@@ -415,13 +424,119 @@ pub fn qemu_tcg_facts() -> Vec<Fitted> {
     ]
 }
 
-/// Every fitted value: xen-seed's, qemu-tcg's from the facts, and its others when make
-/// bench's records are given.
-pub fn calibrate(bench_results: Option<&str>) -> Result<Vec<Fitted>, SimError> {
+#[derive(Debug, Deserialize)]
+struct HostResults {
+    e1_balloon_overhead: HostE1,
+}
+
+#[derive(Debug, Deserialize)]
+struct HostE1 {
+    setup: HostE1Setup,
+    pairs: Vec<HostE1Pair>,
+}
+
+#[derive(Debug, Deserialize)]
+struct HostE1Setup {
+    files: u64,
+    file_kib: u64,
+}
+
+#[derive(Debug, Deserialize)]
+struct HostE1Pair {
+    native: HostE1Guest,
+}
+
+#[derive(Debug, Deserialize)]
+struct HostE1Guest {
+    mem_available_mib: f64,
+    mib_per_s: f64,
+}
+
+/// make bench-host's E1 workload (`work files`): 80 % of the operations on a fifth of the files.
+pub const BENCH_HOST_HOT_FRACTION: f64 = 0.2;
+pub const BENCH_HOST_HOT_SHARE: f64 = 0.8;
+
+/// The least-squares `b` of `y = a·h + b·(1 − h)` over `(h, y)`, `a` given.
+fn miss_cost(pts: &[(f64, f64)], a: f64) -> f64 {
+    let (num, den) = pts.iter().fold((0.0, 0.0), |(n, d), &(h, y)| {
+        let m = 1.0 - h;
+        (n + m * (y - a * h), d + m * m)
+    });
+    num / den
+}
+
+/// A page-cache hit's speed on qemu-tcg: the fact's memory speed under TCG (3 × 400 MiB
+/// written in 0.47 s). make bench-host's E1 cannot tell it apart from infinite: its
+/// throughput is the misses' (a free fit of both speeds gives the hits a negative cost).
+pub fn qemu_tcg_cache_read_gib_s() -> f64 {
+    SPIKE_GIB / facts::SPIKE_WARM_S
+}
+
+/// qemu-tcg's disk speed from make bench-host's E1 (bench/host/results.json): each
+/// configured (not ballooned) guest's throughput against the hit rate the model gives its
+/// file set at the guest's measured MemAvailable, `1/T = h/cache + (1 − h)/disk`, the hits'
+/// speed [`qemu_tcg_cache_read_gib_s`], the disk's by least squares over every run.
+pub fn qemu_tcg_host(host_json: &str) -> Result<Vec<Fitted>, SimError> {
+    let r: HostResults = serde_json::from_str(host_json)
+        .map_err(|e| SimError::BadCalibration(format!("bench host results: {e}")))?;
+    let e1 = r.e1_balloon_overhead;
+    let set_mib = (e1.setup.files * e1.setup.file_kib) as f64 / 1024.0;
+    let set = crate::guest::FileSet {
+        set: crate::scenario::gib(set_mib / 1024.0),
+        hot_fraction: BENCH_HOST_HOT_FRACTION,
+        hot_share: BENCH_HOST_HOT_SHARE,
+    };
+    let pts: Vec<(f64, f64)> = e1
+        .pairs
+        .iter()
+        .filter(|p| p.native.mib_per_s > 0.0)
+        .map(|p| {
+            let cached = crate::scenario::gib(p.native.mem_available_mib / 1024.0);
+            (
+                crate::guest::file_hit_rate(cached, &set),
+                1.0 / p.native.mib_per_s,
+            )
+        })
+        .collect();
+    let hits: Vec<f64> = pts.iter().map(|p| p.0).collect();
+    if pts.len() < 2 || hits.iter().all(|h| (h - hits[0]).abs() < 1e-9) {
+        return Err(SimError::BadCalibration(
+            "bench host results: E1 needs configured guests at two hit rates or more".into(),
+        ));
+    }
+    let a = 1.0 / (qemu_tcg_cache_read_gib_s() * 1024.0);
+    let b = miss_cost(&pts, a);
+    if !(b.is_finite() && b > 0.0) {
+        return Err(SimError::BadCalibration(format!(
+            "bench host results: E1's fit gives no positive disk speed (s/MiB {b})"
+        )));
+    }
+    Ok(vec![Fitted {
+        profile: "qemu-tcg",
+        key: "disk_read_gib_s",
+        value: 1.0 / b / 1024.0,
+        decimals: 4,
+        from: format!(
+            "bench-host E1: {} configured guests' MiB/s against the hit rate of their MemAvailable ({set_mib:.0} MiB of files, 80 % of reads on a fifth), hits at the fact's memory speed: misses at {:.1} MiB/s",
+            pts.len(),
+            1.0 / b
+        ),
+    }])
+}
+
+/// Every fitted value: xen-seed's, qemu-tcg's from the facts, its others when make bench's
+/// records are given, and its page-cache speeds when make bench-host's are.
+pub fn calibrate(
+    bench_results: Option<&str>,
+    host_results: Option<&str>,
+) -> Result<Vec<Fitted>, SimError> {
     let mut v = xen_seed()?;
     v.extend(qemu_tcg_facts());
     if let Some(text) = bench_results {
         v.extend(qemu_tcg(text)?);
+    }
+    if let Some(text) = host_results {
+        v.extend(qemu_tcg_host(text)?);
     }
     Ok(v)
 }
@@ -496,6 +611,17 @@ mod tests {
     fn a_line_through_two_points() {
         let (a, b) = line(&[(0.0, 1.0), (2.0, 5.0), (1.0, 3.0)]);
         assert!((a - 1.0).abs() < 1e-12 && (b - 2.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn miss_cost_through_exact_points() {
+        // y = 2h + 10(1 − h)
+        let pts: Vec<(f64, f64)> = [0.1, 0.5, 0.9]
+            .iter()
+            .map(|&h| (h, 2.0 * h + 10.0 * (1.0 - h)))
+            .collect();
+        let b = miss_cost(&pts, 2.0);
+        assert!((b - 10.0).abs() < 1e-9, "{b}");
     }
 
     #[test]

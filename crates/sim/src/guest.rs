@@ -549,6 +549,29 @@ impl Guest {
         k
     }
 
+    /// Of the page cache, what a program's files hold: all of it beyond the system's hot
+    /// files, up to the set (the reader's misses push other cold files out over time).
+    pub fn files_cached(&self, set: Kib) -> Kib {
+        self.cache
+            .saturating_sub(self.cfg.hot_cache.min(self.cache))
+            .min(set)
+    }
+
+    /// A reader's misses come into the page cache: up to `k` from free pages above the low
+    /// watermark (recently freed first). No reclaim, swap or balloon pages for it: once free
+    /// memory is at the watermark a miss replaces a cached page (the cache's LRU), so the
+    /// cache settles at [`file_cache_room`]. Returns what it took.
+    pub fn fill_cache(&mut self, k: Kib) -> Kib {
+        let spare = self.free().saturating_sub(self.cfg.wmark_low);
+        let want = k.min(spare);
+        let d = self.free_dirty.take(want);
+        let c = want.saturating_sub(d).min(self.free_clean);
+        self.free_clean = self.free_clean.saturating_sub(c);
+        let got = d.saturating_add(c);
+        self.cache = self.cache.saturating_add(got);
+        got
+    }
+
     /// The host's memory behind this guest: every page of a Xen domain; on QEMU what holds
     /// data (clean pages are not backed).
     pub fn footprint(&self, xen: bool) -> Kib {
@@ -558,6 +581,60 @@ impl Guest {
             self.written()
         }
     }
+}
+
+/// A file working set a program re-reads (a `files` step): `set` bytes, `hot_share` of the
+/// reads going to `hot_fraction` of the files, uniformly within each part (make bench-host's
+/// E1 workload: 80 % of operations on a fifth of the files).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FileSet {
+    pub set: Kib,
+    pub hot_fraction: f64,
+    pub hot_share: f64,
+}
+
+/// The share of reads of `f` served from the page cache when `cached` of it is cached, the
+/// hottest files first (the page cache's LRU keeps the files read most): pure, in [0, 1],
+/// non-decreasing in `cached`. With `H = hot_fraction · set` and `s = hot_share`:
+/// `h = s · C/H` for `C ≤ H`, `h = s + (1 − s) · (C − H)/(set − H)` above, 1 once it all fits.
+pub fn file_hit_rate(cached: Kib, f: &FileSet) -> f64 {
+    if f.set.0 == 0 {
+        return 1.0;
+    }
+    let set = f.set.0 as f64;
+    let c = (cached.0 as f64).min(set);
+    let hot = (f.hot_fraction.clamp(0.0, 1.0) * set).max(0.0);
+    let s = f.hot_share.clamp(0.0, 1.0);
+    let h = if hot <= 0.0 || hot >= set {
+        c / set
+    } else if c <= hot {
+        s * c / hot
+    } else {
+        s + (1.0 - s) * (c - hot) / (set - hot)
+    };
+    h.clamp(0.0, 1.0)
+}
+
+/// GiB/s a reader gets at hit rate `hit`: hits at `cache_gib_s` (memory), misses at
+/// `disk_gib_s`; the time per byte is the two costs weighted by the hit rate:
+/// `1 / (h / cache + (1 − h) / disk)`.
+pub fn file_read_gib_s(hit: f64, cache_gib_s: f64, disk_gib_s: f64) -> f64 {
+    let h = hit.clamp(0.0, 1.0);
+    let per = h / cache_gib_s.max(1e-12) + (1.0 - h) / disk_gib_s.max(1e-12);
+    1.0 / per
+}
+
+/// The page cache a guest's files can hold once it has settled (what a file reader's misses
+/// fill): the configured size less the kernel (struct page of the *configured* size included),
+/// anonymous memory in RAM, the balloon, the low watermark (free memory the allocator keeps)
+/// and the system's own hot files. MemAvailable-like.
+pub fn file_cache_room(cfg: &GuestConfig, ram_anon: Kib, balloon: Kib) -> Kib {
+    cfg.max
+        .saturating_sub(cfg.kernel)
+        .saturating_sub(ram_anon)
+        .saturating_sub(balloon)
+        .saturating_sub(cfg.wmark_low)
+        .saturating_sub(cfg.hot_cache)
 }
 
 /// `gib_s` for `dt` seconds, in KiB.

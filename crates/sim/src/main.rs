@@ -50,7 +50,7 @@ struct Cli {
     #[arg(long, value_name = "results.json")]
     bench: Option<String>,
     /// make bench-host's results (bench/host/results.json): --reproduce adds E1's measured
-    /// side.
+    /// side; --calibrate fits the page cache's speeds on it.
     #[arg(long, value_name = "results.json")]
     bench_host: Option<String>,
     /// Prints the calibration's fitted values beside calibration.toml's (with --bench, the
@@ -93,7 +93,14 @@ fn real_main(cli: &Cli) -> Result<(), SimError> {
         None => None,
     };
     if cli.calibrate || cli.calibrate_write.is_some() {
-        let fits = autoballoon_sim::fit::calibrate(bench.as_deref())?;
+        let host = match &cli.bench_host {
+            Some(p) => Some(std::fs::read_to_string(p).map_err(|source| SimError::Read {
+                path: p.clone(),
+                source,
+            })?),
+            None => None,
+        };
+        let fits = autoballoon_sim::fit::calibrate(bench.as_deref(), host.as_deref())?;
         print!("{}", autoballoon_sim::fit::markdown(&fits));
         if let Some(path) = &cli.calibrate_write {
             let text = std::fs::read_to_string(path).map_err(|source| SimError::Read {

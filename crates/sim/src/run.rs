@@ -83,6 +83,22 @@ pub struct VmSummary {
     pub app_work_s: f64,
     pub hook_bytes: u64,
     pub avg_migration_s: Option<f64>,
+    /// Its programs' `files` steps (warm-ups left out): bytes read, of which page-cache hits,
+    /// and the seconds the reads took.
+    pub file_read_bytes: u64,
+    pub file_hit_bytes: u64,
+    pub file_read_s: f64,
+}
+
+impl VmSummary {
+    /// The file readers' throughput, bytes per second (none: no `files` step was measured).
+    pub fn file_bytes_per_s(&self) -> Option<f64> {
+        (self.file_read_s > 0.0).then(|| self.file_read_bytes as f64 / self.file_read_s)
+    }
+    /// The share of file reads served from the page cache.
+    pub fn file_hit_rate(&self) -> Option<f64> {
+        (self.file_read_bytes > 0).then(|| self.file_hit_bytes as f64 / self.file_read_bytes as f64)
+    }
 }
 
 /// One row of the time series: one VM at one time.
@@ -294,6 +310,11 @@ fn summarize(s: &Scenario, policy: PolicyName, seed: u64, w: &SimWorld) -> Summa
                     hook_bytes: bytes(v.guest.stats.hook),
                     avg_migration_s: (!t.is_empty())
                         .then(|| t.iter().sum::<f64>() / t.len() as f64),
+                    file_read_bytes: (v.programs.iter().fold(0.0, |a, p| a + p.file_read_kib)
+                        * 1024.0) as u64,
+                    file_hit_bytes: (v.programs.iter().fold(0.0, |a, p| a + p.file_hit_kib)
+                        * 1024.0) as u64,
+                    file_read_s: v.programs.iter().fold(0.0, |a, p| a + p.file_read_s),
                 }
             })
             .collect(),

@@ -160,6 +160,29 @@ pub enum Step {
     },
     /// Reads `gib` of files into the page cache.
     Cache { gib: f64 },
+    /// Re-reads a file set of `gib` (dbench-like) until it has read `read_gib`: `hot_share`
+    /// of the reads on `hot_fraction` of the files. Hits are served at the calibration's
+    /// `cache_read_gib_s`, misses at `disk_read_gib_s` and come into the page cache; its
+    /// throughput follows the hit rate (docs/simulator.md). `warmup`: its reads are not
+    /// counted in the VM's file throughput.
+    Files {
+        gib: f64,
+        read_gib: f64,
+        #[serde(default = "hot_fraction_default")]
+        hot_fraction: f64,
+        #[serde(default = "hot_share_default")]
+        hot_share: f64,
+        #[serde(default)]
+        warmup: bool,
+    },
+}
+
+fn hot_fraction_default() -> f64 {
+    0.2
+}
+
+fn hot_share_default() -> f64 {
+    0.8
 }
 
 /// When one VM's migrations start.
@@ -360,6 +383,22 @@ impl Scenario {
                             busy = true;
                         }
                         Step::Cache { gib } => num(&format!("{at}: cache gib"), *gib)?,
+                        Step::Files {
+                            gib,
+                            read_gib,
+                            hot_fraction,
+                            hot_share,
+                            ..
+                        } => {
+                            num(&format!("{at}: files gib"), *gib)?;
+                            num(&format!("{at}: files read_gib"), *read_gib)?;
+                            for (k, v) in [("hot_fraction", hot_fraction), ("hot_share", hot_share)] {
+                                if !(0.0..=1.0).contains(v) {
+                                    return bad(format!("{at}: files {k} must be in [0, 1], not {v}"));
+                                }
+                            }
+                            busy |= *read_gib > 0.0;
+                        }
                     }
                 }
                 if p.repeat && !busy {

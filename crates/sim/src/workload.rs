@@ -2,6 +2,7 @@
 //! hold, free, compute, a memory trace), once or over and over. A program knows what it
 //! holds and how far it got; the guest model decides how much of what it asks for it gets.
 
+use crate::guest::FileSet;
 use crate::rng::Rng;
 use crate::scenario::{gib, ProgramSpec, Step};
 use autoballoon_core::units::Kib;
@@ -46,6 +47,13 @@ enum State {
         pos: f64,
         dirty: f64,
     },
+    /// Re-reading a file set: `left` KiB to read; `nominal_s` at memory speed.
+    Files {
+        set: FileSet,
+        left: f64,
+        nominal_s: f64,
+        warmup: bool,
+    },
 }
 
 /// One running program.
@@ -73,6 +81,14 @@ pub struct Program {
     pub passes: u64,
     /// When it ran its last step (a program that does not repeat).
     pub finished_at: Option<f64>,
+    /// File reads of its `files` steps (warm-ups left out): KiB read, of which page-cache
+    /// hits, and the seconds they took.
+    pub file_read_kib: f64,
+    pub file_hit_kib: f64,
+    pub file_read_s: f64,
+    /// What its `files` step reads this tick, KiB, of which hits, and the share of the tick
+    /// it took (set by [`Program::read_files`], used by [`Program::end_tick`]).
+    tick_read: (f64, f64, f64),
     now: f64,
     /// Each sleep's length and each allocation's speed times a factor in [1 − jitter, 1 + jitter].
     jitter: f64,
@@ -99,6 +115,10 @@ impl Program {
             work_s: 0.0,
             passes: 0,
             finished_at: None,
+            file_read_kib: 0.0,
+            file_hit_kib: 0.0,
+            file_read_s: 0.0,
+            tick_read: (0.0, 0.0, 0.0),
             now: 0.0,
         }
     }
@@ -119,6 +139,7 @@ impl Program {
         now: f64,
         commit_limit: Option<Kib>,
         touch_default: f64,
+        cache_gib_s: f64,
     ) -> Instant {
         let mut out = Instant::default();
         self.now = now;
@@ -194,6 +215,29 @@ impl Program {
                     out.cache = out.cache.saturating_add(gib(g));
                     self.next();
                 }
+                Step::Files {
+                    gib: g,
+                    read_gib,
+                    hot_fraction,
+                    hot_share,
+                    warmup,
+                } => {
+                    let left = gib(read_gib).0 as f64;
+                    if left < 1.0 {
+                        self.next();
+                    } else {
+                        self.state = State::Files {
+                            set: FileSet {
+                                set: gib(g),
+                                hot_fraction,
+                                hot_share,
+                            },
+                            left,
+                            nominal_s: read_gib / cache_gib_s.max(1e-12),
+                            warmup,
+                        };
+                    }
+                }
             }
         }
         out
@@ -250,6 +294,29 @@ impl Program {
             }
             _ => (Kib::ZERO, Kib::ZERO, freed),
         }
+    }
+
+    /// The file set it re-reads, while a `files` step runs.
+    pub fn file_set(&self) -> Option<FileSet> {
+        match (&self.state, self.running()) {
+            (State::Files { set, .. }, true) => Some(*set),
+            _ => None,
+        }
+    }
+
+    /// Its `files` step reads at `gib_s` (hit rate `hit`) this tick of `dt` at CPU speed
+    /// `speed`: returns the KiB it reads and of which misses (what comes into the cache).
+    pub fn read_files(&mut self, dt: f64, speed: f64, gib_s: f64, hit: f64) -> (Kib, Kib) {
+        let State::Files { left, .. } = &self.state else {
+            self.tick_read = (0.0, 0.0, 0.0);
+            return (Kib::ZERO, Kib::ZERO);
+        };
+        let could = (gib_s * GIB_KIB * dt * speed).max(0.0);
+        let read = could.min(left.max(0.0));
+        let hits = read * hit.clamp(0.0, 1.0);
+        let share = if could > 0.0 { read / could } else { 1.0 };
+        self.tick_read = (read, hits, share);
+        (Kib(read as u64), Kib((read - hits) as u64))
     }
 
     /// Computing (a `compute` or `trace` step), not allocating or sleeping.
@@ -315,6 +382,27 @@ impl Program {
                 };
                 if *pos >= end - 1e-9 {
                     self.work_s += end;
+                    self.next();
+                }
+            }
+            State::Files {
+                left,
+                nominal_s,
+                warmup,
+                ..
+            } => {
+                let (read, hits, share) = std::mem::take(&mut self.tick_read);
+                // A step that ends in this tick takes its share of it.
+                let used = dt * share;
+                self.busy_s += used;
+                if !*warmup {
+                    self.file_read_kib += read;
+                    self.file_hit_kib += hits;
+                    self.file_read_s += used;
+                }
+                *left -= read;
+                if *left < 1.0 {
+                    self.work_s += *nominal_s;
                     self.next();
                 }
             }

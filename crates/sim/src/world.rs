@@ -433,7 +433,7 @@ fn step_vm(
     let limit = g.commit_limit();
     let mut cache_wanted = Kib::ZERO;
     for p in &mut v.programs {
-        let i = p.begin_tick(now, limit, c.touch_gib_s);
+        let i = p.begin_tick(now, limit, c.touch_gib_s, c.cache_read_gib_s);
         v.failed_allocations += i.refused;
         g.release(now, i.freed_resident, Kib::ZERO);
         cache_wanted = cache_wanted.saturating_add(i.cache);
@@ -447,6 +447,20 @@ fn step_vm(
             c.deflate_gib_s
         },
     );
+    // 2b. File readers: hits at memory speed, misses at the disk's, into the page cache
+    // while free memory above the low watermark lasts (then they replace cached pages).
+    let mut files_in = Kib::ZERO;
+    for p in &mut v.programs {
+        let Some(set) = p.file_set() else {
+            continue;
+        };
+        let cached = g.files_cached(set.set);
+        let hit = crate::guest::file_hit_rate(cached, &set);
+        let gib_s = crate::guest::file_read_gib_s(hit, c.cache_read_gib_s, c.disk_read_gib_s);
+        let (_, misses) = p.read_files(dt, alloc_speed, gib_s, hit);
+        let k = misses.min(set.set.saturating_sub(cached));
+        files_in = files_in.saturating_add(g.fill_cache(k));
+    }
     // 3. Writes.
     let mut b = Budgets {
         hook: if g.kernel.patched {
@@ -568,7 +582,7 @@ fn step_vm(
             .filter(|p| p.running())
             .map(|p| p.dirty_rate())
             .sum();
-        let written = served.got.saturating_add(got_cache).0 as f64
+        let written = served.got.saturating_add(got_cache).saturating_add(files_in).0 as f64
             + dirty_rate * dt * compute_speed
             + if xen { deflated.0 as f64 } else { 0.0 };
         m.dirty(written, g);

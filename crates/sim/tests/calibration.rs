@@ -9,7 +9,9 @@ use autoballoon_sim::fit::{calibrate, current};
 fn calibration_file_holds_the_fit() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/results.json");
     let bench = std::fs::read_to_string(path).ok();
-    let fits = calibrate(bench.as_deref()).unwrap();
+    let host_path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/host/results.json");
+    let host = std::fs::read_to_string(host_path).ok();
+    let fits = calibrate(bench.as_deref(), host.as_deref()).unwrap();
     assert!(fits.len() >= 6, "{fits:?}");
     for f in &fits {
         let cur = current(CALIBRATION_TOML, f.profile, f.key)
