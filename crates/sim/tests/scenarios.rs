@@ -53,6 +53,13 @@ fn bad_scenarios_are_errors_that_name_the_problem() {
     .contains("teleport"));
     assert!(err("this is not toml").contains("scenario t"));
     assert!(err(&format!("{OK}\n[[vm.program]]\nname = \"p\"\njitter = 1.5\nsteps = [{{ kind = \"sleep\", s = 1 }}]\n")).contains("jitter"));
+    assert!(err(&format!("{OK}\n[[vm.program]]\nname = \"p\"\nsteps = [{{ kind = \"files\", gib = 0.1, read_gib = 1, hot_share = 1.5 }}]\n")).contains("hot_share"));
+    assert!(err(&format!("{OK}\n[[vm.program]]\nname = \"p\"\nsteps = [{{ kind = \"files\", gib = -1, read_gib = 1 }}]\n")).contains("files gib"));
+    assert!(Scenario::parse(
+        "t",
+        &format!("{OK}\n[[vm.program]]\nname = \"p\"\nrepeat = true\nsteps = [{{ kind = \"files\", gib = 0.1, read_gib = 1 }}]\n")
+    )
+    .is_ok());
 }
 
 #[test]
