@@ -29,6 +29,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("pts-memory", include_str!("../scenarios/pts-memory.toml")),
     ("e1-sizes", include_str!("../scenarios/e1-sizes.toml")),
     ("e1-esx", include_str!("../scenarios/e1-esx.toml")),
+    ("e1-bench", include_str!("../scenarios/e1-bench.toml")),
     ("tiny", include_str!("../scenarios/tiny.toml")),
     ("bench-cells", include_str!("../scenarios/bench-cells.toml")),
 ];
