@@ -25,7 +25,7 @@ help:
 	@echo "make migbench - migrations idle and after a spike against free page reporting (MIGBENCH_ARGS='--runs 2')"
 	@echo "make sim    - the simulator's tests, then S1 (paper-spike: 24 h of 675 GB spikes on a 732 GB VM) under swapfree against static (docs/simulator.md)"
 	@echo "make reproduce - writes experiments/REPORT.md: every simulated experiment, the seed's number beside ours"
-	@echo "make calibrate - fits the simulator's calibration (bench/results.json, the seeds' numbers) into crates/sim/calibration.toml"
+	@echo "make calibrate - fits the simulator's calibration (bench/results.json, bench/host/results.json, the seeds' numbers) into crates/sim/calibration.toml"
 	@echo "make image  - build the guest image (cached under $(CACHE))"
 	@echo "make kernel / kernel-test / kernel-deb - the patched guest kernel (see kernel/README.md)"
 	@echo "make guest-deb - the guest agent's Debian package (under $(CACHE)/deb)"

@@ -660,7 +660,10 @@ fn e1(o: &mut String, host_results: Option<&str>) -> Result<(), SimError> {
         );
     }
     // The same sizes with other file sets: the overhead is the workload's slope.
-    let _ = writeln!(o, "Our overhead by file set (the same VMs; 80 % of reads on a fifth of it):\n");
+    let _ = writeln!(
+        o,
+        "Our overhead by file set (the same VMs; 80 % of reads on a fifth of it):\n"
+    );
     let sets = [0.125, 0.25, 0.5, 1.0];
     let mut sweep = Vec::new();
     for g in sets {
@@ -674,7 +677,10 @@ fn e1(o: &mut String, host_results: Option<&str>) -> Result<(), SimError> {
     }
     let _ = writeln!(o, "{head}\n{rule}");
     for (g, rs) in &sweep {
-        let cells: Vec<String> = rs.iter().map(|r| format!("{:.2} %", r.overhead_pct)).collect();
+        let cells: Vec<String> = rs
+            .iter()
+            .map(|r| format!("{:.2} %", r.overhead_pct))
+            .collect();
         let _ = writeln!(o, "| {:.0} MiB | {} |", g * 1024.0, cells.join(" | "));
     }
     let _ = writeln!(o, "\nWhere the set fits both VMs' cache the balloon costs nothing (what is left is the CPU speed's jitter); where the smaller guest's cache falls below the hot fifth the slope jumps, so for some sets the overhead is not monotone in the balloon. Reads are uniform within each part of the set; a real dbench's curve (and the seed's Figure 2, not in the excerpt) may be smoother.\n");

@@ -394,9 +394,12 @@ impl Scenario {
                         } => {
                             num(&format!("{at}: files gib"), *gib)?;
                             num(&format!("{at}: files read_gib"), *read_gib)?;
-                            for (k, v) in [("hot_fraction", hot_fraction), ("hot_share", hot_share)] {
+                            for (k, v) in [("hot_fraction", hot_fraction), ("hot_share", hot_share)]
+                            {
                                 if !(0.0..=1.0).contains(v) {
-                                    return bad(format!("{at}: files {k} must be in [0, 1], not {v}"));
+                                    return bad(format!(
+                                        "{at}: files {k} must be in [0, 1], not {v}"
+                                    ));
                                 }
                             }
                             busy |= *read_gib > 0.0;

@@ -582,7 +582,11 @@ fn step_vm(
             .filter(|p| p.running())
             .map(|p| p.dirty_rate())
             .sum();
-        let written = served.got.saturating_add(got_cache).saturating_add(files_in).0 as f64
+        let written = served
+            .got
+            .saturating_add(got_cache)
+            .saturating_add(files_in)
+            .0 as f64
             + dirty_rate * dt * compute_speed
             + if xen { deflated.0 as f64 } else { 0.0 };
         m.dirty(written, g);

@@ -35,7 +35,10 @@ fn hit_rate_is_the_cached_share_of_the_reads_hottest_first() {
     let mut last = 0.0;
     for m in 0..1200 {
         let h = file_hit_rate(mib(m as f64), &f);
-        assert!((0.0..=1.0).contains(&h) && h >= last, "{m} MiB: {h} after {last}");
+        assert!(
+            (0.0..=1.0).contains(&h) && h >= last,
+            "{m} MiB: {h} after {last}"
+        );
         last = h;
     }
     // No skew: the cached share; no set: every read hits.
@@ -60,7 +63,10 @@ fn throughput_weighs_the_two_speeds_by_the_hit_rate() {
         last = t;
     }
     // Out-of-range hit rates are clamped.
-    assert_eq!(file_read_gib_s(1.5, 2.0, 0.1), file_read_gib_s(1.0, 2.0, 0.1));
+    assert_eq!(
+        file_read_gib_s(1.5, 2.0, 0.1),
+        file_read_gib_s(1.0, 2.0, 0.1)
+    );
 }
 
 fn cfg(max_mib: f64) -> GuestConfig {
