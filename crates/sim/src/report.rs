@@ -635,6 +635,19 @@ fn e1(o: &mut String, host_results: Option<&str>) -> Result<(), SimError> {
             r.overhead_pct
         );
     }
+    // The hot part of e1-esx's file set.
+    let hot_mib = esx
+        .vm
+        .iter()
+        .flat_map(|v| &v.program)
+        .flat_map(|p| &p.steps)
+        .find_map(|st| match st {
+            crate::scenario::Step::Files {
+                gib, hot_fraction, ..
+            } => Some(gib * 1024.0 * hot_fraction),
+            _ => None,
+        })
+        .unwrap_or(f64::NAN);
     if let (Some(small), Some(large)) = (rows.first(), rows.last()) {
         let per_mib = |r: &E1Row| r.overhead_pct / (r.cache_native_mib - r.cache_ballooned_mib);
         let _ = writeln!(
@@ -654,7 +667,7 @@ fn e1(o: &mut String, host_results: Option<&str>) -> Result<(), SimError> {
             per_mib(small),
             per_mib(large),
             large.cache_native_mib,
-            256.0 * crate::fit::BENCH_HOST_HOT_FRACTION,
+            hot_mib,
             1.4 / per_mib(small),
             1.4 / per_mib(small) / (small.cache_native_mib - small.cache_ballooned_mib),
         );
@@ -739,7 +752,7 @@ fn e1(o: &mut String, host_results: Option<&str>) -> Result<(), SimError> {
             r.overhead_pct
         );
     }
-    let _ = writeln!(o, "\nThe model's ballooned guests lack the struct page of their balloon and the larger watermarks ({}), which costs much where the cache is below the hot fifth of the files ({:.0} MiB) and little above it; where the measured overhead is larger, the ballooned guests lost more than that: their measured MemAvailable gap (next table) is several times the model's, nearly the same at every size, memory the model does not take from a ballooned guest. Had the ballooned guests' cache been short by the measured gap, the model would give {}.\n",
+    let _ = writeln!(o, "\nThe model's ballooned guests lack the struct page of their balloon and the larger watermarks ({}), which costs much where the cache is below the hot fifth of the files ({:.0} MiB) and little above it. The measured ballooned guests' MemAvailable gap to the configured ones (next table) is several times the model's and nearly the same at every size: memory the model does not take from a ballooned guest. Had the model's ballooned guests' cache been short by that measured gap, it would give {}.\n",
         rows_b.iter().map(|r| format!("{:.1} MiB at {:.0}", r.cache_native_mib - r.cache_ballooned_mib, r.size_mib)).collect::<Vec<_>>().join(", "),
         1024.0 * crate::fit::BENCH_HOST_HOT_FRACTION,
         rows_b
