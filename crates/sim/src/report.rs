@@ -69,7 +69,7 @@ pub fn reproduce(
         ));
         o.push('\n');
     }
-    let _ = writeln!(o, "## Not simulated yet\n\n- The memory make bench-host's ballooned guests lose beyond struct page and the watermarks (E1: their measured MemAvailable gap to a configured guest is several times the model's, nearly the same at every size).\n- Conformance covers every moment of six configurations on both QEMUs; free page hinting (make bench's later `hint`, `fpr+hint` cells) is not in bench/results.json yet.");
+    let _ = writeln!(o, "## Not simulated yet\n\n- The watermark khugepaged sets in a guest configured with 512 MiB or more (transparent hugepages on: `min_free_kbytes` 44 MiB, a 65 MiB high watermark in a 1 GiB guest however far it is ballooned; docs/balancers.md, E1): make bench-host's ballooned guests' MemAvailable gap, which the model's watermarks (`sqrt(16 · KiB)`) do not have.\n- Conformance covers every moment of six configurations on both QEMUs; free page hinting (make bench's later `hint`, `fpr+hint` cells) is not in bench/results.json yet.");
     Ok(o)
 }
 
@@ -752,7 +752,7 @@ fn e1(o: &mut String, host_results: Option<&str>) -> Result<(), SimError> {
             r.overhead_pct
         );
     }
-    let _ = writeln!(o, "\nThe model's ballooned guests lack the struct page of their balloon and the larger watermarks ({}), which costs much where the cache is below the hot fifth of the files ({:.0} MiB) and little above it. The measured ballooned guests' MemAvailable gap to the configured ones (next table) is several times the model's and nearly the same at every size: memory the model does not take from a ballooned guest. Had the model's ballooned guests' cache been short by that measured gap, it would give {}.\n",
+    let _ = writeln!(o, "\nThe model's ballooned guests lack the struct page of their balloon and the larger watermarks ({}), which costs much where the cache is below the hot fifth of the files ({:.0} MiB) and little above it. The measured ballooned guests' MemAvailable gap to the configured ones (next table) is several times the model's and nearly the same at every size: the watermark khugepaged raises in a guest configured with 512 MiB or more (docs/balancers.md, E1), which the model does not have. Had the model's ballooned guests' cache been short by that measured gap, it would give {}.\n",
         rows_b.iter().map(|r| format!("{:.1} MiB at {:.0}", r.cache_native_mib - r.cache_ballooned_mib, r.size_mib)).collect::<Vec<_>>().join(", "),
         1024.0 * crate::fit::BENCH_HOST_HOT_FRACTION,
         rows_b
