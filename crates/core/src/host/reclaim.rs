@@ -58,6 +58,16 @@ pub enum Reclaim {
     HostNeed { target: Percent },
 }
 
+impl Reclaim {
+    /// The host's target use, for a mode that has one (`host-need`).
+    pub fn target(&self) -> Option<Percent> {
+        match *self {
+            Reclaim::HostNeed { target } => Some(target),
+            Reclaim::Lean => None,
+        }
+    }
+}
+
 /// The host's memory as a reclaim mode sees it: from the host's /proc/meminfo.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct HostMemoryUse {
@@ -95,6 +105,15 @@ impl ReclaimStep {
     /// Whether memory is reclaimed for the host at this step.
     pub fn reclaiming(&self) -> bool {
         !matches!(self, ReclaimStep::Keep { .. })
+    }
+    /// How far the host's use was above its target: 0 while guests keep their memory,
+    /// unknown when the host's memory was.
+    pub fn excess(&self) -> Option<Kib> {
+        match *self {
+            ReclaimStep::Unknown => None,
+            ReclaimStep::Keep { .. } => Some(Kib::ZERO),
+            ReclaimStep::Reclaim { excess, .. } => Some(excess),
+        }
     }
 }
 

@@ -376,11 +376,7 @@ impl Decider {
         h.wanted = wanted;
         h.shortfall = shortfall(wanted, look.capacity);
         h.reclaiming = self.reclaim.map(|r| r.reclaiming());
-        h.reclaim_excess = self.reclaim.and_then(|r| match r {
-            ReclaimStep::Unknown => None,
-            ReclaimStep::Keep { .. } => Some(Kib::ZERO),
-            ReclaimStep::Reclaim { excess, .. } => Some(excess),
-        });
+        h.reclaim_excess = self.reclaim.and_then(|r| r.excess());
     }
 
     /// One warning when the host starts being short of memory for what the balancer wants

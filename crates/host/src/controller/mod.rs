@@ -256,10 +256,7 @@ impl Controller {
             reserve: Kib::from_mib_saturating(c.host_reserve_mib),
             cgroup: (!c.memory_cgroup.as_os_str().is_empty()).then(|| c.memory_cgroup.clone()),
         };
-        let target = match c.reclaim() {
-            autoballoon_core::host::Reclaim::HostNeed { target } => Some(target.get()),
-            autoballoon_core::host::Reclaim::Lean => None,
-        };
+        let target = c.reclaim().target().map(|t| t.get());
         let host = Arc::new(Mutex::new(HostStatus { reclaim_mode: c.reclaim.as_str(), reclaim_target_pct: target, ..Default::default() }));
         let d = decider::Decider::new(changes, c.balancer.build_for(Default::default(), c.reclaim()), memory, host.clone(), interval, started, logger, shutdown.clone(), bell.clone());
         let mut workers = vec![spawn("decider", move || d.run())];

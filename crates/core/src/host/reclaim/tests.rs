@@ -141,6 +141,17 @@ fn the_host_loop_keeps_a_guest_while_the_host_is_below_target_and_shrinks_it_abo
     assert!(t[0].tick.outcome.is_err(), "{:?}", t[0].tick);
 }
 
+#[test]
+fn a_step_tells_its_excess_and_a_mode_its_target() {
+    let target = Percent::new_checked(80).unwrap();
+    assert_eq!(ReclaimStep::Unknown.excess(), None, "host memory unknown");
+    assert_eq!(ReclaimStep::Keep { used: mib(1), total: mib(8), target }.excess(), Some(Kib::ZERO));
+    let step = ReclaimStep::Reclaim { used: mib(7), total: mib(8), target, excess: mib(1), reclaimed: mib(1) };
+    assert_eq!(step.excess(), Some(mib(1)));
+    assert_eq!(Reclaim::HostNeed { target }.target(), Some(target));
+    assert_eq!(Reclaim::Lean.target(), None);
+}
+
 proptest! {
     #[test]
     fn share_out_gives_exactly_what_is_needed_or_all_there_is(
