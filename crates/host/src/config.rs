@@ -554,7 +554,7 @@ impl Config {
     fn validate_discovery(&self) -> Result<(), ConfigError> {
         let dir = &self.discovery.socket_dir;
         if !dir.as_os_str().is_empty() && !dir.is_absolute() {
-            return Err(ConfigError::Invalid { key: "discovery.socket_dir".into(), why: "must be an absolute path (e.g. \"/run/autoballoon/vms\"), or \"\" for off".into() });
+            return Err(ConfigError::Invalid { key: "discovery.socket_dir".into(), why: "must be an absolute path (e.g. \"/run/autoballoon-vms\"), or \"\" for off".into() });
         }
         if self.discovery.libvirt && self.discovery.libvirt_uri.is_empty() {
             return Err(ConfigError::Invalid { key: "discovery.libvirt_uri".into(), why: "must be a libvirt URI (e.g. \"qemu:///system\")".into() });

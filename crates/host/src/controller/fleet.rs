@@ -209,7 +209,7 @@ impl Fleet {
             }
             Err(e @ crate::libvirt::LibvirtError::Connect { .. }) => {
                 if st.libvirt_down.as_deref() != Some(uri.as_str()) {
-                    self.log.event("-", EventKind::Unreachable, &libvirt_down_line(&uri, &e), &[]);
+                    self.log.event("-", EventKind::Unreachable, &libvirt_down_line(&e), &[]);
                     st.libvirt_down = Some(uri.clone());
                 }
             }
@@ -437,7 +437,7 @@ fn stop_actor(m: &Managed) {
 }
 
 /// The one line of a libvirt that cannot be connected to.
-fn libvirt_down_line(uri: &str, e: &crate::libvirt::LibvirtError) -> String {
+fn libvirt_down_line(e: &crate::libvirt::LibvirtError) -> String {
     format!("{e}: no libvirt domain is discovered until it answers (trying every {} s; on a host without libvirt, `libvirt = false` in [discovery] silences this)", LIBVIRT_SCAN.as_secs())
 }
 
@@ -470,7 +470,7 @@ mod tests {
     #[test]
     fn a_missing_libvirt_is_one_clear_line() {
         let e = crate::libvirt::LibvirtError::Connect { uri: "qemu:///system".into(), message: "Failed to connect socket to '/var/run/libvirt/virtqemud-sock': No such file or directory".into() };
-        let line = libvirt_down_line("qemu:///system", &e);
+        let line = libvirt_down_line(&e);
         assert!(line.starts_with("cannot connect to libvirt at qemu:///system: Failed to connect socket"), "{line}");
         assert!(line.contains("trying every 2 s") && line.contains("`libvirt = false`"), "{line}");
         assert!(!line.contains('\n'));
