@@ -2,14 +2,17 @@
 # Build the Debian package of the host daemon, autoballoon_VERSION_amd64.deb:
 #   /usr/bin/autoballoon                       the daemon and its commands (status, migrate, pause, resume)
 #   /lib/systemd/system/autoballoon.service    its unit (Type=notify, watchdog, hardened)
-#   /etc/autoballoon/host.toml                 a default configuration with no VM (a conffile)
+#   /etc/autoballoon/host.toml                 the configuration: no [[vm]], discovery on (a conffile)
+#   /usr/lib/tmpfiles.d/autoballoon.conf       creates /run/autoballoon-vms (1770 root:kvm), the VMs' socket directory
 #   /usr/share/man/man8/autoballoon.8.gz       the man page, generated from --help (gen-man.sh)
 #   /usr/share/doc/autoballoon/                configuration.md, security.md, metrics.md, example-host.toml, copyright,
 #                                              and the Grafana dashboard autoballoon-dashboard.json
 # Depends only on what the binary links (libc6, libgcc-s1 and libvirt0, libvirt's library for
 # VMs given as libvirt domains; from dpkg-shlibdeps when there); libvirt-daemon-system is
 # suggested (the daemon that runs libvirt domains). The unit is
-# enabled and started on install (with no VM the daemon just waits), restarted on upgrade.
+# enabled and started on install (it manages the VMs it finds; with none it waits),
+# restarted on upgrade; the socket directory is created on install (postinst, as
+# dh_installtmpfiles would) and at every boot.
 # Uses dpkg-deb on a staged tree; no debhelper needed.
 #
 # Usage: packaging/build-host-deb.sh [--host BINARY] [--out DIR]
@@ -43,10 +46,11 @@ stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 pkg="$stage/$name"
 doc="$pkg/usr/share/doc/autoballoon"
-install -d "$pkg/DEBIAN" "$pkg/usr/bin" "$pkg/lib/systemd/system" "$pkg/etc/autoballoon" "$pkg/usr/share/man/man8" "$doc"
+install -d "$pkg/DEBIAN" "$pkg/usr/bin" "$pkg/lib/systemd/system" "$pkg/etc/autoballoon" "$pkg/usr/lib/tmpfiles.d" "$pkg/usr/share/man/man8" "$doc"
 install -m 0755 "$host" "$pkg/usr/bin/autoballoon"
 install -m 0644 "$here/systemd/autoballoon.service" "$pkg/lib/systemd/system/autoballoon.service"
 install -m 0644 "$here/host.toml" "$pkg/etc/autoballoon/host.toml"
+install -m 0644 "$here/tmpfiles/autoballoon.conf" "$pkg/usr/lib/tmpfiles.d/autoballoon.conf"
 install -m 0644 "$root/LICENSE" "$doc/copyright"
 for f in configuration.md security.md metrics.md example-host.toml; do
     if [ -f "$root/docs/$f" ]; then install -m 0644 "$root/docs/$f" "$doc/"; fi
@@ -55,7 +59,10 @@ install -m 0644 "$here/grafana/autoballoon-dashboard.json" "$doc/autoballoon-das
 
 files='.TP
 .I /etc/autoballoon/host.toml
-the configuration autoballoon.service reads (no VM as installed)
+the configuration autoballoon.service reads (as installed: every libvirt domain on qemu:///system and every QEMU whose QMP socket is in /run/autoballoon-vms)
+.TP
+.I /run/autoballoon-vms/
+the socket directory of discovered VMs: NAME.qmp is the QMP socket of VM NAME, NAME.agent that of its agent (mode 1770 root:kvm, from /usr/lib/tmpfiles.d/autoballoon.conf)
 .TP
 .I /run/autoballoon/status.sock
 the status socket of `autoballoon status`, migrate, pause and resume (mode 0600)
@@ -103,7 +110,9 @@ Description: continuous, swap-free memory ballooning for QEMU VMs (host daemon)
  migrations send less and hosts pack more VMs; a spike never meets the OOM killer.
  .
  Installs a systemd unit (Type=notify, watchdog, sandboxed) and a configuration
- with no VM: edit /etc/autoballoon/host.toml, see man autoballoon.
+ that manages every libvirt domain on qemu:///system and every QEMU whose QMP
+ socket is in /run/autoballoon-vms (created by the package): see
+ /etc/autoballoon/host.toml and man autoballoon.
 CONTROL
 echo /etc/autoballoon/host.toml > "$pkg/DEBIAN/conffiles"
 
@@ -112,6 +121,10 @@ echo /etc/autoballoon/host.toml > "$pkg/DEBIAN/conffiles"
 cat > "$pkg/DEBIAN/postinst" <<'SCRIPT'
 #!/bin/sh
 set -e
+# The VMs' socket directory, now rather than at the next boot (dh_installtmpfiles' way).
+if [ "$1" = configure ] && command -v systemd-tmpfiles >/dev/null; then
+    systemd-tmpfiles --create autoballoon.conf || true
+fi
 if [ "$1" = configure ] && [ -d /run/systemd/system ]; then
     systemctl daemon-reload || true
     systemctl enable autoballoon.service || true

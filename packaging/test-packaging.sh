@@ -2,7 +2,8 @@
 # Checks the packaging: both systemd units pass `systemd-analyze verify` (against a staged
 # root holding the binaries, so ExecStart paths resolve), the guest agent's .deb builds
 # and holds the binary, the unit and the udev rule, and the host daemon's .deb (`make deb`)
-# builds and holds the binary, the unit, the default configuration and the man page, with
+# builds and holds the binary, the unit, the default configuration (discovery on, no
+# warning), the socket directory's tmpfiles.d snippet and the man page, with
 # dependencies on nothing but the libraries the binary links, and the KubeVirt manifests
 # check (packaging/kubevirt/test-manifest.sh). Run by `make packaging-test`
 # (part of `make test`).
@@ -47,10 +48,16 @@ if command -v systemd-analyze >/dev/null; then
         systemd-analyze security --offline=yes --threshold=30 "$u" > "$work/security.log" 2>&1 || { tail -3 "$work/security.log" >&2; fail "autoballoon.service exposure above 3.0"; }
         echo "test-packaging: autoballoon.service $(grep -o 'Overall exposure level.*' "$work/security.log")"
     fi
-    for d in Type=notify WatchdogSec= NotifyAccess=main ProtectSystem=strict NoNewPrivileges=yes PrivateTmp=yes ProtectHome=yes \
-             'RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6' ReadWritePaths=/run/autoballoon RuntimeDirectoryMode=0700 UMask=0077 RestartPreventExitStatus=2; do
+    for d in Type=notify WatchdogSec= NotifyAccess=main ProtectSystem=strict NoNewPrivileges=yes ProtectHome=yes \
+             'RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6' 'ReadWritePaths=/run/autoballoon$' RuntimeDirectoryMode=0700 UMask=0077 RestartPreventExitStatus=2; do
         grep -q "^$d" "$u" || fail "autoballoon.service lacks $d"
     done
+    # No private /tmp (it would hide QMP and agent sockets there from the daemon; /tmp is
+    # read-only under ProtectSystem=strict), and writable only where the daemon writes: not
+    # the VMs' socket directory, which it only reads.
+    ! grep -q '^PrivateTmp=' "$u" || fail "autoballoon.service has PrivateTmp= (sockets under /tmp would be hidden)"
+    [ "$(grep -c '^ReadWritePaths=' "$u")" = 1 ] || fail "autoballoon.service has more than one ReadWritePaths="
+    ! grep -q '^ReadWritePaths=.*autoballoon-vms' "$u" || fail "the VMs' socket directory is writable by the daemon"
 else
     echo "test-packaging: SKIP systemd-analyze verify: systemd-analyze not installed (Debian package systemd)"
 fi
@@ -97,7 +104,7 @@ extra="$(tr ',' '\n' <<< "$deps" | sed 's/^ *//; s/ .*//' | grep -v -x -e libc6 
 grep -q '^ Suggests: libvirt-daemon-system$' <<< "$info" || fail "no Suggests: libvirt-daemon-system"
 grep -q 'conffiles' <<< "$info" || fail "no conffiles: $info"
 [ "$(dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles)" = /etc/autoballoon/host.toml ] || fail "host.toml is not a conffile"
-for f in './usr/bin/autoballoon' './lib/systemd/system/autoballoon.service' './etc/autoballoon/host.toml' \
+for f in './usr/bin/autoballoon' './lib/systemd/system/autoballoon.service' './etc/autoballoon/host.toml' './usr/lib/tmpfiles.d/autoballoon.conf' \
          './usr/share/man/man8/autoballoon.8.gz' './usr/share/doc/autoballoon/copyright' './usr/share/doc/autoballoon/configuration.md' \
          './usr/share/doc/autoballoon/security.md' './usr/share/doc/autoballoon/metrics.md' './usr/share/doc/autoballoon/autoballoon-dashboard.json'; do
     grep -Eq " ${f//./\\.}\$" <<< "$contents" || fail "no $f in the host .deb: $contents"
@@ -108,8 +115,24 @@ mkdir -p "$x"
 dpkg-deb --extract "$deb" "$x"
 cmp -s "$x/usr/bin/autoballoon" "$host" || fail "the packaged binary differs from $host"
 cmp -s "$x/lib/systemd/system/autoballoon.service" "$here/systemd/autoballoon.service" || fail "the packaged unit differs"
-# The default configuration has no VM, and the packaged daemon accepts it.
-"$x/usr/bin/autoballoon" host --check-config --config "$x/etc/autoballoon/host.toml" | grep -q '^configuration OK: 0 VM(s)$' || fail "the default host.toml does not pass --check-config"
+# The default configuration has no [[vm]], discovers libvirt's domains and the sockets of
+# the directory the package creates, and the packaged daemon accepts it without a warning.
+check="$("$x/usr/bin/autoballoon" host --check-config --config "$x/etc/autoballoon/host.toml")" || fail "the default host.toml does not pass --check-config: $check"
+grep -q '^configuration OK: 0 VM(s)$' <<< "$check" || fail "the default host.toml: $check"
+grep -q '^discovery: socket_dir=/run/autoballoon-vms .* libvirt=qemu:///system;' <<< "$check" || fail "the default host.toml does not discover: $check"
+! grep -q '^warning:' <<< "$check" || fail "the default host.toml has warnings: $check"
+# The socket directory: made by tmpfiles.d (at boot, and by postinst), 1770 root:kvm, the
+# same directory host.toml watches.
+tmpf="$x/usr/lib/tmpfiles.d/autoballoon.conf"
+[ "$(grep -v '^#' "$tmpf" | grep -v '^$')" = 'd /run/autoballoon-vms 1770 root kvm -' ] || fail "tmpfiles.d: $(cat "$tmpf")"
+dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./postinst | grep -q 'systemd-tmpfiles --create autoballoon.conf' || fail "postinst does not create the socket directory"
+if command -v systemd-tmpfiles >/dev/null; then
+    # As postinst runs it, into a scratch root (with this machine's users and groups).
+    install -d "$work/tmproot/etc"
+    cp /etc/passwd /etc/group "$work/tmproot/etc/"
+    systemd-tmpfiles --root="$work/tmproot" --create "$tmpf" 2> "$work/tmpfiles.log" || { cat "$work/tmpfiles.log" >&2; fail "systemd-tmpfiles --create"; }
+    [ "$(stat -c '%a %U %G' "$work/tmproot/run/autoballoon-vms")" = "1770 root kvm" ] || fail "socket directory: $(stat -c '%a %U %G' "$work/tmproot/run/autoballoon-vms")"
+fi
 # The man page is --help's: every subcommand has its section, and it renders.
 page="$(gzip -dc "$x/usr/share/man/man8/autoballoon.8.gz")"
 for s in HOST STATUS MIGRATE PAUSE RESUME; do
@@ -122,7 +145,7 @@ if command -v man >/dev/null; then
     [ -z "$warn" ] || fail "man page warnings: $warn"
     MANWIDTH=80 man -l "$x/usr/share/man/man8/autoballoon.8.gz" 2>/dev/null | grep -q 'Exit status: 0 success' || fail "man page does not render the exit status"
 fi
-echo "test-packaging: $(basename "$deb"): binary, unit, conffile, man page; Depends: $deps"
+echo "test-packaging: $(basename "$deb"): binary, unit, conffile (discovery on), socket directory (tmpfiles.d), man page; Depends: $deps"
 
 # --- KubeVirt manifests (no cluster: structure, the script, the configuration it writes) ----
 "$here/kubevirt/test-manifest.sh" --host "$host" || fail "packaging/kubevirt/test-manifest.sh"

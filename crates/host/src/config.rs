@@ -382,6 +382,78 @@ impl Default for DiscoveryConfig {
     }
 }
 
+/// The socket directory the host package creates (packaging/tmpfiles/autoballoon.conf:
+/// mode 1770, root:kvm) and its /etc/autoballoon/host.toml watches.
+pub const PACKAGED_SOCKET_DIR: &str = "/run/autoballoon-vms";
+
+/// Why a path is a poor place for a VM's QMP or agent socket (`--check-config` and the
+/// daemon's start say so; docs/security.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathConcern {
+    /// Under a directory every user may write (`/tmp`, `/var/tmp`, `/dev/shm`): anyone may
+    /// create the socket first and be taken for the VM's QEMU.
+    WorldWritable(&'static str),
+    /// Under a directory autoballoon.service hides from the daemon (`ProtectHome=yes`:
+    /// `/home`, `/root`, `/run/user`): under the unit the socket is never found.
+    HiddenByUnit(&'static str),
+}
+
+/// Directories every user may write.
+const WORLD_WRITABLE: [&str; 3] = ["/tmp", "/var/tmp", "/dev/shm"];
+/// Directories autoballoon.service hides (`ProtectHome=yes`).
+const HIDDEN_BY_UNIT: [&str; 3] = ["/home", "/root", "/run/user"];
+
+/// Whether `path` (a socket, or a socket directory) is under one of those directories
+/// (by its components, as written: `/tmpfoo` is not under `/tmp`).
+pub fn path_concern(path: &Path) -> Option<PathConcern> {
+    if let Some(d) = WORLD_WRITABLE.into_iter().find(|d| path.starts_with(d)) {
+        return Some(PathConcern::WorldWritable(d));
+    }
+    HIDDEN_BY_UNIT.into_iter().find(|d| path.starts_with(d)).map(PathConcern::HiddenByUnit)
+}
+
+impl PathConcern {
+    /// The sentence about `key = path`.
+    pub fn explain(self, key: &str, path: &Path) -> String {
+        match self {
+            PathConcern::WorldWritable(d) => format!(
+                "{key} = {}: under {d}, where any user may create a socket first and be taken for the VM's QEMU or agent; use a directory only root or the QEMU user can write, e.g. {PACKAGED_SOCKET_DIR} (docs/security.md)",
+                path.display()
+            ),
+            PathConcern::HiddenByUnit(d) => format!(
+                "{key} = {}: under {d}, which autoballoon.service hides from the daemon (ProtectHome=yes): under the unit this socket is never found; move it, e.g. to {PACKAGED_SOCKET_DIR} (docs/security.md)",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl Config {
+    /// One warning per configured socket path (`[[vm]]` `qmp` and `agent`, `[discovery]
+    /// socket_dir`) with a [`PathConcern`]. Warnings, not errors: outside the unit a
+    /// hidden path works, and a test rig may use /tmp on purpose.
+    pub fn path_warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut check = |key: String, p: &Path| {
+            if let Some(c) = path_concern(p) {
+                out.push(c.explain(&key, p));
+            }
+        };
+        for (i, vm) in self.vms.iter().enumerate() {
+            if !vm.qmp.as_os_str().is_empty() {
+                check(format!("vm[{i}].qmp"), &vm.qmp);
+            }
+            if let Some(a) = &vm.agent {
+                check(format!("vm[{i}].agent"), a);
+            }
+        }
+        if !self.discovery.socket_dir.as_os_str().is_empty() {
+            check("discovery.socket_dir".into(), &self.discovery.socket_dir);
+        }
+        out
+    }
+}
+
 /// How often `[discovery] socket_dir` is read (one `readdir`).
 pub const SOCKET_SCAN: std::time::Duration = std::time::Duration::from_millis(500);
 /// How often libvirt's running domains are listed (one `virConnectListAllDomains`).
@@ -482,7 +554,7 @@ impl Config {
     fn validate_discovery(&self) -> Result<(), ConfigError> {
         let dir = &self.discovery.socket_dir;
         if !dir.as_os_str().is_empty() && !dir.is_absolute() {
-            return Err(ConfigError::Invalid { key: "discovery.socket_dir".into(), why: "must be an absolute path (e.g. \"/run/autoballoon/vms\"), or \"\" for off".into() });
+            return Err(ConfigError::Invalid { key: "discovery.socket_dir".into(), why: "must be an absolute path (e.g. \"/run/autoballoon-vms\"), or \"\" for off".into() });
         }
         if self.discovery.libvirt && self.discovery.libvirt_uri.is_empty() {
             return Err(ConfigError::Invalid { key: "discovery.libvirt_uri".into(), why: "must be a libvirt URI (e.g. \"qemu:///system\")".into() });
@@ -665,7 +737,14 @@ mod tests {
     #[test]
     fn the_packaged_file_parses_with_and_without_its_commented_examples() {
         let text = include_str!("../../../packaging/host.toml");
-        assert!(Config::parse(text).unwrap().vms.is_empty(), "as installed: no VM");
+        let installed = Config::parse(text).unwrap();
+        assert!(installed.vms.is_empty(), "as installed: no [[vm]]");
+        // As installed it finds VMs by itself: libvirt's domains, and the sockets of the
+        // directory the package creates.
+        assert_eq!(installed.discovery, DiscoveryConfig { socket_dir: PACKAGED_SOCKET_DIR.into(), libvirt: true, libvirt_uri: "qemu:///system".into() });
+        assert!(installed.path_warnings().is_empty());
+        let tmpfiles = include_str!("../../../packaging/tmpfiles/autoballoon.conf");
+        assert!(tmpfiles.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["d", PACKAGED_SOCKET_DIR, "1770", "root", "kvm", "-"]), "{tmpfiles}");
         // Every commented setting (`# key = value`, `# [table]`) taken in.
         let on: String = text
             .lines()
@@ -676,8 +755,9 @@ mod tests {
             .fold(String::new(), |a, l| a + l + "\n");
         let c = Config::parse(&on).unwrap_or_else(|e| panic!("{e}\n{on}"));
         assert_eq!((c.vms.len(), c.matches.len()), (1, 1));
-        assert_eq!(c.discovery.socket_dir, Path::new("/run/autoballoon/vms"));
+        assert_eq!(c.discovery.socket_dir, Path::new(PACKAGED_SOCKET_DIR));
         assert!(c.discovery.libvirt);
+        assert!(c.path_warnings().is_empty(), "{:?}", c.path_warnings());
         assert_eq!(c.controller.reclaim, ReclaimMode::Lean);
         assert_eq!(c.defaults, PolicyConfig::default(), "the commented values are the defaults");
     }
@@ -766,6 +846,26 @@ mod tests {
         assert_eq!(names, [("a", Origin::Config), ("b", Origin::Config), ("g", Origin::Config), ("c", Origin::SocketDir)], "same name or same endpoint: the [[vm]]; then the first of a name");
         assert_eq!(m[0].0.qmp, Path::new("/other/a.qmp"));
         assert_eq!(m[3].0.agent.as_deref(), Some(Path::new("/d/c.agent")));
+    }
+
+    #[test]
+    fn sockets_where_anyone_writes_or_the_unit_hides_are_warned_about() {
+        assert_eq!(path_concern(Path::new("/tmp/a.qmp")), Some(PathConcern::WorldWritable("/tmp")));
+        assert_eq!(path_concern(Path::new("/var/tmp/vms")), Some(PathConcern::WorldWritable("/var/tmp")));
+        assert_eq!(path_concern(Path::new("/dev/shm/x.agent")), Some(PathConcern::WorldWritable("/dev/shm")));
+        assert_eq!(path_concern(Path::new("/home/u/vm.qmp")), Some(PathConcern::HiddenByUnit("/home")));
+        assert_eq!(path_concern(Path::new("/root/vm.qmp")), Some(PathConcern::HiddenByUnit("/root")));
+        assert_eq!(path_concern(Path::new("/run/user/1000/vm.qmp")), Some(PathConcern::HiddenByUnit("/run/user")));
+        for fine in ["/run/autoballoon-vms/a.qmp", "/run/autoballoon/a.qmp", "/tmpfoo/a.qmp", "/var/lib/libvirt/qemu/channel/target/a", "/run/qemu/x.qmp", "relative/tmp/x"] {
+            assert_eq!(path_concern(Path::new(fine)), None, "{fine}");
+        }
+        let c = Config::parse("[[vm]]\nname='a'\nqmp='/tmp/a.qmp'\nagent='/home/u/a.agent'\n[[vm]]\nname='b'\nlibvirt_domain='b'\n[[vm]]\nname='c'\nqmp='/run/qemu/c.qmp'\n[discovery]\nsocket_dir='/var/tmp/vms'\n").unwrap();
+        let w = c.path_warnings();
+        assert_eq!(w.len(), 3, "{w:#?}");
+        assert!(w[0].starts_with("vm[0].qmp = /tmp/a.qmp: under /tmp, where any user may create a socket first") && w[0].contains(PACKAGED_SOCKET_DIR), "{}", w[0]);
+        assert!(w[1].starts_with("vm[0].agent = /home/u/a.agent: under /home, which autoballoon.service hides") && w[1].contains("ProtectHome=yes"), "{}", w[1]);
+        assert!(w[2].starts_with("discovery.socket_dir = /var/tmp/vms: under /var/tmp"), "{}", w[2]);
+        assert!(Config::parse("").unwrap().path_warnings().is_empty());
     }
 
     #[test]

@@ -136,7 +136,9 @@ struct HostArgs {
     #[arg(long, default_value_t = 0)]
     status_every: u64,
     /// Validate the configuration, print one line per configured VM (and one for
-    /// [discovery] and [[match]], if any) and exit (0 if valid, 2 if not; a file with no VM
+    /// [discovery] and [[match]], if any, and a "warning:" line per socket path under /tmp,
+    /// /var/tmp or /dev/shm, which anyone may write, or under /home, /root or /run/user,
+    /// which autoballoon.service hides) and exit (0 if valid, 2 if not; a file with no VM
     /// is valid).
     #[arg(long)]
     check_config: bool,
@@ -212,6 +214,9 @@ fn host(a: HostArgs) -> Result<(), Failure> {
         for line in autoballoon::ops::summary(&running) {
             println!("{line}");
         }
+        for w in running.path_warnings() {
+            println!("warning: {w}");
+        }
         println!("configuration OK: {} VM(s)", running.vms.len());
         return Ok(());
     }
@@ -223,6 +228,9 @@ fn host(a: HostArgs) -> Result<(), Failure> {
     autoballoon::signals::install().map_err(|e| Runtime(format!("cannot install the signal handlers: {e}")))?;
     let logger = Logger::with_level(format, a.level().unwrap_or(running.controller.level()));
     let mut notify = autoballoon::notify::Notifier::from_env();
+    for w in running.path_warnings() {
+        logger.event_at(Level::Warn, "-", EventKind::Reload, &w, &[]);
+    }
     let ctl = Controller::start(&running, logger.clone());
     let (metrics, status) = start_endpoints(&running, &ctl, &logger);
     // systemd (Type=notify): up once the configuration is loaded and every VM's worker runs.
@@ -310,6 +318,9 @@ fn reload(a: &HostArgs, running: &mut Config, ctl: &Controller, log: &Logger) {
             return;
         }
     };
+    for w in new.path_warnings() {
+        log.event_at(Level::Warn, "-", EventKind::Reload, &w, &[]);
+    }
     let plan = autoballoon::ops::plan_reload(running, &new, a.json, a.level());
     let mut applied = Vec::new();
     if plan.log.is_some() {

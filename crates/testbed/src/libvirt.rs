@@ -114,7 +114,7 @@ pub fn domain_xml(name: &str, memory_mib: u64, image_dir: &Path, sockets: &Path)
         .replace("<memory unit='MiB'>1024</memory>", &format!("<memory unit='MiB'>{memory_mib}</memory>"))
         .replace("<currentMemory unit='MiB'>1024</currentMemory>", &format!("<currentMemory unit='MiB'>{memory_mib}</currentMemory>"))
         .replace("/var/lib/autoballoon/image", &image_dir.display().to_string())
-        .replace("/run/autoballoon/vm/autoballoon-guest", &sockets.join(name).display().to_string()))
+        .replace("/run/autoballoon-vms/autoballoon-guest", &sockets.join(name).display().to_string()))
 }
 
 impl TransientDomain {

@@ -40,10 +40,13 @@ fn libvirt_domain_is_ballooned_by_name() {
     let d = Daemon::start(&common::vm_dir("libvirt", "daemon"), &config).unwrap_or_else(|e| panic!("{e}"));
     let managing = format!("managing libvirt={name} on qemu:///system");
     assert!(wait_for(Duration::from_secs(20), Duration::from_millis(200), || !d.log_lines(&managing).is_empty()).is_some(), "log: {}", d.log_text());
-    // The hypervisor is read through libvirt's API (virConnectGetVersion, the domain type):
-    // the migration rule names it instead of "not known".
-    let line = d.log_lines(&managing).join("\n");
-    assert!(line.contains("TCG on QEMU") || line.contains("KVM"), "the hypervisor read through libvirt: {line}");
+    // The hypervisor is read through libvirt's API (the domain type at once;
+    // virConnectGetVersion in the background, libvirtd taking seconds to answer it): the
+    // migration rule names it instead of "not known", in the `managing` line or, once the
+    // version comes, a `now known` line.
+    let named = || d.log_lines("[lv] ").into_iter().filter(|l| l.contains("managing") || l.contains("now known")).collect::<Vec<_>>();
+    let told = wait_for(Duration::from_secs(40), Duration::from_millis(200), || named().iter().any(|l| l.contains("TCG on QEMU") || l.contains("KVM")));
+    assert!(told.is_some(), "the hypervisor read through libvirt: {:#?}", named());
 
     // The agent (found through the domain's XML) reports, and the idle guest shrinks.
     let shrunk = wait_for(Duration::from_secs(90), Duration::from_millis(250), || {

@@ -163,6 +163,7 @@ impl Actor {
                 Read::Lost(e) => return End::Error(e),
             };
             self.tend_agent(&mut s);
+            self.refresh_migration_shrink(hv, s.migrating);
             self.sample(hv, &mut s, actual);
             // 4. Wait for the next tick, applying the decider's targets meanwhile. Ticks
             //    fall on multiples of the interval since the controller started, so all

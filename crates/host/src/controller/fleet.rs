@@ -73,6 +73,9 @@ struct State {
     first: bool,
     scan_errors: RateLimit,
     libvirt_errors: RateLimit,
+    /// The URI libvirt could not be connected to at the last listing (said once, and once
+    /// more when it answers).
+    libvirt_down: Option<String>,
 }
 
 pub(crate) struct Fleet {
@@ -127,6 +130,7 @@ impl Fleet {
             first: true,
             scan_errors: RateLimit::default(),
             libvirt_errors: RateLimit::default(),
+            libvirt_down: None,
         };
         Fleet {
             state: Mutex::new(state),
@@ -167,7 +171,9 @@ impl Fleet {
     }
 
     /// Lists libvirt's active domains once, if `[discovery] libvirt` is on. A failed
-    /// listing keeps the last one's domains.
+    /// listing keeps the last one's domains. A libvirt that cannot be connected to (none on
+    /// this host, libvirtd not running) is said in one line, and again when it answers:
+    /// the daemon runs on meanwhile, trying at every listing.
     fn scan_libvirt(&self) {
         let (on, uri) = {
             let st = lock(&self.state);
@@ -195,7 +201,18 @@ impl Fleet {
         };
         let mut st = lock(&self.state);
         match listed {
-            Ok(names) => st.domains = names.iter().map(|n| VmConfig { libvirt_uri: uri.clone(), ..VmConfig::libvirt(n, n) }).collect(),
+            Ok(names) => {
+                if st.libvirt_down.take().is_some() {
+                    self.log.event("-", EventKind::Connected, &format!("libvirt at {uri} answers: its active domains are managed"), &[]);
+                }
+                st.domains = names.iter().map(|n| VmConfig { libvirt_uri: uri.clone(), ..VmConfig::libvirt(n, n) }).collect()
+            }
+            Err(e @ crate::libvirt::LibvirtError::Connect { .. }) => {
+                if st.libvirt_down.as_deref() != Some(uri.as_str()) {
+                    self.log.event("-", EventKind::Unreachable, &libvirt_down_line(&e), &[]);
+                    st.libvirt_down = Some(uri.clone());
+                }
+            }
             Err(e) => {
                 let msg = format!("cannot list libvirt's domains on {uri}: {e}; keeping the domains found before");
                 self.log.limited(&mut st.libvirt_errors, "-", EventKind::Unreachable, &msg, &[]);
@@ -237,6 +254,7 @@ impl Fleet {
             let d = &config.discovery;
             if !d.libvirt || d.libvirt_uri != st.config.discovery.libvirt_uri {
                 st.domains.clear();
+                st.libvirt_down = None;
             }
             let controller = st.config.controller.clone();
             st.config = Config { controller, ..config.clone() };
@@ -266,12 +284,13 @@ impl Fleet {
         }
         let sockets = &st.sockets;
         st.dead.retain(|p, id| sockets.iter().any(|(v, f)| v.qmp == *p && f == id));
+        // libvirt's domains first: a socket in the socket directory (which more users than
+        // root may be able to write, docs/security.md) never takes the name of a domain.
         let found: Vec<(VmConfig, Origin)> = st
-            .sockets
+            .domains
             .iter()
-            .filter(|(v, f)| st.dead.get(&v.qmp) != Some(f))
-            .map(|(v, _)| (v.clone(), Origin::SocketDir))
-            .chain(st.domains.iter().map(|v| (v.clone(), Origin::Libvirt)))
+            .map(|v| (v.clone(), Origin::Libvirt))
+            .chain(st.sockets.iter().filter(|(v, f)| st.dead.get(&v.qmp) != Some(f)).map(|(v, _)| (v.clone(), Origin::SocketDir)))
             .collect();
         let want = st.config.managed(&found);
         // VMs that left.
@@ -417,6 +436,11 @@ fn stop_actor(m: &Managed) {
     }
 }
 
+/// The one line of a libvirt that cannot be connected to.
+fn libvirt_down_line(e: &crate::libvirt::LibvirtError) -> String {
+    format!("{e}: no libvirt domain is discovered until it answers (trying every {} s; on a host without libvirt, `libvirt = false` in [discovery] silences this)", LIBVIRT_SCAN.as_secs())
+}
+
 /// The VMs whose QMP sockets are in `dir` (`<name>.qmp`, a socket or a link to one).
 fn read_sockets(dir: &Path) -> std::io::Result<Vec<(VmConfig, FileId)>> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -437,4 +461,18 @@ fn read_sockets(dir: &Path) -> std::io::Result<Vec<(VmConfig, FileId)>> {
     }
     out.sort_by(|a, b| a.0.name.cmp(&b.0.name));
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_libvirt_is_one_clear_line() {
+        let e = crate::libvirt::LibvirtError::Connect { uri: "qemu:///system".into(), message: "Failed to connect socket to '/var/run/libvirt/virtqemud-sock': No such file or directory".into() };
+        let line = libvirt_down_line(&e);
+        assert!(line.starts_with("cannot connect to libvirt at qemu:///system: Failed to connect socket"), "{line}");
+        assert!(line.contains("trying every 2 s") && line.contains("`libvirt = false`"), "{line}");
+        assert!(!line.contains('\n'));
+    }
 }

@@ -133,7 +133,8 @@ pub struct VmStatus {
     /// The running or last live migration of this VM seen by this controller.
     pub last_migration: Option<MigrationReport>,
     /// Whether the balloon may shrink while a migration of this VM runs, and why (from
-    /// QEMU's version and accelerator, read when the session starts; docs/migration.md).
+    /// QEMU's version and accelerator, read when the session starts, or for a libvirt domain
+    /// when libvirt tells the version; docs/migration.md).
     pub migration_shrink: Option<String>,
     /// QEMU's own switches on the balloon device, as read at the session's start.
     pub balloon_features: Option<crate::hypervisor::BalloonFeatures>,

@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 
 pub(crate) struct LibvirtHypervisor {
     domain: Domain,
-    /// What the connection and the domain's XML said at connect: the hypervisor's version,
-    /// the domain type.
-    facts: migration::Hypervisor,
+    /// The accelerator the domain's XML asks for (its type), read at connect; QEMU's
+    /// version comes later ([`crate::libvirt::probe_version`], in the background).
+    accel: migration::Accel,
     /// The balloon device's switches in the domain's XML at connect.
     features: BalloonFeatures,
     /// A migration job was running at the last poll.
@@ -36,7 +36,9 @@ pub(crate) struct LibvirtHypervisor {
 const MIGRATION_START: Duration = Duration::from_secs(5);
 
 /// Opens the domain `domain` on `uri`, on a connection of its own; the agent's socket, if
-/// none is configured, is the one the domain's XML declares.
+/// none is configured, is the one the domain's XML declares. QEMU's version is not waited
+/// for (libvirt may take tens of seconds to tell it): it is asked in the background, and
+/// [`Hypervisor::facts`] has it once known.
 pub(crate) fn connect(uri: &str, domain: &str, agent: Option<&Path>, timeout: Duration) -> Result<Connected> {
     let (d, _) = Domain::open(uri, domain, timeout)?;
     let xml = d.xml()?;
@@ -44,20 +46,18 @@ pub(crate) fn connect(uri: &str, domain: &str, agent: Option<&Path>, timeout: Du
         Some(p) => Some(p.to_path_buf()),
         None => parse::agent_socket_in_xml(&xml, autoballoon_core::protocol::PORT_NAME).map(PathBuf::from),
     };
-    let facts = facts_of(d.hypervisor_version().ok(), &xml);
+    crate::libvirt::probe_version(uri);
+    let accel = parse::domain_accel_in_xml(&xml);
     let features = features_of(parse::memballoon_in_xml(&xml));
-    Ok(Connected { hypervisor: Arc::new(LibvirtHypervisor { domain: d, facts, features, migrating: Mutex::new(false), bandwidth_mib_s: Mutex::new(None), started: Mutex::new(None) }), agent })
+    Ok(Connected { hypervisor: Arc::new(LibvirtHypervisor { domain: d, accel, features, migrating: Mutex::new(false), bandwidth_mib_s: Mutex::new(None), started: Mutex::new(None) }), agent })
 }
 
-/// QEMU's version (`virConnectGetVersion`) and the accelerator the domain type asks for.
-/// libvirt has no QEMU package string (QMP's greeting has it; no QMP passes through
-/// libvirt here): a backported dirty-sync fix is not known. Without a version, nothing is
-/// known (a migration holds the balloon).
-fn facts_of(version: Option<(u32, u32, u32)>, xml: &str) -> migration::Hypervisor {
-    match version {
-        Some(v) => migration::Hypervisor { qemu: Some(v), accel: parse::domain_accel_in_xml(xml), fix_backported: false },
-        None => migration::Hypervisor::default(),
-    }
+/// QEMU's version (`virConnectGetVersion`), if known yet, and the accelerator the domain
+/// type asks for. libvirt has no QEMU package string (QMP's greeting has it; no QMP passes
+/// through libvirt here): a backported dirty-sync fix is not known. KVM needs no version;
+/// TCG without one is unknown (a migration holds the balloon until it is known).
+fn facts_of(version: Option<(u32, u32, u32)>, accel: migration::Accel) -> migration::Hypervisor {
+    migration::Hypervisor { qemu: version, accel, fix_backported: false }
 }
 
 /// The balloon device's switches as the domain's XML sets them: libvirt writes
@@ -89,13 +89,14 @@ fn balloon_stats_of(s: &MemStats) -> BalloonStats {
 
 impl Hypervisor for LibvirtHypervisor {
     fn describe(&self) -> String {
-        match self.facts.qemu {
+        match self.facts().qemu {
             Some((a, b, c)) => format!("QEMU {a}.{b}.{c} through libvirt"),
-            None => "through libvirt".into(),
+            None => "through libvirt; QEMU's version not known yet".into(),
         }
     }
+    /// Read again at every call: the version comes when libvirt tells it.
     fn facts(&self) -> migration::Hypervisor {
-        self.facts
+        facts_of(crate::libvirt::known_version(self.domain.uri()), self.accel)
     }
     /// The domain's `<memory>` (its maximum): the balloon's ceiling.
     fn configured(&self) -> Result<Kib> {
@@ -245,9 +246,14 @@ mod tests {
     #[test]
     fn facts_and_switches_come_from_the_version_and_the_xml() {
         let kvm = "<domain type='kvm' id='1'>\n  <devices>\n    <memballoon model='virtio' autodeflate='on' freePageReporting='on'>\n";
-        let f = facts_of(Some((7, 2, 22)), kvm);
+        let f = facts_of(Some((7, 2, 22)), parse::domain_accel_in_xml(kvm));
         assert_eq!((f.qemu, f.accel, f.fix_backported), (Some((7, 2, 22)), Accel::Kvm, false));
-        assert_eq!(facts_of(None, kvm), migration::Hypervisor::default());
+        // No version yet: KVM is still known (its rule needs none), TCG is not.
+        let f = facts_of(None, parse::domain_accel_in_xml(kvm));
+        assert_eq!((f.qemu, f.accel), (None, Accel::Kvm));
+        assert_eq!(migration::MigrationShrink::of(&f), migration::MigrationShrink::AllowedKvm);
+        let tcg = facts_of(None, parse::domain_accel_in_xml("<domain type='qemu' id='1'>"));
+        assert_eq!(migration::MigrationShrink::of(&tcg), migration::MigrationShrink::HeldUnknown);
         let b = features_of(parse::memballoon_in_xml(kvm));
         assert_eq!(b, BalloonFeatures { free_page_reporting: Some(true), free_page_hint: None, deflate_on_oom: Some(true) });
         assert_eq!(features_of(parse::memballoon_in_xml("<memballoon model='virtio'>")).missing(), ["free-page-reporting"]);
@@ -262,6 +268,11 @@ mod tests {
         assert_eq!(c.agent, None, "the test domain has no agent channel");
         let h = c.hypervisor;
         assert_eq!(h.configured().unwrap(), Kib(8 * 1024 * 1024));
+        // The version comes in the background.
+        let t = Instant::now();
+        while h.facts().qemu.is_none() && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         assert_eq!(h.describe(), "QEMU 0.0.2 through libvirt");
         assert_eq!(h.run_state().unwrap(), "running");
         assert_eq!(h.migration().unwrap().phase, MigrationPhase::Idle);

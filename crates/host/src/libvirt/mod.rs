@@ -5,7 +5,8 @@
 //! size and guest statistics; `virDomainSetMemoryStatsPeriod` has them refreshed),
 //! `virDomainSetMemoryFlags(VIR_DOMAIN_AFFECT_LIVE)` (the balloon), `virDomainGetJobStats`
 //! (migrations), `virDomainGetXMLDesc` (the agent channel's socket, the domain type, the
-//! balloon device's switches), `virConnectGetVersion` (QEMU's version). What libvirt
+//! balloon device's switches), `virConnectGetVersion` (QEMU's version, asked in the
+//! background: [`probe_version`]). What libvirt
 //! answers is read by the pure functions of [`parse`].
 //!
 //! # Connections and blocking
@@ -345,7 +346,7 @@ fn job_stats(d: &virt::domain::Domain, flags: u32) -> Result<virt::domain::JobSt
     Ok(stats)
 }
 
-/// How long [`Domain::hypervisor_version`] waits.
+/// How long [`Domain::hypervisor_version`] and [`probe_version`] wait for libvirt's answer.
 pub const VERSION_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How often a caller waiting for an answer looks whether its connection was closed.
@@ -470,22 +471,81 @@ impl Domain {
         rx
     }
 
-    /// The hypervisor's version (`virConnectGetVersion`): QEMU's `(major, minor, micro)`
-    /// for the QEMU driver (its default emulator's: a domain with another `<emulator>` may
-    /// run another version). libvirt's QEMU driver may re-probe QEMU's capabilities to
-    /// answer, which takes seconds (about 4 s each time on this project's test machine):
-    /// the call waits up to [`VERSION_TIMEOUT`], and its answer is kept per URI for the
-    /// daemon's life, so only a URI's first session pays for it.
+    /// The hypervisor's version (`virConnectGetVersion`), waiting for it: QEMU's
+    /// `(major, minor, micro)` for the QEMU driver (its default emulator's: a domain with
+    /// another `<emulator>` may run another version). libvirt's QEMU driver may re-probe
+    /// QEMU's capabilities to answer, which takes seconds (4 s alone, up to 35 s while
+    /// domains start, on this project's test machine), holding this connection's other calls
+    /// meanwhile: a session asks [`known_version`] and [`probe_version`] instead, which never
+    /// wait. The answer is kept per URI for the daemon's life.
     pub fn hypervisor_version(&self) -> Result<(u32, u32, u32), LibvirtError> {
-        const CALL: &str = "virConnectGetVersion";
-        static KNOWN: Mutex<BTreeMap<String, (u32, u32, u32)>> = Mutex::new(BTreeMap::new());
-        if let Some(v) = lock(&KNOWN).get(self.uri()) {
-            return Ok(*v);
+        if let Some(v) = known_version(self.uri()) {
+            return Ok(v);
         }
-        let v = self.conn.call_within(VERSION_TIMEOUT.max(self.conn.timeout), CALL, |h| h.conn.hyp_version().map_err(|e| failed(CALL, e)))?;
-        let v = parse::hypervisor_version(u64::from(v));
-        lock(&KNOWN).insert(self.uri().to_string(), v);
+        let v = version_call(&self.conn)?;
+        lock(&VERSIONS).insert(self.uri().to_string(), VersionState::Known(v));
         Ok(v)
+    }
+}
+
+/// What is known of a URI's hypervisor version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum VersionState {
+    /// A probe runs.
+    Asking,
+    /// libvirt answered.
+    Known((u32, u32, u32)),
+    /// The last probe failed then; another may start [`VERSION_RETRY`] later.
+    Failed(Instant),
+}
+
+/// The hypervisor versions of URIs: answers, and probes running or failed.
+static VERSIONS: Mutex<BTreeMap<String, VersionState>> = Mutex::new(BTreeMap::new());
+
+/// How long after a failed [`probe_version`] another may start.
+pub const VERSION_RETRY: Duration = Duration::from_secs(30);
+
+/// `virConnectGetVersion` on `conn`, waiting up to [`VERSION_TIMEOUT`].
+fn version_call(conn: &Connection) -> Result<(u32, u32, u32), LibvirtError> {
+    const CALL: &str = "virConnectGetVersion";
+    let v = conn.call_within(VERSION_TIMEOUT.max(conn.timeout), CALL, |h| h.conn.hyp_version().map_err(|e| failed(CALL, e)))?;
+    Ok(parse::hypervisor_version(u64::from(v)))
+}
+
+/// The hypervisor version of `uri`, if libvirt has told it (to [`probe_version`] or
+/// [`Domain::hypervisor_version`]); never waits.
+pub fn known_version(uri: &str) -> Option<(u32, u32, u32)> {
+    match lock(&VERSIONS).get(uri) {
+        Some(VersionState::Known(v)) => Some(*v),
+        _ => None,
+    }
+}
+
+/// Has the hypervisor version of `uri` asked for in the background, on a connection and a
+/// thread of their own (so that no session's calls wait behind it), unless it is known, a
+/// probe runs, or one failed less than [`VERSION_RETRY`] ago. Returns at once; the answer
+/// is [`known_version`]'s once it comes.
+pub fn probe_version(uri: &str) {
+    {
+        let mut m = lock(&VERSIONS);
+        match m.get(uri) {
+            Some(VersionState::Known(_) | VersionState::Asking) => return,
+            Some(VersionState::Failed(at)) if at.elapsed() < VERSION_RETRY => return,
+            _ => {}
+        }
+        m.insert(uri.to_string(), VersionState::Asking);
+    }
+    let u = uri.to_string();
+    let spawned = std::thread::Builder::new().name("libvirt-version".into()).spawn(move || {
+        let answer = Connection::open(&u, VERSION_TIMEOUT).and_then(|c| version_call(&c));
+        let state = match answer {
+            Ok(v) => VersionState::Known(v),
+            Err(_) => VersionState::Failed(Instant::now()),
+        };
+        lock(&VERSIONS).insert(u, state);
+    });
+    if spawned.is_err() {
+        lock(&VERSIONS).insert(uri.to_string(), VersionState::Failed(Instant::now()));
     }
 }
 
@@ -549,6 +609,29 @@ mod tests {
         assert!(Domain::open("test:///default", "te\0st", Duration::from_secs(5)).is_err());
         let (d, _) = Domain::open("test:///default", "test", Duration::from_secs(5)).unwrap();
         assert!(d.start_migration("qemu+ssh://x\0/system", None).recv().unwrap().is_err());
+    }
+
+    #[test]
+    fn the_version_is_probed_in_the_background_once_per_uri() {
+        // Other tests may have asked test:///default already: the answer is the same.
+        let uri = "test:///default";
+        probe_version(uri);
+        // A second probe while one runs (or after it answered) starts none.
+        probe_version(uri);
+        let t = Instant::now();
+        while known_version(uri).is_none() && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(known_version(uri), Some((0, 0, 2)));
+        // Nothing known of a URI never asked, and a failed probe is not an answer.
+        assert_eq!(known_version("test:///never-asked"), None);
+        probe_version("nosuchdriver:///x");
+        let t = Instant::now();
+        while !matches!(lock(&VERSIONS).get("nosuchdriver:///x"), Some(VersionState::Failed(_))) && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(matches!(lock(&VERSIONS).get("nosuchdriver:///x"), Some(VersionState::Failed(_))));
+        assert_eq!(known_version("nosuchdriver:///x"), None);
     }
 
     #[test]

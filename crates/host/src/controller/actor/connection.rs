@@ -148,6 +148,24 @@ impl Actor {
         Ok((configured, migrating))
     }
 
+    /// Decides again whether the balloon may shrink during a migration when what is known
+    /// of the hypervisor changed since the session began (libvirt's QEMU version comes in
+    /// the background: [`crate::libvirt::probe_version`]); between migrations only, with
+    /// one log line.
+    pub(super) fn refresh_migration_shrink(&mut self, hv: &dyn Hypervisor, migrating: bool) {
+        if migrating || self.prep.is_some() {
+            return;
+        }
+        let now = MigrationShrink::decide(self.shrink_setting, &hv.facts());
+        if now == self.migration_shrink {
+            return;
+        }
+        self.migration_shrink = now;
+        lock(&self.shared.status).migration_shrink = Some(now.to_string());
+        let msg = format!("now known: {}; {now}", hv.describe());
+        self.note(EventKind::Connected, &msg, &[]);
+    }
+
     /// Keeps the agent link up: drops a closed one, connects (at most every AGENT_RETRY).
     pub(super) fn tend_agent(&mut self, s: &mut Session) {
         if s.agent.as_ref().is_some_and(|a| a.closed()) {
