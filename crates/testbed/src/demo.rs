@@ -8,7 +8,7 @@
 
 use crate::plot::{self, Series, Span};
 use crate::guest::fill;
-use crate::{migrate, rss_of, step, wait_for, wait_vm_settled, GuestAgent, GuestImage, Migrated, Qemu, VmSpec};
+use crate::{migrate, rss_of, step, wait_for, wait_vm_settled, GuestAgent, Migrated, Qemu, VmSpec};
 use autoballoon::config::{Config, ControllerConfig, LogFormat, PolicyConfig, VmConfig};
 use autoballoon::controller::{Controller, VmCommand, VmHandle};
 use autoballoon::log::Logger;
@@ -252,11 +252,7 @@ struct MigrationRow {
 }
 
 pub fn run(a: DemoArgs) -> Result<(), String> {
-    let image = match &a.image {
-        Some(d) => GuestImage::at(d),
-        None => GuestImage::from_env(),
-    }
-    .map_err(|e| e.to_string())?;
+    let image = crate::GuestImage::given_or_env(a.image.as_deref()).map_err(|e| e.to_string())?;
     std::fs::create_dir_all(&a.out).map_err(|e| format!("cannot create {}: {e}", a.out.display()))?;
     let out = a.out.canonicalize().unwrap_or(a.out.clone());
     let configured = Kib::from_mib_saturating(a.memory_mib);

@@ -226,11 +226,7 @@ fn write_rss_csv(path: &std::path::Path, samples: &[RssSample]) -> Result<(), St
 }
 
 pub fn run(a: DensityArgs) -> Result<(), String> {
-    let image = match &a.image {
-        Some(p) => GuestImage::at(p),
-        None => GuestImage::from_env(),
-    }
-    .map_err(|e| e.to_string())?;
+    let image = crate::GuestImage::given_or_env(a.image.as_deref()).map_err(|e| e.to_string())?;
     let qemu = a.qemu.clone().unwrap_or_else(crate::qemu_binary);
     std::fs::create_dir_all(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
     let jsonl = a.out.join("density.jsonl");

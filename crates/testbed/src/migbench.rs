@@ -141,11 +141,7 @@ struct Result1 {
 }
 
 pub fn run(a: BenchArgs) -> Result<(), String> {
-    let image = match &a.image {
-        Some(d) => GuestImage::at(d),
-        None => GuestImage::from_env(),
-    }
-    .map_err(|e| e.to_string())?;
+    let image = crate::GuestImage::given_or_env(a.image.as_deref()).map_err(|e| e.to_string())?;
     let moments: Vec<Moment> = a.moments.split(',').map(parse_moment).collect::<Result<_, _>>()?;
     let rows: Vec<Row> = a.rows.split(',').map(Row::parse).collect::<Result<_, _>>()?;
     std::fs::create_dir_all(&a.out).map_err(|e| e.to_string())?;

@@ -27,6 +27,14 @@ impl GuestImage {
         let dir = std::env::var_os("AUTOBALLOON_IMAGE").ok_or(QemuError::NoImageEnv)?;
         GuestImage::at(Path::new(&dir))
     }
+
+    /// The image in `dir` if a command line gave one, else [`GuestImage::from_env`]'s.
+    pub fn given_or_env(dir: Option<&Path>) -> Result<GuestImage, QemuError> {
+        match dir {
+            Some(d) => GuestImage::at(d),
+            None => GuestImage::from_env(),
+        }
+    }
 }
 
 /// The agent the guest runs (`autoballoon.agent=` on the kernel command line).

@@ -27,7 +27,7 @@ use crate::bench::model::{Config, QemuLine};
 use crate::bench::scenario::{during_spike_output, migrate_with_spike, settle};
 use crate::guest::{guest_balloon_pages, health, qemu_balloon, read_number, watch, SpikeCheck, SpikeRun, BALLOON_DIR};
 use crate::plot::{self, Series};
-use crate::{step, wait_for, GuestImage, Qemu};
+use crate::{step, wait_for, Qemu};
 use autoballoon::config::ShrinkSetting;
 use autoballoon_core::{Kib, Pages};
 use autoballoon_qmp::Qmp;
@@ -416,16 +416,10 @@ pub fn run(a: SoakArgs) -> Result<Outcome, String> {
     if a.cycles == 0 {
         return Err("--cycles must be at least 1".into());
     }
-    let stock = match &a.image {
-        Some(p) => GuestImage::at(p),
-        None => GuestImage::from_env(),
-    }
-    .map_err(|e| e.to_string())?;
-    let patched = a.patched_image.as_deref().map(GuestImage::at).transpose().map_err(|e| e.to_string())?;
-    if a.arms.contains(&Arm::Patched) && patched.is_none() {
+    let images = Images::load(a.image.as_deref(), a.patched_image.as_deref())?;
+    if a.arms.contains(&Arm::Patched) && images.patched.is_none() {
         return Err("the patched arm needs --patched-image (kernel/scripts/images.sh AGENT, line 1; `make soak` passes it)".into());
     }
-    let images = Images { stock, patched };
     let qemus = if a.qemu.is_empty() { vec![crate::qemu_binary()] } else { a.qemu.clone() };
     let pairs = (qemus.len() * a.arms.len()) as u32;
     let budget = match a.hours {

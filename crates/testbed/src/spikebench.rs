@@ -17,7 +17,7 @@ use crate::bench::fleet::{Fleet, Images};
 use crate::bench::model::{Config, QemuLine};
 use crate::bench::stats::{median, percentile};
 use crate::guest::{balloon_to, watch_balloon, SpikeRun};
-use crate::{step, wait_vm_settled, GuestImage};
+use crate::{step, wait_vm_settled};
 use autoballoon::config::ShrinkSetting;
 use autoballoon_core::procfs::{parse_pressure, parse_vmstat, Pressure, Vmstat};
 use autoballoon_core::Kib;
@@ -259,13 +259,7 @@ fn settle(fleet: &Fleet, c: Config, ctl: &Qmp, memory: Kib) -> Result<(), String
 }
 
 pub fn run(a: SpikeArgs) -> Result<(), String> {
-    let stock = match &a.image {
-        Some(p) => GuestImage::at(p),
-        None => GuestImage::from_env(),
-    }
-    .map_err(|e| e.to_string())?;
-    let patched = a.patched_image.as_deref().map(GuestImage::at).transpose().map_err(|e| e.to_string())?;
-    let images = Images { stock, patched };
+    let images = Images::load(a.image.as_deref(), a.patched_image.as_deref())?;
     let configs = if a.configs.is_empty() {
         let mut v = vec![Config::NoBalloon, Config::Fpr, Config::AbStock];
         if images.patched.is_some() {

@@ -21,6 +21,13 @@ pub struct Images {
 }
 
 impl Images {
+    /// The stock image given on a command line (else `$AUTOBALLOON_IMAGE`'s) and the
+    /// patched one if given, each checked for its files.
+    pub fn load(stock: Option<&std::path::Path>, patched: Option<&std::path::Path>) -> Result<Images, String> {
+        let stock = GuestImage::given_or_env(stock).map_err(|e| e.to_string())?;
+        let patched = patched.map(GuestImage::at).transpose().map_err(|e| e.to_string())?;
+        Ok(Images { stock, patched })
+    }
     pub fn of(&self, k: Kernel) -> Result<&GuestImage, String> {
         match k {
             Kernel::Stock => Ok(&self.stock),

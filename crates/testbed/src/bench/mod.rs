@@ -244,13 +244,7 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         }
         return write_report(&a, &meta, &records);
     }
-    let image = match &a.image {
-        Some(d) => crate::GuestImage::at(d),
-        None => crate::GuestImage::from_env(),
-    }
-    .map_err(|e| e.to_string())?;
-    let patched = a.patched_image.as_deref().map(crate::GuestImage::at).transpose().map_err(|e| e.to_string())?;
-    let images = Images { stock: image, patched };
+    let images = Images::load(a.image.as_deref(), a.patched_image.as_deref())?;
     std::fs::create_dir_all(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
     let out = a.out.canonicalize().unwrap_or(a.out.clone());
     let jsonl = out.join("results.jsonl");
