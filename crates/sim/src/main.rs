@@ -85,21 +85,20 @@ fn real_main(cli: &Cli) -> Result<(), SimError> {
         );
         return Ok(());
     }
-    let bench = match &cli.bench {
-        Some(p) => Some(std::fs::read_to_string(p).map_err(|source| SimError::Read {
-            path: p.clone(),
-            source,
-        })?),
-        None => None,
+    // A file named on the command line, read whole.
+    let read_opt = |p: &Option<String>| -> Result<Option<String>, SimError> {
+        p.as_ref()
+            .map(|p| {
+                std::fs::read_to_string(p).map_err(|source| SimError::Read {
+                    path: p.clone(),
+                    source,
+                })
+            })
+            .transpose()
     };
+    let bench = read_opt(&cli.bench)?;
     if cli.calibrate || cli.calibrate_write.is_some() {
-        let host = match &cli.bench_host {
-            Some(p) => Some(std::fs::read_to_string(p).map_err(|source| SimError::Read {
-                path: p.clone(),
-                source,
-            })?),
-            None => None,
-        };
+        let host = read_opt(&cli.bench_host)?;
         let fits = autoballoon_sim::fit::calibrate(bench.as_deref(), host.as_deref())?;
         print!("{}", autoballoon_sim::fit::markdown(&fits));
         if let Some(path) = &cli.calibrate_write {
@@ -127,13 +126,7 @@ fn real_main(cli: &Cli) -> Result<(), SimError> {
         return Ok(());
     }
     if let Some(path) = &cli.reproduce {
-        let host = match &cli.bench_host {
-            Some(p) => Some(std::fs::read_to_string(p).map_err(|source| SimError::Read {
-                path: p.clone(),
-                source,
-            })?),
-            None => None,
-        };
+        let host = read_opt(&cli.bench_host)?;
         let md = report::reproduce(
             !cli.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()),
             bench.as_deref(),
