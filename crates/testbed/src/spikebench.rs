@@ -174,6 +174,12 @@ pub struct GuestDelta {
     /// Direct compaction stalls.
     #[serde(default)]
     pub compact_stall: u64,
+    /// Pages kswapd scanned and reclaimed: background reclaim on the guest's vCPUs, which
+    /// PSI does not count as a stall.
+    #[serde(default)]
+    pub pgscan_kswapd: u64,
+    #[serde(default)]
+    pub pgsteal_kswapd: u64,
 }
 
 /// The guest's counters at one moment.
@@ -202,6 +208,8 @@ fn delta(before: &Counters, after: &Counters) -> GuestDelta {
         thp_fault_alloc: d("thp_fault_alloc"),
         thp_fault_fallback: d("thp_fault_fallback"),
         compact_stall: d("compact_stall"),
+        pgscan_kswapd: d("pgscan_kswapd"),
+        pgsteal_kswapd: d("pgsteal_kswapd"),
     }
 }
 
@@ -342,7 +350,7 @@ fn measure(a: &SpikeArgs, fleet: &mut Fleet, configs: &[Config], memory: Kib, cp
                         start_mib,
                         peak_mib,
                         if r.completed { "" } else { ", FAILED" },
-                        r.guest.map_or(String::new(), |g| format!(" (guest: stalled {:.2} s some / {:.2} s full, {} direct reclaims scanning {} pages, {} MiB deflated, {} THP faults, {} fell back to 4 KiB, {} compaction stalls)", g.psi_some_s, g.psi_full_s, g.allocstall, g.pgscan_direct, g.balloon_deflate / 256, g.thp_fault_alloc, g.thp_fault_fallback, g.compact_stall))
+                        r.guest.map_or(String::new(), |g| format!(" (guest: stalled {:.2} s some / {:.2} s full, {} direct reclaims scanning {} pages, {} MiB deflated, {} THP faults, {} fell back to 4 KiB, {} compaction stalls, kswapd scanned {} / reclaimed {} pages)", g.psi_some_s, g.psi_full_s, g.allocstall, g.pgscan_direct, g.balloon_deflate / 256, g.thp_fault_alloc, g.thp_fault_fallback, g.compact_stall, g.pgscan_kswapd, g.pgsteal_kswapd))
                     );
                     writeln!(sink, "{}", serde_json::to_string(&r).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
                     records.push(r);
@@ -426,6 +434,16 @@ pub fn report(a: &SpikeArgs, records: &[SpikeRecord], ooms: &[OomRecord]) -> Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_spike_delta_counts_kswapd_beside_direct_reclaim() {
+        let psi = |us: u64| parse_pressure(&format!("some avg10=0.00 avg60=0.00 avg300=0.00 total={us}\nfull avg10=0.00 avg60=0.00 avg300=0.00 total={}", us / 2)).unwrap();
+        let before = (parse_vmstat("pgscan_kswapd 100\npgsteal_kswapd 90\npgscan_direct 7\nallocstall_dma32 1").unwrap(), psi(1_000_000));
+        let after = (parse_vmstat("pgscan_kswapd 4196\npgsteal_kswapd 4000\npgscan_direct 7\nallocstall_dma32 1").unwrap(), psi(1_500_000));
+        let d = delta(&before, &after);
+        assert_eq!((d.pgscan_kswapd, d.pgsteal_kswapd, d.pgscan_direct, d.allocstall), (4096, 3910, 0, 0));
+        assert_eq!((d.psi_some_s, d.psi_full_s), (0.5, 0.25));
+    }
 
     impl SpikeArgs {
         fn try_parse_from_empty() -> SpikeArgs {
