@@ -544,13 +544,7 @@ pub struct E1Row {
 /// under `static` and pairs its VMs, the largest size first.
 pub fn e1_pairs(s: &Scenario) -> Result<Vec<E1Row>, SimError> {
     let run = crate::run::simulate(s, PolicyName::Static, 0, true, false)?;
-    let cache = |vm: &str| {
-        run.series
-            .iter()
-            .rev()
-            .find(|r| r.vm == vm)
-            .map_or(f64::NAN, |r| r.cache_gib * 1024.0)
-    };
+    let cache = |vm: &str| run.last_row(vm).map_or(f64::NAN, |r| r.cache_gib * 1024.0);
     let mut rows = Vec::new();
     for b in run.summary.vms.iter() {
         let Some(size) = b.name.strip_prefix("ballooned-") else {
@@ -700,10 +694,7 @@ fn e1(o: &mut String, host_results: Option<&str>) -> Result<(), SimError> {
     let s = Scenario::load("e1-sizes")?;
     let run = crate::run::simulate(&s, PolicyName::Static, 0, true, false)?;
     let avail = |vm: &str| {
-        run.series
-            .iter()
-            .rev()
-            .find(|r| r.vm == vm)
+        run.last_row(vm)
             .map_or(f64::NAN, |r| r.available_gib * 1024.0)
     };
     let measured: Vec<E1Pair> = match host_results {

@@ -125,6 +125,13 @@ pub struct Run {
     pub series: Vec<SeriesRow>,
 }
 
+impl Run {
+    /// VM `vm`'s last row of the series (recorded with `series` on), if any.
+    pub fn last_row(&self, vm: &str) -> Option<&SeriesRow> {
+        self.series.iter().rev().find(|r| r.vm == vm)
+    }
+}
+
 /// How to run.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Options {
