@@ -346,7 +346,7 @@ fn job_stats(d: &virt::domain::Domain, flags: u32) -> Result<virt::domain::JobSt
     Ok(stats)
 }
 
-/// How long [`Domain::hypervisor_version`] and [`probe_version`] wait for libvirt's answer.
+/// How long [`probe_version`] waits for libvirt's answer.
 pub const VERSION_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How often a caller waiting for an answer looks whether its connection was closed.
@@ -470,22 +470,6 @@ impl Domain {
         }
         rx
     }
-
-    /// The hypervisor's version (`virConnectGetVersion`), waiting for it: QEMU's
-    /// `(major, minor, micro)` for the QEMU driver (its default emulator's: a domain with
-    /// another `<emulator>` may run another version). libvirt's QEMU driver may re-probe
-    /// QEMU's capabilities to answer, which takes seconds (4 s alone, up to 35 s while
-    /// domains start, on this project's test machine), holding this connection's other calls
-    /// meanwhile: a session asks [`known_version`] and [`probe_version`] instead, which never
-    /// wait. The answer is kept per URI for the daemon's life.
-    pub fn hypervisor_version(&self) -> Result<(u32, u32, u32), LibvirtError> {
-        if let Some(v) = known_version(self.uri()) {
-            return Ok(v);
-        }
-        let v = version_call(&self.conn)?;
-        lock(&VERSIONS).insert(self.uri().to_string(), VersionState::Known(v));
-        Ok(v)
-    }
 }
 
 /// What is known of a URI's hypervisor version.
@@ -512,8 +496,7 @@ fn version_call(conn: &Connection) -> Result<(u32, u32, u32), LibvirtError> {
     Ok(parse::hypervisor_version(u64::from(v)))
 }
 
-/// The hypervisor version of `uri`, if libvirt has told it (to [`probe_version`] or
-/// [`Domain::hypervisor_version`]); never waits.
+/// The hypervisor version of `uri`, if libvirt has told it (to [`probe_version`]); never waits.
 pub fn known_version(uri: &str) -> Option<(u32, u32, u32)> {
     match lock(&VERSIONS).get(uri) {
         Some(VersionState::Known(v)) => Some(*v),
@@ -587,7 +570,7 @@ mod tests {
         let xml = d.xml().unwrap();
         assert!(xml.starts_with("<domain type='test'"), "{xml}");
         assert_eq!(parse::memballoon_in_xml(&xml).unwrap().model, "virtio");
-        assert_eq!(d.hypervisor_version().unwrap(), (0, 0, 2));
+        assert_eq!(version_call(&d.conn).unwrap(), (0, 0, 2));
         d.close();
         assert!(matches!(d.info(), Err(LibvirtError::Closed)));
     }
