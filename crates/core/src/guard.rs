@@ -2,7 +2,9 @@
 //!
 //! 1. [`GuardRails::room`]: before any balancer looks, the room a VM has this tick — the
 //!    lowest and highest size the rails allow, measured from the size last asked for: the
-//!    bounds, the step limits, the hold-off after growth, and no shrinking while a migration
+//!    bounds, the memory the guest uses (no balancer takes it below that, whatever the
+//!    host's need: that is what would run the guest's OOM killer), the step limits, the
+//!    hold-off after growth, and no shrinking while a migration
 //!    runs (unless the sample says the hypervisor allows it, [`crate::migration`]). A sample
 //!    that prepares a migration, or whose running migration allows shrinking, skips the
 //!    shrink step and the hold-off.
@@ -60,6 +62,8 @@ pub enum Bound {
     Migration,
     /// The guest grew recently: the floor is the present size until the hold-off ends.
     HoldOff,
+    /// The memory the guest uses now ([`Sample::in_use`]): less would run its OOM killer.
+    InUse,
 }
 
 /// How far the rails let one VM's size move this tick.
@@ -91,6 +95,8 @@ impl Room {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Limit {
     RaisedToMin,
+    /// Raised to the memory the guest uses ([`Bound::InUse`]).
+    RaisedToInUse,
     LoweredToMax,
     ShrinkStepLimited,
     GrowStepLimited,
@@ -124,6 +130,7 @@ impl fmt::Display for Limit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Limit::RaisedToMin => "raised to the minimum",
+            Limit::RaisedToInUse => "raised to the memory the guest uses (less would run its OOM killer)",
             Limit::LoweredToMax => "lowered to the maximum",
             Limit::ShrinkStepLimited => "shrink limited to one step",
             Limit::GrowStepLimited => "growth limited to one step",
@@ -162,6 +169,14 @@ impl GuardRails {
             }
         }
         let (mut floor, mut floor_by) = (self.min, Bound::Limit);
+        // What the guest uses now: a balancer under host pressure, another VM's need or a
+        // fixed request may take the guest down to it, never below; the host swaps instead.
+        // It only stops a shrink: growth stays the policy's and the balancer's to decide.
+        if let Some(in_use) = s.in_use().map(|u| u.min(commanded)) {
+            if in_use > floor {
+                (floor, floor_by) = (in_use, Bound::InUse);
+            }
+        }
         // Preparing a migration, or one running where shrinking is allowed: every tick of
         // the step limit and the hold-off is memory the migration would send, so both are
         // skipped (the floor holds, and so does a running migration that allows no shrink).
@@ -224,6 +239,7 @@ fn limits(room: &Room, want: Kib, t: Kib) -> Vec<Limit> {
         match room.floor_by {
             Bound::Limit => out.push(Limit::RaisedToMin),
             Bound::Step => out.push(Limit::ShrinkStepLimited),
+            Bound::InUse => out.push(Limit::RaisedToInUse),
             Bound::Migration | Bound::HoldOff => {}
         }
     } else if want > room.ceiling && t == room.ceiling {

@@ -160,3 +160,29 @@ proptest! {
         }
     }
 }
+
+/// A guest of 1000 MiB that uses `used` MiB of it (nothing in swap) and whose programs
+/// committed `committed` MiB.
+fn using(used: u64, committed: u64) -> Sample {
+    let mem = crate::policy::MemView { total: mib(1000), available: mib(1000 - used), committed_as: mib(committed), anon_and_shmem: Some(mib(used)), ..Default::default() };
+    Sample { mem: Some(mem), ..sample(0, false) }
+}
+
+#[test]
+fn no_balancer_takes_a_guest_below_the_memory_it_uses() {
+    let r = GuardRails { min: mib(64), ..Default::default() };
+    let mut st = RailState::default();
+    // 600 MiB used: a balancer that grants 300 of the 664 wanted is put back at 600; a
+    // fixed request for 300 too, and says why.
+    let room = r.room(&st, &using(600, 0), mib(1000));
+    assert_eq!((room.floor, room.floor_by), (mib(600), Bound::InUse));
+    assert_eq!(r.check(&mut st, &using(600, 0), &room, mib(664), mib(300)), Verdict::Set { target: mib(600), limits: vec![Limit::Reclaimed] });
+    assert_eq!(r.check(&mut st, &using(600, 0), &room, mib(300), mib(300)), Verdict::Set { target: mib(600), limits: vec![Limit::RaisedToInUse] });
+    // Memory its programs committed and do not have yet counts as used.
+    assert_eq!(r.room(&st, &using(600, 750), mib(1000)).floor, mib(750));
+    // It only stops a shrink: a guest using more than it was last given is not grown by it.
+    let room = r.room(&st, &using(600, 1500), mib(800));
+    assert_eq!((room.floor, room.floor_by), (mib(800), Bound::InUse));
+    // Without the guest's view there is no such floor, only the minimum.
+    assert_eq!(r.room(&st, &sample(0, false), mib(1000)).floor, mib(64));
+}

@@ -69,6 +69,16 @@ impl Sample {
     pub fn migration_urgent(&self) -> bool {
         self.preparing_migration || (self.migrating && self.shrink_while_migrating)
     }
+
+    /// The memory the guest cannot give without its OOM killer running, if its view is at
+    /// hand: what it uses (`guest_size − available`) and what its programs committed and
+    /// do not have yet (`overcommitted`). `MemAvailable` already leaves the guest's
+    /// watermarks and the page cache it cannot drop, so a guest at this size has nothing
+    /// left to reclaim but is not out of memory; below it, it is.
+    pub fn in_use(&self) -> Option<Kib> {
+        let m = self.mem.as_ref()?;
+        Some(self.guest_size.saturating_sub(m.available).saturating_add(m.overcommitted()))
+    }
 }
 
 /// Where a sample's memory view came from.
