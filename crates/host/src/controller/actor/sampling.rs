@@ -14,8 +14,10 @@ use autoballoon_core::sample::{merge, SampleSource, SizeViews};
 use autoballoon_core::Kib;
 use std::time::{Duration, Instant};
 
-/// How often a VM without an active balloon device is checked again.
-pub(super) const NO_BALLOON_RETRY: Duration = Duration::from_secs(30);
+/// How often a VM without an active balloon device is checked again: one `query-balloon`,
+/// cheap, so a device that becomes active (a guest whose driver loads late, a device
+/// hot-plugged) is controlled within this long. Only the change is logged.
+pub(super) const NO_BALLOON_RETRY: Duration = Duration::from_secs(2);
 
 /// The balloon's size, as read at a tick.
 pub(super) enum Read {
@@ -32,7 +34,12 @@ impl Actor {
     /// The balloon's `actual` for this tick's sample.
     pub(super) fn read_actual(&mut self, hv: &dyn Hypervisor, configured: Kib) -> Read {
         match hypervisor::actual(hv, configured) {
-            Ok(a) => Read::Actual(self.checked_actual(a).unwrap_or(configured)),
+            Ok(a) => {
+                if lock(&self.shared.status).state == VmState::NoBalloon {
+                    self.log.event_at(crate::log::Level::Info, &self.shared.name, EventKind::NoBalloon, "the balloon device answers again: controlling this VM", &[]);
+                }
+                Read::Actual(self.checked_actual(a).unwrap_or(configured))
+            }
             Err(e) if e.is_no_balloon() => {
                 self.no_balloon(&e);
                 Read::NoBalloon
@@ -116,8 +123,11 @@ impl Actor {
 
     /// The VM has no balloon device: reported (rate-limited), nothing published.
     pub(super) fn no_balloon(&mut self, e: &HypervisorError) {
-        self.set_state(VmState::NoBalloon);
         *lock(&self.shared.mailbox) = None;
+        if lock(&self.shared.status).state == VmState::NoBalloon {
+            return;
+        }
+        self.set_state(VmState::NoBalloon);
         let msg = format!("cannot balloon this VM ({e}): QEMU has no balloon device for it; checking again every {} s", NO_BALLOON_RETRY.as_secs());
         self.note(EventKind::NoBalloon, &msg, &[]);
     }
