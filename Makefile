@@ -215,8 +215,11 @@ soak: testbed image
 # and the iBalloon seed's mixed-workload experiment on four real guests, static sizes against
 # the balancer; writes bench/host/RESULTS.md and bench/host/results.json (docs/balancers.md,
 # Benchmark). About 20 min; root (cgroups). BENCH_HOST_ARGS='--cost-only' or '--mixed-only'.
+# A1 runs on the stock kernel of kernel/ (the same 6.12 as the patched one; built and cached
+# by kernel/scripts/images.sh like make test's kernel scenarios).
 bench-host: host image
-	AUTOBALLOON_BIN="$(CURDIR)/target/release/autoballoon" AUTOBALLOON_IMAGE="$$(cat $(IMAGE_PATH))" \
+	@stock=$$(kernel/scripts/images.sh $(AGENT) | sed -n 2p) && \
+	AUTOBALLOON_BIN="$(CURDIR)/target/release/autoballoon" AUTOBALLOON_IMAGE="$$(cat $(IMAGE_PATH))" AUTOBALLOON_A1_IMAGE="$$stock" \
 	  cargo bench --locked -p autoballoon-testbed --bench host -- $(BENCH_HOST_ARGS)
 
 clean:

@@ -8,7 +8,8 @@
 //! files that this run did not measure.
 //!
 //! Needs `AUTOBALLOON_BIN` (the release daemon) and `AUTOBALLOON_IMAGE` (the guest image),
-//! which `make bench-host` sets; root (cgroups, a swap file). `HOSTBENCH_ONLY=cost,mixed,e1,a1`
+//! which `make bench-host` sets, and for A1 `AUTOBALLOON_A1_IMAGE` (the stock image of the
+//! kernel series, `kernel/scripts/images.sh`); root (cgroups, a swap file). `HOSTBENCH_ONLY=cost,mixed,e1,a1`
 //! (any of them, comma-separated) runs only those sections. Flags after `--`: `--cost-only`,
 //! `--mixed-only` (the same as `HOSTBENCH_ONLY=cost` / `mixed`), `--out DIR`.
 //! `AUTOBALLOON_BENCH_HOST_WINDOW_S` sets the cost window (60); `AUTOBALLOON_BENCH_E1_*`
@@ -161,7 +162,13 @@ fn run(run_dir: &Path, out: &Path, [cost_on, mixed_on, e1_on, a1_on]: [bool; 4])
     };
     let a1 = if a1_on {
         let s = a1::Setup::default();
-        let runs = a1::run(&image, &run_dir.join("a1"), &s)?;
+        // A1 runs on the stock kernel of the project's kernel series where `make bench-host`
+        // names it (AUTOBALLOON_A1_IMAGE), else on the default guest image.
+        let a1_image = match std::env::var_os("AUTOBALLOON_A1_IMAGE").filter(|v| !v.is_empty()) {
+            Some(dir) => GuestImage::at(Path::new(&dir)).map_err(|e| format!("AUTOBALLOON_A1_IMAGE: {e}"))?,
+            None => image.clone(),
+        };
+        let runs = a1::run(&a1_image, &run_dir.join("a1"), &s)?;
         Some((s, runs))
     } else {
         None

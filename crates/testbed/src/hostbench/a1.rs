@@ -149,6 +149,8 @@ pub struct RunA1 {
     pub peak_group_mib: u64,
     /// The group's PSI some avg10 at its highest (sampled every 250 ms).
     pub peak_psi: f64,
+    /// The guests' kernel (`uname -r` in the first guest).
+    pub guest_kernel: String,
 }
 
 impl RunA1 {
@@ -236,7 +238,8 @@ fn one(image: &GuestImage, dir: &Path, setup: &Setup, mode: Mode, run: usize) ->
     let specs = names.iter().map(|n| VmSpec::new(n, Kib::from_mib_saturating(setup.guest_mib))).collect();
     let t = Instant::now();
     let mut fleet = Fleet::start(image, &dir.join("vms"), specs, limit)?;
-    eprintln!("hostbench: a1: {} run {run}: {} guests booted in {:.0} s under {} MiB with {} MiB swap", mode.label(), setup.guests, t.elapsed().as_secs_f64(), setup.limit_mib, setup.swap_mib);
+    let guest_kernel = fleet.guests.first().and_then(|(_, q)| q.console.run("uname -r", Duration::from_secs(30)).ok()).map(|o| o.text.trim().to_string()).unwrap_or_default();
+    eprintln!("hostbench: a1: {} run {run}: {} guests (kernel {guest_kernel}) booted in {:.0} s under {} MiB with {} MiB swap", mode.label(), setup.guests, t.elapsed().as_secs_f64(), setup.limit_mib, setup.swap_mib);
     let daemon = match mode {
         Mode::Vanilla => None,
         Mode::Pressure => Some(fleet.daemon(&format!("balancer = \"pressure\"\npressure_file = {:?}", fleet.limit.pressure_file().display().to_string()), "", |_| String::new())?),
@@ -310,7 +313,7 @@ fn one(image: &GuestImage, dir: &Path, setup: &Setup, mode: Mode, run: usize) ->
         peak_swap_mib: peak_swap >> 20,
         swaps,
     };
-    Ok(RunA1 { mode, run, guests, makespan_s, swap, peak_group_mib, peak_psi })
+    Ok(RunA1 { mode, run, guests, makespan_s, swap, peak_group_mib, peak_psi, guest_kernel })
 }
 
 #[cfg(test)]
