@@ -25,29 +25,33 @@ fn a_restarted_controller_starts_from_the_present_balloon_size() {
     assert!(wait_for(Duration::from_secs(60), Duration::from_millis(200), || common::size(&vm) <= Kib::from_mib_saturating(400)).is_some(), "shrinks: {}", common::size(&vm));
     wait_vm_settled(&vm, Duration::from_secs(60)).unwrap();
     first.stop();
+    let left = wait_settled(Duration::from_secs(30), || Kib(qmp.query_balloon().unwrap() >> 10)).expect("the balloon settles");
+    // While no controller runs, the balloon is moved to X, 100 MiB above where the first one
+    // left it: the second one must start from X (and shrink from there), not from 768 MiB.
+    let x = left.saturating_add(Kib::from_mib_saturating(100));
+    autoballoon_testbed::guest::balloon_to(&qmp, x, Duration::from_secs(30)).unwrap().expect("the balloon at X");
     let x = wait_settled(Duration::from_secs(30), || Kib(qmp.query_balloon().unwrap() >> 10)).expect("the balloon settles");
-    eprintln!("the first controller left the guest at {x}");
+    eprintln!("the first controller left the guest at {left}; X = {x}");
 
     // A second controller, its QEMU's balloon watched every 20 ms from before it starts.
     let log = dir.join("second.log");
     let (second, watched) = autoballoon_testbed::guest::watch_balloon(&qmp, Duration::from_millis(20), || {
         let c = common::controller_logging(vec![common::vm_config("r", &q)], &log);
         let vm = c.vm("r").unwrap();
-        assert!(wait_for(Duration::from_secs(30), Duration::from_millis(100), || vm.snapshot().samples >= 8).is_some(), "the second controller samples");
+        assert!(wait_for(Duration::from_secs(30), Duration::from_millis(100), || vm.snapshot().samples >= 8 && vm.snapshot().actions >= 1).is_some(), "the second controller samples and acts: {:?}", vm.snapshot());
         c
     });
     let vm = second.vm("r").unwrap();
     let first_size = vm.history().first().map(|p| p.size).expect("a sample");
     assert!(first_size.abs_diff(x) <= Kib::from_mib_saturating(1), "its first sample {first_size}, the balloon at {x}");
     let highest = watched.iter().map(|(_, b)| b / MIB).max().unwrap_or(0);
-    assert!(highest <= x.0 / 1024 + 64, "the balloon went up to {highest} MiB from {x} after the restart: {:?}", watched.iter().map(|(_, b)| b / MIB).collect::<Vec<_>>());
-    // Whatever it set, it set measured from the present size, not from the configured 768 MiB.
+    assert!(highest <= x.0 / 1024 + 8, "the balloon went up to {highest} MiB from {x} after the restart: {:?}", watched.iter().map(|(_, b)| b / MIB).collect::<Vec<_>>());
+    // Its first action is measured from X and shrinks from there.
     let sets = common::log_events(&log, "set_target");
-    if let Some(s) = sets.first() {
-        let previous = Kib(s["previous_kib"].as_u64().unwrap());
-        assert!(previous.abs_diff(x) <= Kib::from_mib_saturating(64), "its first action: {s}");
-    }
-    assert!(vm.snapshot().target.is_none_or(|t| t <= x.saturating_add(Kib::from_mib_saturating(64))), "target {:?}", vm.snapshot().target);
+    let s = sets.first().expect("a set_target line");
+    let (previous, target) = (Kib(s["previous_kib"].as_u64().unwrap()), Kib(s["target_kib"].as_u64().unwrap()));
+    assert!(previous.abs_diff(x) <= Kib::from_mib_saturating(8) && target < x, "its first action: {s}");
+    assert!(vm.snapshot().target.is_some_and(|t| t < x), "target {:?}", vm.snapshot().target);
     second.stop();
 }
 
