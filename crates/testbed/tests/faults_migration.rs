@@ -1,10 +1,11 @@
 //! A live migration's QEMU killed half-way, on real QEMU: the destination killed, the
 //! source's migration fails and the source is controlled as before (growth and shrinking
-//! applied); the source killed, it is unreachable until a QEMU at its socket is controlled
-//! again. The other VM stays under control throughout, and no worker panics.
+//! applied); the source killed during a migration the controller started, it is
+//! unreachable until a QEMU at its socket is controlled again, and the request is over.
+//! The other VM stays under control throughout, and no worker panics.
 mod common;
 
-use autoballoon::controller::{VmHandle, VmState};
+use autoballoon::controller::{VmCommand, VmHandle, VmState};
 use autoballoon_core::Kib;
 use autoballoon_qmp::Qmp;
 use autoballoon_testbed::{start_migration, wait_for, wait_vm_settled, Qemu, VmSpec};
@@ -15,9 +16,10 @@ use std::time::{Duration, Instant};
 const SLOW: u64 = 1 << 20;
 
 /// Boots `a` (768 MiB) and `b` (512 MiB) under one controller logging to `log`, waits
-/// until both are shrunk, and starts a slow migration of `a` to a new destination QEMU;
-/// returns once the controller sees it. Also returns `a`'s settled size before it.
-fn migrating(test: &str, log: &Path) -> (Qemu, Qemu, Qemu, Qmp, autoballoon::controller::Controller, Kib) {
+/// until both are shrunk, and starts a slow migration of `a` to a new destination QEMU:
+/// asked of the controller (`autoballoon migrate`) if `ours`, else over QMP (another
+/// tool); returns once the controller sees it. Also returns `a`'s settled size before it.
+fn migrating(test: &str, log: &Path, ours: bool) -> (Qemu, Qemu, Qemu, Qmp, autoballoon::controller::Controller, Kib) {
     let mut vms = common::boot_all(test, &[("a", 768), ("b", 512)]);
     let (b, a) = (vms.pop().unwrap(), vms.pop().unwrap());
     let ctl = common::controller_logging(vec![common::vm_config("a", &a), common::vm_config("b", &b)], log);
@@ -28,7 +30,12 @@ fn migrating(test: &str, log: &Path) -> (Qemu, Qemu, Qemu, Qmp, autoballoon::con
     let settled = wait_vm_settled(&va, Duration::from_secs(60)).unwrap();
     let (dst, _) = Qemu::start_incoming(&common::image(), VmSpec::new("a-dst", Kib::from_mib_saturating(768)), &common::vm_dir(test, "a-dst")).unwrap();
     let qa = Qmp::connect_with_retry(&a.qmp_ctl, Instant::now() + Duration::from_secs(10)).unwrap();
-    start_migration(&qa, &dst, SLOW).unwrap();
+    if ours {
+        let uri = format!("tcp:127.0.0.1:{}", dst.spec.incoming_port.unwrap());
+        assert!(va.command(VmCommand::Migrate { uri, max_bandwidth: Some(SLOW) }));
+    } else {
+        start_migration(&qa, &dst, SLOW).unwrap();
+    }
     assert!(wait_for(Duration::from_secs(20), Duration::from_millis(100), || va.snapshot().state == VmState::Migrating).is_some(), "a migrating: {:?}", va.snapshot().state);
     assert!(qa.query_migrate().unwrap().status.is_active(), "the migration runs");
     (a, b, dst, qa, ctl, settled)
@@ -47,7 +54,7 @@ fn b_controlled(vb: &VmHandle) {
 #[test]
 fn destination_killed_mid_migration_the_source_is_controlled_as_before() {
     let log = common::vm_dir("faults_mig_dst", "log").join("controller.log");
-    let (a, _b, mut dst, qa, ctl, settled) = migrating("faults_mig_dst", &log);
+    let (a, _b, mut dst, qa, ctl, settled) = migrating("faults_mig_dst", &log, false);
     let (va, vb) = (ctl.vm("a").unwrap(), ctl.vm("b").unwrap());
     dst.kill();
 
@@ -76,7 +83,7 @@ fn destination_killed_mid_migration_the_source_is_controlled_as_before() {
 #[test]
 fn source_killed_mid_migration_is_unreachable_then_controlled_again() {
     let log = common::vm_dir("faults_mig_src", "log").join("controller.log");
-    let (mut a, _b, _dst, qa, ctl, _) = migrating("faults_mig_src", &log);
+    let (mut a, _b, _dst, qa, ctl, _) = migrating("faults_mig_src", &log, true);
     let (va, vb) = (ctl.vm("a").unwrap(), ctl.vm("b").unwrap());
     drop(qa);
     a.kill();
@@ -93,6 +100,13 @@ fn source_killed_mid_migration_is_unreachable_then_controlled_again() {
     again.wait_booted(Duration::from_secs(180)).unwrap();
     assert!(wait_for(Duration::from_secs(60), Duration::from_millis(200), || va.snapshot().state == VmState::Running).is_some(), "a reconnects: {:?}", va.snapshot().state);
     assert!(wait_for(Duration::from_secs(60), Duration::from_millis(200), || common::size(&va) <= Kib::from_mib_saturating(400)).is_some(), "the new a is shrunk: {}", common::size(&va));
+    // The request whose migration died with the source is over, reported failed: the
+    // controller takes a new one (whose migration fails at once: nobody listens there).
+    assert!(wait_for(Duration::from_secs(10), Duration::from_millis(100), || va.snapshot().last_migration.is_some_and(|r| r.status.starts_with("failed"))).is_some(), "{:?}", va.snapshot().last_migration);
+    let uri = format!("tcp:127.0.0.1:{}", autoballoon_testbed::free_port().unwrap());
+    assert!(va.command(VmCommand::Migrate { uri: uri.clone(), max_bandwidth: None }));
+    assert!(wait_for(Duration::from_secs(30), Duration::from_millis(100), || va.snapshot().last_migration.is_some_and(|r| r.uri.as_deref() == Some(&uri) && r.status.starts_with("failed"))).is_some(), "the new request: {:?}", va.snapshot().last_migration);
+    assert!(wait_for(Duration::from_secs(10), Duration::from_millis(100), || va.snapshot().state == VmState::Running).is_some(), "{:?}", va.snapshot().state);
     b_controlled(&vb);
     no_panics(&log);
     ctl.stop();
