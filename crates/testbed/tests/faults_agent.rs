@@ -1,7 +1,8 @@
 //! The guest agent's faults on real QEMU: stopped (SIGSTOP, SIGCONT) and killed (init
 //! starts it again) during a live migration, which then completes; stopped for long while
-//! the host writes it migration notices. The controller falls back to guest-stats, takes
-//! the agent's samples again once it is back, and keeps controlling the VM throughout.
+//! the host writes it the notices of a burst of migrations, until its port is full. The
+//! controller falls back to guest-stats, takes the agent's samples again once it is back,
+//! and keeps controlling the VM throughout.
 mod common;
 
 use autoballoon::controller::{VmCommand, VmHandle, VmState};
@@ -98,37 +99,46 @@ fn agent_stopped_and_killed_during_a_migration_that_then_completes() {
 }
 
 #[test]
-fn an_agent_stopped_for_long_while_notices_come_does_not_stall_the_controller() {
+fn an_agent_that_stops_reading_while_notices_fill_its_port_does_not_stall_the_controller() {
     let (q, ctl, vm, settled, log) = shrunk("faults_agent_stopped", "s");
     let qmp = Qmp::connect_with_retry(&q.qmp_ctl, Instant::now() + Duration::from_secs(10)).unwrap();
     sh(&q, "kill -STOP $(pidof autoballoon-guest)");
     assert!(source_becomes(&vm, SampleSource::GuestStats, Duration::from_secs(20)), "falls back: {}", vm.snapshot().source);
     let from = vm.history().last().map_or(0.0, |p| p.t);
 
-    // Migrations that fail at once (nobody listens): the controller writes each a started
-    // and an ended notice the stopped agent does not read.
-    const MIGRATIONS: usize = 12;
+    // A burst of migrations that fail at once (nobody listens): the controller writes each
+    // a started and an ended notice the stopped agent does not read.
+    const MIGRATIONS: usize = 300;
+    let burst = Instant::now();
     for i in 0..MIGRATIONS {
-        let n = vm.snapshot().samples;
         qmp.migrate(&format!("tcp:127.0.0.1:{}", free_port().unwrap())).unwrap();
-        assert!(wait_for(Duration::from_secs(10), Duration::from_millis(50), || qmp.query_migrate().unwrap().status.as_str() == "failed").is_some(), "migration {i} fails");
-        // Seen by the controller: its sample after the failure.
-        assert!(wait_for(Duration::from_secs(10), Duration::from_millis(50), || vm.snapshot().samples >= n + 2).is_some(), "the controller samples after migration {i}");
-        assert_eq!(vm.snapshot().state, VmState::Running);
+        assert!(wait_for(Duration::from_secs(10), Duration::from_millis(5), || qmp.query_migrate().unwrap().status.as_str() == "failed").is_some(), "migration {i} fails");
     }
+    let n = vm.snapshot().samples;
+    assert!(wait_for(Duration::from_secs(10), Duration::from_millis(50), || vm.snapshot().samples >= n + 2).is_some(), "the controller samples after the burst");
+    eprintln!("{MIGRATIONS} migrations in {:.1} s", burst.elapsed().as_secs_f64());
+    assert_eq!(vm.snapshot().state, VmState::Running);
+    assert!(vm.snapshot().last_migration.is_some_and(|r| r.status == "failed"), "{:?}", vm.snapshot().last_migration);
     // Still controlled without its agent: a spike grows the guest, which is shrunk back.
     grows_and_shrinks_back(&q, &vm, settled);
     // No sample was late while the agent slept (ticks every second).
     let times: Vec<f64> = vm.history().iter().map(|p| p.t).filter(|t| *t >= from).collect();
     let gap = times.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max);
-    assert!(times.len() >= 20 && gap <= 2.5, "{} samples, longest gap {gap:.1} s", times.len());
-    assert_eq!(vm.snapshot().agent.notices_dropped, 0, "{:?}", vm.snapshot().agent);
+    eprintln!("{} samples while the agent was stopped, longest gap {gap:.2} s", times.len());
+    assert!(times.len() >= 8 && gap <= 2.5, "{} samples, longest gap {gap:.1} s", times.len());
+    // The guest's buffers filled up: later notices were dropped, not waited on, and said
+    // in a few log lines only.
+    let link = vm.snapshot().agent;
+    eprintln!("notices dropped: {}", link.notices_dropped);
+    assert!(link.notices_dropped > 0, "the agent port never filled up: {link:?}");
+    assert!(common::log_events(&log, "notice_dropped").len() <= 6, "{:?}", common::log_events(&log, "notice_dropped"));
 
-    // Continued, the agent reads every notice it was sent and reports again.
+    // Continued, the agent reads the notices that got through and reports again.
     sh(&q, "kill -CONT $(pidof autoballoon-guest)");
     assert!(source_becomes(&vm, SampleSource::Agent, Duration::from_secs(20)), "the agent's samples again: {}", vm.snapshot().source);
     let ended = || sh(&q, "grep -c 'migration ended (failed)' /run/autoballoon-guest.log || true").parse::<usize>().unwrap();
-    assert!(wait_for(Duration::from_secs(20), Duration::from_millis(500), || ended() >= MIGRATIONS).is_some(), "the agent logged {} of {MIGRATIONS} notices", ended());
+    assert!(wait_for(Duration::from_secs(20), Duration::from_millis(500), || ended() >= 50).is_some(), "the agent logged {} ends of {MIGRATIONS} migrations", ended());
+    eprintln!("the agent read {} ends of {MIGRATIONS} migrations", ended());
     no_panics(&log);
     ctl.stop();
 }
