@@ -137,7 +137,7 @@ fn an_agent_that_stops_reading_while_notices_fill_its_port_does_not_stall_the_co
     sh(&q, "kill -CONT $(pidof autoballoon-guest)");
     assert!(source_becomes(&vm, SampleSource::Agent, Duration::from_secs(20)), "the agent's samples again: {}", vm.snapshot().source);
     // The count is the output's last number (a kernel line may share the console).
-    let ended = || sh(&q, "grep -c 'migration ended (failed)' /run/autoballoon-guest.log || true").lines().filter_map(|l| l.trim().parse::<usize>().ok()).last().unwrap_or(0);
+    let ended = || sh(&q, "grep -c 'migration ended (failed)' /run/autoballoon-guest.log || true").lines().rev().find_map(|l| l.trim().parse::<usize>().ok()).unwrap_or(0);
     assert!(wait_for(Duration::from_secs(20), Duration::from_millis(500), || ended() >= 50).is_some(), "the agent logged {} ends of {MIGRATIONS} migrations", ended());
     eprintln!("the agent read {} ends of {MIGRATIONS} migrations", ended());
     no_panics(&log);
