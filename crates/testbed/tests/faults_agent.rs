@@ -140,6 +140,10 @@ fn an_agent_that_stops_reading_while_notices_fill_its_port_does_not_stall_the_co
     let ended = || sh(&q, "grep -c 'migration ended (failed)' /run/autoballoon-guest.log || true").lines().rev().find_map(|l| l.trim().parse::<usize>().ok()).unwrap_or(0);
     assert!(wait_for(Duration::from_secs(20), Duration::from_millis(500), || ended() >= 50).is_some(), "the agent logged {} ends of {MIGRATIONS} migrations", ended());
     eprintln!("the agent read {} ends of {MIGRATIONS} migrations", ended());
+    // And the last notice, dropped while the port was full, is sent again: the agent does
+    // not think a migration still runs.
+    let last = || sh(&q, "grep 'migration' /run/autoballoon-guest.log | tail -1");
+    assert!(wait_for(Duration::from_secs(20), Duration::from_millis(500), || last().contains("migration ended (failed)")).is_some(), "the agent's last notice: {}", last());
     no_panics(&log);
     ctl.stop();
 }

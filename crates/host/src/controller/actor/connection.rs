@@ -172,8 +172,13 @@ impl Actor {
         self.note(EventKind::Connected, &msg, &[]);
     }
 
-    /// Keeps the agent link up: drops a closed one, connects (at most every AGENT_RETRY).
+    /// Keeps the agent link up: sends a dropped notice again, drops a closed link, connects
+    /// (at most every AGENT_RETRY).
     pub(super) fn tend_agent(&mut self, s: &mut Session) {
+        if let Some(a) = s.agent.as_mut() {
+            // A notice the guest did not take: again, now that it may read.
+            let _ = a.resend_dropped();
+        }
         if s.agent.as_ref().is_some_and(|a| a.closed()) {
             self.note(EventKind::AgentLost, "agent channel closed; using guest-stats until it is back", &[]);
             s.agent = None;
