@@ -297,7 +297,11 @@ impl Logger {
             Some(f) => {
                 let _ = writeln!(f.lock().unwrap_or_else(|e| e.into_inner()), "{line}");
             }
-            None => eprintln!("{line}"),
+            // A line that cannot be written (a full disk, a closed pipe) is lost; `eprintln!`
+            // would panic, and the thread with it: the log must never stop the ballooning.
+            None => {
+                let _ = writeln!(std::io::stderr().lock(), "{line}");
+            }
         }
     }
 

@@ -251,7 +251,8 @@ fn host(a: HostArgs) -> Result<(), Failure> {
         if a.status_every > 0 && since_status >= Duration::from_secs(a.status_every) {
             since_status = Duration::ZERO;
             let rows: Vec<_> = ctl.vms().iter().map(|v| v.snapshot()).collect();
-            eprint!("{}", autoballoon::status_table(&rows));
+            // Not `eprint!`, which panics when stderr cannot be written (a full disk).
+            let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), autoballoon::status_table(&rows).as_bytes());
         }
     }
     let _ = notify.send("STOPPING=1");

@@ -312,3 +312,26 @@ fn spike_headroom_stays_until_a_migration_sheds_it() {
     g.q().finish_migration(MigrationOutcome::Failed);
     wait_for(T, "the headroom back after the migration", || g.fakes.last_request().is_some_and(|r| r.abs_diff(expected_target(1500)) <= mib(8)));
 }
+
+#[test]
+fn a_migration_it_started_that_ends_while_qmp_is_lost_is_followed_to_its_end() {
+    use autoballoon::controller::VmCommand;
+    use autoballoon_fakes::Fault;
+    let g = Guest::start(Fakes::start(), 1000);
+    let d = Daemon::start(vec![g.fakes.vm("a", Some(quick_policy()))], 200);
+    wait_for(T, "target 1064 MiB", || g.fakes.last_request() == Some(expected_target(1000)));
+    assert!(d.ctl().vm("a").unwrap().command(VmCommand::Migrate { uri: "tcp:127.0.0.1:9".into(), max_bandwidth: None }));
+    wait_for(T, "the migration started", || g.q().migration_status() == "active");
+    wait_for(T, "state migrating", || d.status("a").state == VmState::Migrating);
+
+    // QMP stops answering: the session is lost, and the migration completes meanwhile.
+    g.q().set_fault(Fault::NeverReply);
+    wait_for(Duration::from_secs(20), "state unreachable", || d.status("a").state == VmState::Unreachable);
+    g.q().finish_migration(MigrationOutcome::Completed);
+    g.q().clear_fault();
+    // The next session finds it completed: the request's report says so, and the source is left alone.
+    wait_for(Duration::from_secs(20), "state migrated away", || d.status("a").state == VmState::MigratedAway);
+    let r = d.status("a").last_migration.expect("a report");
+    assert_eq!(r.status, "completed", "{r:?}");
+    assert_eq!(d.log.count("migrated_away"), 1, "{}", d.log.text());
+}

@@ -37,6 +37,34 @@ fn an_agent_that_never_reads_through_hundreds_of_migrations() {
     assert!(took < Duration::from_secs(3), "stop took {took:?}");
 }
 
+#[test]
+fn a_notice_dropped_while_the_agent_did_not_read_reaches_it_once_it_reads() {
+    use autoballoon_core::protocol::{HostMessage, MigrationOutcome as Outcome};
+    let g = Guest::start(Fakes::start(), 1000);
+    let d = Daemon::start(vec![g.fakes.vm("a", Some(quick_policy()))], 100);
+    wait_for(T, "target 1064 MiB", || g.fakes.last_request() == Some(expected_target(1000)));
+    g.p().set_reading(false);
+    for i in 0..5000 {
+        g.q().start_migration();
+        g.q().finish_migration(MigrationOutcome::Failed);
+        if i % 20 == 0 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if d.status("a").agent.notices_dropped > 0 {
+            break;
+        }
+    }
+    wait_for(T, "notices dropped", || d.status("a").agent.notices_dropped > 0);
+    // A migration cancelled while the port is full: its notices are dropped too.
+    g.q().start_migration();
+    g.q().finish_migration(MigrationOutcome::Cancelled);
+    wait_for(T, "the cancellation seen", || d.status("a").last_migration.is_some_and(|r| r.status == "cancelled"));
+    assert!(!g.p().received().contains(&HostMessage::MigrationEnded { outcome: Outcome::Cancelled }));
+    // The agent reads again: the last notice reaches it, so it does not think a migration runs.
+    g.p().set_reading(true);
+    wait_for(T, "the dropped end notice delivered", || g.p().received().last() == Some(&HostMessage::MigrationEnded { outcome: Outcome::Cancelled }));
+}
+
 fn qemu_stuck(fault: Fault) {
     let g = Guest::start(Fakes::start(), 1000);
     let mut d = Daemon::start(vec![g.fakes.vm("a", Some(quick_policy()))], 100);

@@ -45,6 +45,12 @@ impl Daemon {
     /// given as flags) to `dir/host.toml` and starts the daemon on it; waits (at most 30 s)
     /// until its status socket answers.
     pub fn start(dir: &Path, config: &str) -> Result<Daemon, String> {
+        Daemon::start_with_log(dir, config, &dir.join("daemon.log"))
+    }
+
+    /// [`Daemon::start`] with the daemon's stdout and stderr going to `log` (created or
+    /// truncated; e.g. a file on a full filesystem).
+    pub fn start_with_log(dir: &Path, config: &str, log: &Path) -> Result<Daemon, String> {
         let bin = daemon_binary()?;
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let file = dir.join("host.toml");
@@ -52,7 +58,7 @@ impl Daemon {
         let status_socket = dir.join("status.sock");
         let port = super::free_port().map_err(|e| format!("a free port: {e}"))?;
         let metrics: SocketAddr = ([127, 0, 0, 1], port).into();
-        let log = dir.join("daemon.log");
+        let log = log.to_path_buf();
         let logf = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
         let child = Command::new(&bin)
             .arg("host")

@@ -24,7 +24,7 @@
 mod phase;
 mod prepare;
 
-pub use phase::{phase_change, MigrationPhase, MigrationProgress, PhaseChange};
+pub use phase::{phase_change, started_request_survives, MigrationPhase, MigrationProgress, PhaseChange};
 pub use prepare::{request_refused, stop_shrink_at, Preparation, StartReason, StopShrink, PREPARE_NOTHING, PREPARE_PROGRESS_EVERY, PREPARE_SLACK, PREPARE_STALL, PREPARE_WAIT};
 
 use serde::Deserialize;

@@ -87,9 +87,26 @@ pub fn phase_change(running: bool, ours: bool, seen: &MigrationPhase) -> PhaseCh
     }
 }
 
+/// Whether a migration this controller started (`migrate` sent) in a session since lost is
+/// still to be followed by the next session, which finds the hypervisor at `seen`: yes while
+/// it runs or shows how it ended; not if it shows no migration at all, for then the migration
+/// went with the lost session (its QEMU died and a new one took the socket), and the request
+/// is over, failed.
+pub fn started_request_survives(seen: &MigrationPhase) -> bool {
+    !matches!(seen, MigrationPhase::Idle)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_started_request_outlives_its_session_only_if_the_hypervisor_still_shows_it() {
+        assert!(started_request_survives(&MigrationPhase::running("active")));
+        assert!(started_request_survives(&MigrationPhase::Ended(MigrationOutcome::Completed)));
+        assert!(started_request_survives(&MigrationPhase::Ended(MigrationOutcome::Failed)));
+        assert!(!started_request_survives(&MigrationPhase::Idle), "a new QEMU: no migration");
+    }
 
     #[test]
     fn a_running_phase_starts_a_migration_once() {

@@ -39,6 +39,9 @@ pub struct AgentLink {
     /// the agent drops the torn part as garbage.
     torn: bool,
     notices_dropped: u64,
+    /// The last notice, if it was dropped: sent again by [`AgentLink::resend_dropped`] once
+    /// the guest reads again. A notice is the migration's state, so the newest says it all.
+    owed: Option<HostMessage>,
 }
 
 impl AgentLink {
@@ -55,7 +58,7 @@ impl AgentLink {
         let inbox = Arc::new(Mutex::new(Inbox::default()));
         let shared = inbox.clone();
         std::thread::Builder::new().name("agent-reader".into()).spawn(move || read_loop(reader, &shared, configured, on_short))?;
-        Ok(AgentLink { stream, inbox, torn: false, notices_dropped: 0 })
+        Ok(AgentLink { stream, inbox, torn: false, notices_dropped: 0, owed: None })
     }
 
     /// The newest accepted report and when it arrived.
@@ -75,8 +78,31 @@ impl AgentLink {
     }
 
     /// Sends a notice without blocking: if the guest's buffer is full the notice is
-    /// dropped and counted (`Ok(false)`). `Err` means the link is dead.
+    /// dropped and counted (`Ok(false)`), and owed until [`AgentLink::resend_dropped`]
+    /// delivers it or a newer notice replaces it. `Err` means the link is dead.
     pub fn send(&mut self, m: &HostMessage) -> std::io::Result<bool> {
+        let sent = self.write(m)?;
+        if !sent {
+            self.notices_dropped += 1;
+        }
+        self.owed = (!sent).then(|| m.clone());
+        Ok(sent)
+    }
+
+    /// Sends the last notice again if it was dropped, without blocking (a guest that
+    /// stopped reading for a while would otherwise keep the state of a migration long
+    /// over, or never hear of one that runs); not counted again. `Err`: the link is dead.
+    pub fn resend_dropped(&mut self) -> std::io::Result<()> {
+        if let Some(m) = self.owed.clone() {
+            if self.write(&m)? {
+                self.owed = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// One notice line written without blocking: `Ok(false)` if it did not fit whole.
+    fn write(&mut self, m: &HostMessage) -> std::io::Result<bool> {
         let mut line = encode(m);
         if self.torn {
             line.insert(0, '\n');
@@ -88,15 +114,12 @@ impl AgentLink {
         if n < 0 {
             let e = std::io::Error::last_os_error();
             if e.kind() == std::io::ErrorKind::WouldBlock {
-                self.notices_dropped += 1;
                 return Ok(false);
             }
             return Err(e);
         }
+        // A torn line is finished by the next one's leading newline: the agent drops it.
         self.torn = (n as usize) < line.len();
-        if self.torn {
-            self.notices_dropped += 1;
-        }
         Ok(!self.torn)
     }
 }

@@ -9,7 +9,7 @@ use autoballoon::controller::{Controller, VmHandle};
 use autoballoon::log::Logger;
 use autoballoon_testbed::{GuestImage, Qemu, VmSpec};
 use autoballoon_core::Kib;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// A fresh folder for one VM's sockets and logs (other VMs' folders are left alone).
@@ -40,6 +40,33 @@ pub fn controller(vms: Vec<VmConfig>) -> Controller {
     let config = Config { controller: ControllerConfig::default(), defaults: PolicyConfig::default(), vms, ..Default::default() };
     config.validate().unwrap();
     Controller::start(&config, Logger::new(LogFormat::Text, false))
+}
+
+/// Starts every guest at once, then waits for each shell (two TCG boots overlap).
+pub fn boot_all(test: &str, guests: &[(&str, u64)]) -> Vec<Qemu> {
+    let started: Vec<Qemu> = guests.iter().map(|(n, mib)| Qemu::start(&image(), VmSpec::new(n, Kib::from_mib_saturating(*mib)), &vm_dir(test, n)).unwrap_or_else(|e| panic!("{e}"))).collect();
+    for q in &started {
+        q.wait_booted(Duration::from_secs(180)).unwrap_or_else(|e| panic!("{e}"));
+    }
+    started
+}
+
+/// A controller as [`controller`] that logs JSON lines to `log`, for the test to read.
+pub fn controller_logging(vms: Vec<VmConfig>, log: &Path) -> Controller {
+    let config = Config { controller: ControllerConfig::default(), defaults: PolicyConfig::default(), vms, ..Default::default() };
+    config.validate().unwrap();
+    Controller::start(&config, Logger::new(LogFormat::Json, false).to_file(log).unwrap())
+}
+
+/// The JSON lines of a controller's log (see [`controller_logging`]) whose `event` is `event`.
+pub fn log_events(log: &Path, event: &str) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(log).unwrap_or_default().lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|v| v["event"] == event).collect()
+}
+
+/// Whether the VM's worker takes `n` more samples within `timeout` and is running then.
+pub fn keeps_ticking(vm: &VmHandle, n: u64, timeout: Duration) -> bool {
+    let from = vm.snapshot().samples;
+    autoballoon_testbed::wait_for(timeout, Duration::from_millis(200), || vm.snapshot().samples >= from + n).is_some() && vm.snapshot().state == autoballoon::controller::VmState::Running
 }
 
 /// The VM's size as the controller last sampled it; unknown reads as huge, so a

@@ -92,7 +92,11 @@ impl Actor {
                 // Cut by `stop`: not a lost session.
                 End::Shutdown | End::Error(_) if self.shutdown.load(Ordering::SeqCst) => return,
                 End::Shutdown => return,
-                End::Retarget => backoff.reset(),
+                // The VM now lives elsewhere: a request started here is not followed there.
+                End::Retarget => {
+                    self.prep = None;
+                    backoff.reset();
+                }
                 End::Error(e) => {
                     let session = if self.cfg.libvirt_domain.is_some() { "the libvirt session" } else { "QMP" };
                     let msg = format!("lost {session}: {e}; retrying");
@@ -125,7 +129,9 @@ impl Actor {
         // polling query-migrate covers it.
         let _ = hv.enable_migration_events();
         let _ = hv.set_stats_period(1);
-        let migrating = hv.migration()?.phase.is_running();
+        let phase = hv.migration()?.phase;
+        let migrating = phase.is_running();
+        self.end_vanished_request(&phase);
         self.migration_shrink = MigrationShrink::decide(self.shrink_setting, &hv.facts());
         self.epoch += 1;
         // A grow of a past session is not timed across sessions.
@@ -166,8 +172,13 @@ impl Actor {
         self.note(EventKind::Connected, &msg, &[]);
     }
 
-    /// Keeps the agent link up: drops a closed one, connects (at most every AGENT_RETRY).
+    /// Keeps the agent link up: sends a dropped notice again, drops a closed link, connects
+    /// (at most every AGENT_RETRY).
     pub(super) fn tend_agent(&mut self, s: &mut Session) {
+        if let Some(a) = s.agent.as_mut() {
+            // A notice the guest did not take: again, now that it may read.
+            let _ = a.resend_dropped();
+        }
         if s.agent.as_ref().is_some_and(|a| a.closed()) {
             self.note(EventKind::AgentLost, "agent channel closed; using guest-stats until it is back", &[]);
             s.agent = None;

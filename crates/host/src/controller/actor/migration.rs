@@ -10,7 +10,7 @@ use crate::controller::status::{MigrationReport, StartedBy, VmState};
 use crate::controller::sync::lock;
 use crate::hypervisor::{self, Hypervisor, HypervisorError};
 use crate::log::EventKind;
-use autoballoon_core::migration::{phase_change, request_refused, stop_shrink_at, MigrationPhase, PhaseChange, Preparation, StartReason, PREPARE_WAIT};
+use autoballoon_core::migration::{phase_change, request_refused, started_request_survives, stop_shrink_at, MigrationPhase, PhaseChange, Preparation, StartReason, PREPARE_WAIT};
 use autoballoon_core::protocol::{HostMessage, MigrationOutcome};
 use autoballoon_core::Kib;
 use serde_json::json;
@@ -75,14 +75,28 @@ impl Actor {
         true
     }
 
-    /// A request not started yet when its session ended is dropped (and reported).
+    /// A request not started yet when its session ended is dropped (and reported). A
+    /// started one is kept for the next session, which follows its migration to the end or
+    /// finds it gone ([`Actor::end_vanished_request`]).
     pub(super) fn drop_unstarted_request(&mut self) {
-        if let Some(p) = self.prep.take() {
-            if !p.started {
-                let session = if self.cfg.libvirt_domain.is_some() { "libvirt" } else { "QMP" };
-                self.migration_report(|r| r.status = format!("failed: the {session} session ended before the migration started"));
-                self.log.event(&self.shared.name, EventKind::MigrationRequest, &format!("migration to {} dropped: the {session} session ended", p.uri), &[]);
-            }
+        if let Some(p) = self.prep.take_if(|p| !p.started) {
+            let session = if self.cfg.libvirt_domain.is_some() { "libvirt" } else { "QMP" };
+            self.migration_report(|r| r.status = format!("failed: the {session} session ended before the migration started"));
+            self.log.event(&self.shared.name, EventKind::MigrationRequest, &format!("migration to {} dropped: the {session} session ended", p.uri), &[]);
+        }
+    }
+
+    /// A request started in a lost session whose migration the new session's hypervisor
+    /// no longer shows (core's [`started_request_survives`]: its QEMU died with it) is over:
+    /// reported failed, and normal control resumes.
+    pub(super) fn end_vanished_request(&mut self, seen: &MigrationPhase) {
+        if started_request_survives(seen) {
+            return;
+        }
+        if let Some(p) = self.prep.take_if(|p| p.started) {
+            let session = if self.cfg.libvirt_domain.is_some() { "libvirt" } else { "QMP" };
+            self.migration_report(|r| r.status = format!("failed: the {session} session was lost during the migration, which the hypervisor no longer shows"));
+            self.log.event(&self.shared.name, EventKind::MigrationRequest, &format!("migration to {} failed: the {session} session was lost during it and the hypervisor no longer shows it; normal control resumes", p.uri), &[]);
         }
     }
 
