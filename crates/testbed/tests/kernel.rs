@@ -247,6 +247,9 @@ fn offline_dimm(test: &str, name: &str, deflate_on_oom: bool, variant: &str) {
     let q = boot(test, &patched(), VmSpec { dimm: Some(DIMM), ..spec(name, GuestAgent::None, deflate_on_oom) });
     let qmp = ctl(&q);
     let boot_total = meminfo(&q, "MemTotal");
+    // The memory the guest has with an empty balloon, in 4 KiB pages: it follows the dimm.
+    let max_pages = |q: &Qemu| read_u64(q, &format!("{BALLOON_DIR}/max_pages"));
+    let boot_max = max_pages(&q);
     let block_kb = u64::from_str_radix(sh(&q, "cat /sys/devices/system/memory/block_size_bytes").trim(), 16).expect("block_size_bytes") / 1024;
     // The dimm's blocks: the only ones offline at boot.
     let list = sh(&q, "cd /sys/devices/system/memory && for b in memory*; do [ \"$(cat $b/state)\" = offline ] && echo $b; done; true");
@@ -257,6 +260,8 @@ fn offline_dimm(test: &str, name: &str, deflate_on_oom: bool, variant: &str) {
     }
     let online_total = meminfo(&q, "MemTotal");
     assert_eq!(online_total, boot_total + DIMM.0, "MemTotal with the dimm online");
+    let online_max = max_pages(&q);
+    assert_eq!(online_max, boot_max + DIMM.0 / 4, "max_pages with the dimm online (boot {boot_max})");
     balloon_to(&qmp, SHRUNK, Duration::from_secs(180)).expect("QMP").expect("the balloon reaches 256 MiB in 3 min");
     let normal = zone_pages(&q, "Normal");
     let shrunk_total = meminfo(&q, "MemTotal");
@@ -288,6 +293,8 @@ fn offline_dimm(test: &str, name: &str, deflate_on_oom: bool, variant: &str) {
     let qemu_pages = qemu_balloon(&qmp, total).expect("query-balloon").0;
     let final_total = meminfo(&q, "MemTotal");
     let expect_total = boot_total + (blocks.len() - offlined.len()) as u64 * block_kb;
+    let final_max = max_pages(&q);
+    let expect_max = boot_max + (blocks.len() - offlined.len()) as u64 * block_kb / 4;
     let s = spike(&q);
     let kills = oom_kills(&q);
     let taint = tainted(&q).expect("taint flags");
@@ -298,6 +305,7 @@ fn offline_dimm(test: &str, name: &str, deflate_on_oom: bool, variant: &str) {
         "deflate_on_oom": deflate_on_oom, "blocks": blocks.len(), "offlined": offlined.len(), "refused": refused,
         "zone_normal_ballooned": normal, "ballooned_pages_went_offline": went_offline,
         "memtotal_boot_kb": boot_total, "memtotal_dimm_online_kb": online_total, "memtotal_final_kb": final_total, "memtotal_expected_kb": expect_total,
+        "max_pages_boot": boot_max, "max_pages_dimm_online": online_max, "max_pages_final": final_max, "max_pages_expected": expect_max,
         "qemu_balloon_pages": qemu_pages, "store_pages": store, "deflating_pages": deflating, "emptied": emptied,
         "spike_completed": s.completed, "oom_kills": kills, "tainted": taint,
     });
@@ -310,6 +318,7 @@ fn offline_dimm(test: &str, name: &str, deflate_on_oom: bool, variant: &str) {
     assert!(emptied && qemu_pages == 0, "{name}: QEMU's balloon is not empty: {qemu_pages} pages");
     assert_eq!((store, deflating), (Some(0), Some(0)), "{name}: the guest's store and deflations in flight after QEMU emptied the balloon");
     assert_eq!(final_total, expect_total, "{name}: MemTotal with an empty balloon and {} of {} dimm blocks offline (boot {boot_total} kB)", offlined.len(), blocks.len());
+    assert_eq!(final_max, expect_max, "{name}: max_pages with {} of {} dimm blocks offline (boot {boot_max})", offlined.len(), blocks.len());
     assert!(s.completed, "{name}: the spike failed: {s:?}");
     assert_eq!(kills, 0, "{name}: OOM kills");
     assert_clean(&q);
