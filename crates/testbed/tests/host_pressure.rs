@@ -93,6 +93,13 @@ fn host_pressure_inflates_the_guests() {
     let levels = LevelThresholds::default();
     assert!(peak_psi >= levels.low_some, "the group's PSI reached the balancer's Low level, some avg10 {} % (peak {peak_psi:.1} %)", levels.low_some);
     assert!(inflated.is_some(), "every guest held 1.5 dead bands below its want under host pressure:\n{}\n{}", rec.table(2.0), d.log_lines("set size").join("\n"));
+    // Below its want, never below what it uses: that is what would run its OOM killer (the
+    // rails' floor; a dead band for a use that moved since the target was set).
+    let under: Vec<String> = during.iter().flat_map(|r| GUESTS.iter().filter_map(move |n| {
+        let (t, u) = (*r.targets.get(*n)?, *r.used.get(*n)?);
+        (t + (dead_band as u64) < u).then(|| format!("{n} at {:.0} s: target {t} MiB, using {u} MiB", r.t))
+    })).collect();
+    assert!(under.is_empty(), "targets below the memory in use: {under:?}");
 
     // The program is gone, the pressure fades: back to what the policies want (within
     // the dead band, inside which the rails keep a size).
