@@ -35,11 +35,16 @@ pub fn vm_config(name: &str, q: &Qemu) -> VmConfig {
     VmConfig { agent: Some(q.agent.clone()), ..VmConfig::new(name, q.qmp.clone()) }
 }
 
-/// A controller managing the given VMs, logging to stderr (shown on failure).
-pub fn controller(vms: Vec<VmConfig>) -> Controller {
+/// The default configuration with the given VMs, validated.
+fn config_of(vms: Vec<VmConfig>) -> Config {
     let config = Config { controller: ControllerConfig::default(), defaults: PolicyConfig::default(), vms, ..Default::default() };
     config.validate().unwrap();
-    Controller::start(&config, Logger::new(LogFormat::Text, false))
+    config
+}
+
+/// A controller managing the given VMs, logging to stderr (shown on failure).
+pub fn controller(vms: Vec<VmConfig>) -> Controller {
+    Controller::start(&config_of(vms), Logger::new(LogFormat::Text, false))
 }
 
 /// Starts every guest at once, then waits for each shell (two TCG boots overlap).
@@ -53,9 +58,7 @@ pub fn boot_all(test: &str, guests: &[(&str, u64)]) -> Vec<Qemu> {
 
 /// A controller as [`controller`] that logs JSON lines to `log`, for the test to read.
 pub fn controller_logging(vms: Vec<VmConfig>, log: &Path) -> Controller {
-    let config = Config { controller: ControllerConfig::default(), defaults: PolicyConfig::default(), vms, ..Default::default() };
-    config.validate().unwrap();
-    Controller::start(&config, Logger::new(LogFormat::Json, false).to_file(log).unwrap())
+    Controller::start(&config_of(vms), Logger::new(LogFormat::Json, false).to_file(log).unwrap())
 }
 
 /// The JSON lines of a controller's log (see [`controller_logging`]) whose `event` is `event`.

@@ -75,12 +75,17 @@ impl Actor {
         true
     }
 
+    /// What the VM's sessions go through, for messages: "libvirt" or "QMP".
+    fn session_kind(&self) -> &'static str {
+        if self.cfg.libvirt_domain.is_some() { "libvirt" } else { "QMP" }
+    }
+
     /// A request not started yet when its session ended is dropped (and reported). A
     /// started one is kept for the next session, which follows its migration to the end or
     /// finds it gone ([`Actor::end_vanished_request`]).
     pub(super) fn drop_unstarted_request(&mut self) {
         if let Some(p) = self.prep.take_if(|p| !p.started) {
-            let session = if self.cfg.libvirt_domain.is_some() { "libvirt" } else { "QMP" };
+            let session = self.session_kind();
             self.migration_report(|r| r.status = format!("failed: the {session} session ended before the migration started"));
             self.log.event(&self.shared.name, EventKind::MigrationRequest, &format!("migration to {} dropped: the {session} session ended", p.uri), &[]);
         }
@@ -94,7 +99,7 @@ impl Actor {
             return;
         }
         if let Some(p) = self.prep.take_if(|p| p.started) {
-            let session = if self.cfg.libvirt_domain.is_some() { "libvirt" } else { "QMP" };
+            let session = self.session_kind();
             self.migration_report(|r| r.status = format!("failed: the {session} session was lost during the migration, which the hypervisor no longer shows"));
             self.log.event(&self.shared.name, EventKind::MigrationRequest, &format!("migration to {} failed: the {session} session was lost during it and the hypervisor no longer shows it; normal control resumes", p.uri), &[]);
         }
