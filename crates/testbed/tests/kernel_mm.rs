@@ -265,7 +265,7 @@ fn patched_suspend_and_resume_with_a_full_balloon() {
 /// module unload does) while the hook serves a spike, binding it again (the balloon goes
 /// back to the host's target), then unplugging the device (`device_del`) during a second
 /// spike. Each time the guest must get all of its memory back: the spike completes with no
-/// OOM kill although the host asked for 256 MiB.
+/// OOM kill although the host asked for 256 MiB, the driver deflating with the hook still on.
 #[test]
 #[ignore = "needs the patched kernel: make kernel-test"]
 fn patched_driver_unbind_and_device_unplug_during_spikes() {
@@ -274,8 +274,13 @@ fn patched_driver_unbind_and_device_unplug_during_spikes() {
     shrink(&qmp);
     let dev = sh(&q, "basename $(readlink /sys/bus/virtio/drivers/virtio_balloon/virtio*)").trim().to_string();
     let drv = "/sys/bus/virtio/drivers/virtio_balloon";
+    // The spike grows at 4 × 128 MiB/s and the remove path starts once the hook has served
+    // 64 MiB of it, so the driver lets go of the balloon while the spike still allocates.
     let spike_then = |action: &dyn Fn()| {
-        sh(&q, "rm -f /tmp/spike.out; sh -c '(spike 4 384 0 0 1; echo EXIT=$?) > /tmp/spike.out 2>&1 &'");
+        let full = guest_balloon(&q).expect("the balloon's sysfs");
+        sh(&q, "rm -f /tmp/spike.out; sh -c '(spike 4 384 0 0 1 ramp=128; echo EXIT=$?) > /tmp/spike.out 2>&1 &'");
+        let underway = wait_for(Duration::from_secs(60), Duration::from_millis(20), || guest_balloon(&q).is_some_and(|b| mib(full) - mib(b) >= 64.0));
+        assert!(underway.is_some(), "the spike did not start taking memory from the balloon");
         action();
         let done = wait_for(Duration::from_secs(300), Duration::from_millis(500), || sh(&q, "cat /tmp/spike.out").contains("EXIT="));
         let out = sh(&q, "cat /tmp/spike.out");
