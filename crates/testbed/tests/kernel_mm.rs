@@ -95,7 +95,9 @@ fn anon_pages_per_node(numa_maps: &str, node: u32) -> u64 {
 }
 
 /// Two NUMA nodes; the spike runs in a cpuset that allows node 1 only. The balloon must
-/// give back memory of node 1, so that every page the spike gets is on node 1.
+/// give back memory of node 1, so that every page the spike gets is on node 1, and none of
+/// node 0, which the spike cannot use (its vCPU is on node 0, so node 0 is where the page
+/// allocator's slow path starts).
 #[test]
 #[ignore = "needs the patched kernel: make kernel-test"]
 fn patched_two_numa_nodes_and_a_cpuset() {
@@ -103,21 +105,26 @@ fn patched_two_numa_nodes_and_a_cpuset() {
     sh(&q, "test -d /sys/devices/system/node/node1");
     shrink(&ctl(&q));
     sh(&q, "cd /sys/fs/cgroup && echo +cpuset > cgroup.subtree_control && mkdir -p spike && echo 1 > spike/cpuset.mems && cat spike/cpuset.mems.effective");
+    let node0_free = || sh(&q, "awk '/MemFree/ { print $4 }' /sys/devices/system/node/node0/meminfo").trim().parse::<u64>().expect("node 0's MemFree");
+    let node0_before = node0_free();
     // 2 × 300 MiB held for 30 s in node 1's 1 GiB, most of which is ballooned.
     q.console.spawn("sh -c 'echo $$ > /sys/fs/cgroup/spike/cgroup.procs; exec spike 2 300 30 0 1' > /tmp/numa-spike.out 2>&1").expect("start the spike");
     let touched = wait_for(Duration::from_secs(180), Duration::from_millis(500), || sh(&q, "cat /tmp/numa-spike.out").contains("SPIKE cycle="));
     let out = sh(&q, "cat /tmp/numa-spike.out");
     assert!(touched.is_some(), "the spike did not touch its memory in 3 min:\n{out}");
     let maps = sh(&q, "cat /proc/$(pidof spike)/numa_maps");
+    let node0_grew_mib = node0_free().saturating_sub(node0_before) / 1024;
     let (n0, n1) = (anon_pages_per_node(&maps, 0), anon_pages_per_node(&maps, 1));
     let stats = hook_stats(&q).unwrap_or_default();
     let kills = oom_kills(&q);
-    record("patched", "numa", json!({ "numa_node0_anon_pages": n0, "numa_node1_anon_pages": n1, "numa_oom_kills": kills, "numa_hook_pages": hook_pages_served(&stats) }));
+    record("patched", "numa", json!({ "numa_node0_anon_pages": n0, "numa_node1_anon_pages": n1, "numa_oom_kills": kills, "numa_hook_pages": hook_pages_served(&stats), "numa_node0_free_grew_mib": node0_grew_mib }));
     assert!(out.contains("ok=2"), "the spike's threads did not all get their memory:\n{out}");
     assert_eq!(kills, 0, "OOM kills");
     assert!(n1 >= 2 * 300 * 256 * 9 / 10, "only {n1} pages on node 1:\n{maps}");
     // A unit from the wrong node would be 512 pages; a few pages may predate the cpuset.
     assert!(n0 <= 16, "{n0} of the spike's pages are on node 0, outside its cpuset:\n{maps}");
+    // Node 0's balloon stays: deflating it would give the spike nothing.
+    assert!(node0_grew_mib < 64, "node 0's free memory grew by {node0_grew_mib} MiB during a spike confined to node 1");
     assert!(hook_pages_served(&stats).unwrap_or(0) > 0, "the hook served nothing:\n{stats}");
     assert_clean(&q);
 }
