@@ -232,6 +232,35 @@ fn patched_contiguous_allocations_get_ballooned_units_back() {
     assert_clean(&q);
 }
 
+/// Units in a CMA area, and a burst of unmovable kernel memory (`pipes`: pipe buffers,
+/// which may not use CMA pageblocks). The hook must serve the burst from blocks outside
+/// the area: a CMA unit it frees lands on a free list the burst cannot use, so the guest's
+/// free CMA memory must not grow while the burst takes 768 MiB of a guest ballooned down
+/// to 512 MiB, most of it through the hook.
+#[test]
+#[ignore = "needs the patched kernel: make kernel-test"]
+fn patched_unmovable_burst_leaves_units_in_a_cma_area() {
+    // 5 GiB with a 1 GiB CMA area, as in the contiguous scenario; ballooned to 512 MiB, the
+    // balloon holds units everywhere, the CMA area included.
+    let memory = Kib::from_mib_saturating(5120);
+    let q = boot("kernel_mm_cma", &patched(), VmSpec { memory, append: "hugetlb_cma=1G".into(), gigantic_pages: true, ..spec("cma", GuestAgent::None, true) });
+    let qmp = ctl(&q);
+    balloon_to(&qmp, Kib::from_mib_saturating(512), Duration::from_secs(180)).expect("QMP").expect("the balloon reaches a 512 MiB guest in 3 min");
+    let free_cma_mib = || vmstat(&q, "nr_free_cma") / 256;
+    let before = free_cma_mib();
+    let hook_before = hook_stats(&q).ok().as_deref().and_then(hook_pages_served).unwrap_or(0);
+    let out = sh(&q, "pipes 768 0");
+    let after = free_cma_mib();
+    let hook_pages = hook_stats(&q).ok().as_deref().and_then(hook_pages_served).unwrap_or(0).saturating_sub(hook_before);
+    let kills = oom_kills(&q);
+    record("patched", "cma", json!({ "cma_free_before_mib": before, "cma_free_after_mib": after, "cma_hook_pages": hook_pages, "cma_oom_kills": kills, "cma_pipes": out.trim() }));
+    assert!(out.contains("filled=768"), "the burst did not get its memory: {out}");
+    assert_eq!(kills, 0, "OOM kills");
+    assert!(hook_pages >= 256 * 256, "the hook served {hook_pages} pages: the burst did not depend on the balloon");
+    assert!(after < before + 32, "free CMA memory grew from {before} to {after} MiB: the hook freed units the burst cannot use");
+    assert_clean(&q);
+}
+
 /// Suspend to RAM and back with a full balloon: the PM core freezes the balloon device
 /// (`virtballoon_freeze()`: the hook off, every page deflated, the queues deleted) and
 /// restores it (queues again, the hook on, the balloon inflated back to the host's target).
