@@ -262,7 +262,7 @@ fn patched_unmovable_burst_leaves_units_in_a_cma_area() {
 }
 
 /// Suspend to RAM and back with a full balloon: the PM core freezes the balloon device
-/// (`virtballoon_freeze()`: the hook off, every page deflated, the queues deleted) and
+/// (`virtballoon_freeze()`: every page deflated, then the hook off, the queues deleted) and
 /// restores it (queues again, the hook on, the balloon inflated back to the host's target).
 /// The same driver callbacks serve hibernation, which needs a swap device this guest has
 /// not. Afterwards the hook serves a spike again.
