@@ -5,8 +5,8 @@
  *
  * Opens pipes of 4 MiB each (F_SETPIPE_SZ; root may go past pipe-max-size; where that is
  * refused, pipes of the default size and as many descriptors as RLIMIT_NOFILE's hard limit
- * allows), fills them with no reader, holds them HOLD_SECONDS (fractional allowed), then exits, and the kernel
- * frees the buffers. Pipe buffers are allocated GFP_HIGHUSER | __GFP_ACCOUNT: neither
+ * allows), fills them with no reader, holds them HOLD_SECONDS (fractional allowed), then
+ * exits, and the kernel frees the buffers. Pipe buffers are allocated GFP_HIGHUSER | __GFP_ACCOUNT: neither
  * movable nor allowed in CMA pageblocks, unlike the anonymous memory of spike and fill.
  * Prints:
  *
@@ -41,7 +41,7 @@ static double now(void)
 int main(int argc, char **argv)
 {
     static char chunk[CHUNK];
-    unsigned long want, written = 0;
+    unsigned long want, target, written = 0;
     double hold, t0, secs;
     struct rlimit nofile;
     int warned = 0;
@@ -53,6 +53,7 @@ int main(int argc, char **argv)
     want = strtoul(argv[1], &end, 10);
     if (*end || want == 0)
         goto usage;
+    target = want << 20;
     hold = strtod(argv[2], &end);
     if (*end || hold < 0)
         goto usage;
@@ -65,7 +66,7 @@ int main(int argc, char **argv)
         setrlimit(RLIMIT_NOFILE, &nofile);
     }
     t0 = now();
-    while (written < want << 20) {
+    while (written < target) {
         int fds[2];
 
         if (pipe2(fds, O_NONBLOCK) < 0) {
@@ -88,7 +89,7 @@ int main(int argc, char **argv)
                 break;
             }
             written += n;
-            if (written >= want << 20)
+            if (written >= target)
                 break;
         }
     }
@@ -101,7 +102,7 @@ done:
                                .tv_nsec = (long)((hold - (time_t)hold) * 1e9) };
         nanosleep(&ts, NULL);
     }
-    return written >= want << 20 ? 0 : 1;
+    return written >= target ? 0 : 1;
 
 usage:
     fprintf(stderr, "usage: %s MIB HOLD_SECONDS\n", argv[0]);

@@ -15,7 +15,7 @@
 mod common;
 
 use autoballoon_core::Kib;
-use autoballoon_testbed::guest::{hook_pages_served, hook_stats, oom_kills, qemu_balloon};
+use autoballoon_testbed::guest::{oom_kills, qemu_balloon};
 use autoballoon_testbed::{sparse_disk, GuestAgent, Qemu, VmSpec};
 use common::kernel::*;
 use serde_json::{json, Value};
@@ -36,25 +36,18 @@ fn boot_with_disk(test: &str, name: &str) -> Qemu {
     q
 }
 
-/// Pages the hook has served since boot. An unreadable `hook_stats` fails the test: as 0
-/// it would make "no pages served" pass without anything measured.
-fn served(q: &Qemu) -> u64 {
-    let stats = hook_stats(q).unwrap_or_else(|e| panic!("hook_stats: {e}"));
-    hook_pages_served(&stats).unwrap_or_else(|| panic!("no pages column in hook_stats:\n{stats}"))
-}
-
 /// Reads the whole disk `rounds` times; what that cost the balloon (pages the hook
 /// served, the balloon QEMU reports before and after), and the seconds.
 fn read_rounds(q: &Qemu, qmp: &autoballoon_qmp::Qmp, readahead_kb: u32, rounds: usize) -> Value {
     sh(q, &format!("echo {readahead_kb} > /sys/block/vda/queue/read_ahead_kb"));
-    let (pages0, balloon0) = (served(q), qemu_balloon(qmp, GUEST).expect("query-balloon"));
+    let (pages0, balloon0) = (hook_pages_since_boot(q), qemu_balloon(qmp, GUEST).expect("query-balloon"));
     let t = Instant::now();
     for _ in 0..rounds {
         let out = q.console.run(&format!("dd if=/dev/vda of=/dev/null bs=64k count={} 2>&1", DISK_MIB * 16), Duration::from_secs(600)).unwrap();
         assert_eq!(out.status, 0, "dd: {}", out.text);
     }
     let secs = t.elapsed().as_secs_f64();
-    let (pages, balloon) = (served(q) - pages0, qemu_balloon(qmp, GUEST).expect("query-balloon"));
+    let (pages, balloon) = (hook_pages_since_boot(q) - pages0, qemu_balloon(qmp, GUEST).expect("query-balloon"));
     json!({ "readahead_kb": readahead_kb, "rounds": rounds, "disk_mib": DISK_MIB, "read_s": secs, "hook_pages": pages,
             "balloon_before_mib": mib(balloon0), "balloon_after_mib": mib(balloon) })
 }
@@ -69,9 +62,9 @@ fn placement(test: &str, cache_first: u8) -> Value {
     let without_ra = read_rounds(&q, &qmp, 0, 1);
     // The balloon back where the host wants it, then an anonymous spike into it.
     shrink(&qmp);
-    let before = served(&q);
+    let before = hook_pages_since_boot(&q);
     let s = spike(&q);
-    let spike_pages = served(&q) - before;
+    let spike_pages = hook_pages_since_boot(&q) - before;
     let kills = oom_kills(&q);
     let r = json!({ "cache_first": cache_first, "readahead": with_ra, "no_readahead": without_ra,
                     "spike_completed": s.completed, "spike_alloc_s": s.alloc_s, "spike_hook_pages": spike_pages, "oom_kills": kills });

@@ -198,6 +198,14 @@ fn patched_balloon_takes_memory_from_zone_movable() {
     assert_clean(&q);
 }
 
+/// A 5 GiB guest on the patched kernel with a 1 GiB CMA area (`hugetlb_cma=1G`), and its
+/// size. 5 GiB: the CMA area needs a free, aligned 1 GiB at boot: on the pc machine, RAM
+/// above 4 GiB below the top, where the kernel's early allocations are.
+fn boot_with_a_cma_area(test: &str, name: &str) -> (Qemu, Kib) {
+    let memory = Kib::from_mib_saturating(5120);
+    (boot(test, &patched(), VmSpec { memory, append: "hugetlb_cma=1G".into(), gigantic_pages: true, ..spec(name, GuestAgent::None, true) }), memory)
+}
+
 /// Contiguous allocations on memory the balloon holds units in: two 1 GiB gigantic pages at
 /// run time in a 5 GiB guest booted with `hugetlb_cma=1G` whose balloon holds 512 MiB,
 /// spread over all of its memory first. The first page comes from the CMA area
@@ -207,10 +215,7 @@ fn patched_balloon_takes_memory_from_zone_movable() {
 #[test]
 #[ignore = "needs the patched kernel: make kernel-test"]
 fn patched_contiguous_allocations_get_ballooned_units_back() {
-    // 5 GiB: the CMA area needs a free, aligned 1 GiB at boot: on the pc machine, RAM
-    // above 4 GiB below the top, where the kernel's early allocations are.
-    let memory = Kib::from_mib_saturating(5120);
-    let q = boot("kernel_mm_contig", &patched(), VmSpec { memory, append: "hugetlb_cma=1G".into(), gigantic_pages: true, ..spec("contig", GuestAgent::None, true) });
+    let (q, memory) = boot_with_a_cma_area("kernel_mm_contig", "contig");
     let qmp = ctl(&q);
     let to = |mib: u64| balloon_to(&qmp, Kib::from_mib_saturating(mib), Duration::from_secs(180)).expect("QMP").unwrap_or_else(|| panic!("the balloon did not reach a guest size of {mib} MiB"));
     // Units everywhere first (1.75 GiB), then 512 MiB of them left.
@@ -240,18 +245,16 @@ fn patched_contiguous_allocations_get_ballooned_units_back() {
 #[test]
 #[ignore = "needs the patched kernel: make kernel-test"]
 fn patched_unmovable_burst_leaves_units_in_a_cma_area() {
-    // 5 GiB with a 1 GiB CMA area, as in the contiguous scenario; ballooned to 512 MiB, the
-    // balloon holds units everywhere, the CMA area included.
-    let memory = Kib::from_mib_saturating(5120);
-    let q = boot("kernel_mm_cma", &patched(), VmSpec { memory, append: "hugetlb_cma=1G".into(), gigantic_pages: true, ..spec("cma", GuestAgent::None, true) });
+    // Ballooned to 512 MiB, the balloon holds units everywhere, the CMA area included.
+    let (q, _) = boot_with_a_cma_area("kernel_mm_cma", "cma");
     let qmp = ctl(&q);
     balloon_to(&qmp, Kib::from_mib_saturating(512), Duration::from_secs(180)).expect("QMP").expect("the balloon reaches a 512 MiB guest in 3 min");
     let free_cma_mib = || vmstat(&q, "nr_free_cma") / 256;
     let before = free_cma_mib();
-    let hook_before = hook_stats(&q).ok().as_deref().and_then(hook_pages_served).unwrap_or(0);
+    let hook_before = hook_pages_since_boot(&q);
     let out = sh(&q, "pipes 768 0");
     let after = free_cma_mib();
-    let hook_pages = hook_stats(&q).ok().as_deref().and_then(hook_pages_served).unwrap_or(0).saturating_sub(hook_before);
+    let hook_pages = hook_pages_since_boot(&q).saturating_sub(hook_before);
     let kills = oom_kills(&q);
     record("patched", "cma", json!({ "cma_free_before_mib": before, "cma_free_after_mib": after, "cma_hook_pages": hook_pages, "cma_oom_kills": kills, "cma_pipes": out.trim() }));
     assert!(out.contains("filled=768"), "the burst did not get its memory: {out}");

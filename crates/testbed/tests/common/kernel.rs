@@ -4,7 +4,7 @@
 
 use super::vm_dir;
 pub use autoballoon_testbed::guest::BALLOON_DIR;
-use autoballoon_testbed::guest::{balloon_to, dmesg_errors, kernel_errors, read_number, run_spike, tainted, SpikeRun};
+use autoballoon_testbed::guest::{balloon_to, dmesg_errors, hook_pages_served, hook_stats, kernel_errors, read_number, run_spike, tainted, SpikeRun};
 use autoballoon_testbed::{GuestAgent, GuestImage, Qemu, VmSpec};
 use autoballoon_core::{Kib, Pages};
 use autoballoon_qmp::Qmp;
@@ -110,4 +110,11 @@ pub fn guest_balloon(q: &Qemu) -> Option<Pages> {
 
 pub fn mib(p: Pages) -> f64 {
     p.to_kib_saturating().0 as f64 / 1024.0
+}
+
+/// Pages the hook has served since boot. An unreadable `hook_stats` fails the test: as 0
+/// it would make "no pages served" pass without anything measured.
+pub fn hook_pages_since_boot(q: &Qemu) -> u64 {
+    let stats = hook_stats(q).unwrap_or_else(|e| panic!("hook_stats: {e}"));
+    hook_pages_served(&stats).unwrap_or_else(|| panic!("no pages column in hook_stats:\n{stats}"))
 }
