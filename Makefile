@@ -169,26 +169,39 @@ BENCH_SPIKES ?= 1
 # memory against FPR alone, runtime against no balloon, on QEMU 10 (about 25 min);
 # BENCH_DENSITY=0 skips it, DENSITYBENCH_ARGS passes options (--help).
 BENCH_DENSITY ?= 1
+# The whole run takes several hours. BENCH_RESUME=1 goes on with an interrupted one: the
+# stages that finished (run/bench/*.done) are skipped and autoballoon-bench keeps the points
+# it had measured (its --resume); without it every stage starts afresh.
+BENCH_RESUME ?= 0
 bench: agent testbed image
 	@images=$$(kernel/scripts/images.sh $(AGENT)) && \
 	patched=$$(sed -n 1p <<< "$$images") && stock=$$(sed -n 2p <<< "$$images") && \
-	if [ "$(BENCH_KERNEL)" = 1 ]; then \
+	mkdir -p run/bench && \
+	if [ "$(BENCH_RESUME)" = 1 ]; then export BENCH_RESUME=1; else rm -f run/bench/*.done; export BENCH_RESUME=0; fi && \
+	stage() { if [ -e run/bench/$$1.done ]; then echo "[bench] $$1: done by the run being resumed, skipped"; return 1; fi; }; \
+	if [ "$(BENCH_KERNEL)" = 1 ] && stage kernel; then \
 	  if [ -n "$$BENCH_QUICK" ] && [ "$$BENCH_QUICK" != 0 ]; then export AUTOBALLOON_BENCH_REPS=$${AUTOBALLOON_BENCH_REPS:-1} AUTOBALLOON_BENCH_CHURN=$${AUTOBALLOON_BENCH_CHURN:-2}; fi; \
 	  AUTOBALLOON_PATCHED_IMAGE="$$patched" AUTOBALLOON_STOCK_IMAGE="$$stock" \
 	    cargo bench --locked -p autoballoon-testbed --bench kernel || exit 1; \
-	fi && \
-	target/release/autoballoon-bench --image "$$(cat $(IMAGE_PATH))" --patched-image "$$patched" \
-	  --system-qemu "$$(scripts/build-qemu72-fixed.sh)" --tools-disk "$$(scripts/bench-tools-disk.sh)" \
-	  --qemu10 "$$(scripts/install-qemu10.sh)" --kernel-json run/bench/kernel.json \
-	  --out run/bench/migration --results bench $(BENCH_ARGS) && \
-	if [ "$(BENCH_SPIKES)" = 1 ]; then \
+	  touch run/bench/kernel.done; \
+	fi; \
+	if stage migration; then \
+	  target/release/autoballoon-bench --image "$$(cat $(IMAGE_PATH))" --patched-image "$$patched" \
+	    --system-qemu "$$(scripts/build-qemu72-fixed.sh)" --tools-disk "$$(scripts/bench-tools-disk.sh)" \
+	    --qemu10 "$$(scripts/install-qemu10.sh)" --kernel-json run/bench/kernel.json \
+	    --out run/bench/migration --results bench $(BENCH_ARGS) || exit 1; \
+	  touch run/bench/migration.done; \
+	fi; \
+	if [ "$(BENCH_SPIKES)" = 1 ] && stage spikes; then \
 	  target/release/autoballoon-spikebench --image "$$(cat $(IMAGE_PATH))" --patched-image "$$patched" \
 	    --qemu "$$(scripts/build-qemu72-fixed.sh),$$(scripts/install-qemu10.sh)" --cpus 1,2 \
-	    --out run/bench/spikes --results bench $(SPIKEBENCH_ARGS); \
-	fi && \
-	if [ "$(BENCH_DENSITY)" = 1 ]; then \
+	    --out run/bench/spikes --results bench $(SPIKEBENCH_ARGS) || exit 1; \
+	  touch run/bench/spikes.done; \
+	fi; \
+	if [ "$(BENCH_DENSITY)" = 1 ] && stage density; then \
 	  target/release/autoballoon-densitybench --image "$$(cat $(IMAGE_PATH))" --qemu "$$(scripts/install-qemu10.sh)" \
-	    --out run/bench/density --results bench $(DENSITYBENCH_ARGS); \
+	    --out run/bench/density --results bench $(DENSITYBENCH_ARGS) || exit 1; \
+	  touch run/bench/density.done; \
 	fi
 
 # Four guests running a job sequence whose memory comes and goes, each configuration in

@@ -17,8 +17,9 @@ pub mod scenario;
 pub mod stats;
 
 use fleet::{Fleet, Images};
-use model::{Config, Moment, QemuLine, Record};
+use model::{Config, Moment, Point, QemuLine, Record};
 use scenario::Setup;
+use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -116,6 +117,11 @@ pub struct BenchArgs {
     /// Write the report from an existing `results.jsonl` instead of measuring.
     #[arg(long)]
     pub report_from: Option<PathBuf>,
+    /// Go on with the run whose `results.jsonl` is in --out: the points it measured are
+    /// kept and not measured again (the whole run takes hours; an interrupted one loses
+    /// only the point it was measuring) [default: $BENCH_RESUME=1].
+    #[arg(long)]
+    pub resume: bool,
 }
 
 fn env_flag(name: &str) -> bool {
@@ -159,6 +165,8 @@ struct SweepRun<'a> {
     setup: &'a Setup,
     out: &'a Path,
     shrink: autoballoon::config::ShrinkSetting,
+    /// Points a resumed run already has.
+    have: &'a HashSet<Point>,
 }
 
 /// The size sweep (the idle moment on fresh guests of each size, every configuration) and
@@ -166,6 +174,9 @@ struct SweepRun<'a> {
 /// freeing half of it).
 fn sweep(s: &SweepRun, sizes: &[u64], physical_mib: u64, push: &mut dyn FnMut(Record)) -> Result<(), String> {
     let one = |configs: &[Config], mib: u64, setup: &Setup, dir: &str, push: &mut dyn FnMut(Record), wrap: fn(model::MigrationRecord) -> Record| -> Result<(), String> {
+        if configs.is_empty() {
+            return Ok(());
+        }
         println!("[bench] {}: booting {} guest(s) of {mib} MiB", dir, configs.len());
         let memory = autoballoon_core::Kib::from_mib_saturating(mib);
         let mut fleet = Fleet::boot(s.line, s.qemu, configs, s.images, memory, &s.out.join(dir), s.shrink)?;
@@ -179,10 +190,12 @@ fn sweep(s: &SweepRun, sizes: &[u64], physical_mib: u64, push: &mut dyn FnMut(Re
         r
     };
     for &mib in sizes {
-        one(s.configs, mib, s.setup, &format!("sweep-{mib}"), push, Record::Sweep)?;
+        let left: Vec<Config> = s.configs.iter().copied().filter(|&config| !s.have.contains(&Point::Sweep { memory_mib: mib, config })).collect();
+        one(&left, mib, s.setup, &format!("sweep-{mib}"), push, Record::Sweep)?;
     }
     let physical = Setup { fill_mib: physical_mib / 2, memory_mib: physical_mib, ..s.setup.clone() };
-    one(&[Config::NoBalloon], physical_mib, &physical, "physical", push, Record::Physical)
+    let left: &[Config] = if s.have.contains(&Point::Physical) { &[] } else { &[Config::NoBalloon] };
+    one(left, physical_mib, &physical, "physical", push, Record::Physical)
 }
 
 pub fn run(a: BenchArgs) -> Result<(), String> {
@@ -248,8 +261,21 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
     std::fs::create_dir_all(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
     let out = a.out.canonicalize().unwrap_or(a.out.clone());
     let jsonl = out.join("results.jsonl");
-    let mut sink = std::fs::File::create(&jsonl).map_err(|e| format!("{}: {e}", jsonl.display()))?;
-    let mut records: Vec<Record> = Vec::new();
+    let begun = out.join("begun.txt");
+    let resume = (a.resume || env_flag("BENCH_RESUME")) && jsonl.exists();
+    let mut records: Vec<Record> = if resume { read_records(&jsonl)? } else { Vec::new() };
+    let mut sink = if resume {
+        std::fs::OpenOptions::new().append(true).open(&jsonl)
+    } else {
+        std::fs::write(&begun, format!("{}, commit {}", meta.generated, meta.commit)).map_err(|e| format!("{}: {e}", begun.display()))?;
+        std::fs::File::create(&jsonl)
+    }
+    .map_err(|e| format!("{}: {e}", jsonl.display()))?;
+    let have: HashSet<Point> = records.iter().filter_map(Record::point).collect();
+    if resume {
+        let since = std::fs::read_to_string(&begun).unwrap_or_else(|_| "an earlier run".into());
+        meta.setup.push(format!("Resumed: {} point(s) were measured by the run begun {} and kept", have.len(), since.trim()));
+    }
     let system_qemu = a.system_qemu.clone().unwrap_or_else(crate::qemu_binary);
     let mut lines = vec![(QemuLine::System, system_qemu, moments.clone(), runs)];
     if let Some(q) = &a.qemu10 {
@@ -272,6 +298,9 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
     let total: usize = if a.no_migrations { 0 } else { lines.iter().map(|l| l.2.len() * l.3 as usize * configs.len()).sum::<usize>() } + sweep_points + overhead_points;
     let mut done = 0;
     println!("[bench] {} configuration(s) {:?}, {total} migrations; records in {}", configs.len(), configs.iter().map(|c| c.key()).collect::<Vec<_>>(), jsonl.display());
+    if resume {
+        println!("[bench] resuming: {} point(s) already measured in {} are kept", have.len(), jsonl.display());
+    }
     let mut push = |records: &mut Vec<Record>, r: Record| {
         let _ = writeln!(sink, "{}", serde_json::to_string(&r).expect("a record serializes"));
         records.push(r);
@@ -280,8 +309,13 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         for (line, qemu, moments, runs) in &lines {
             // The main guests serve the footprint and the migrations; without either on this
             // line, none are booted.
-            let footprint_here = !a.no_footprint && *line == QemuLine::System;
-            if footprint_here || !a.no_migrations {
+            let footprint_here = !a.no_footprint && *line == QemuLine::System && configs.iter().any(|&config| !have.contains(&Point::Footprint { qemu: *line, config }));
+            let runs_here = if a.no_migrations { 0 } else { *runs };
+            let migrations_here = (0..runs_here).any(|run| moments.iter().any(|&moment| configs.iter().any(|&config| !have.contains(&Point::Migration { qemu: *line, config, moment, run }))));
+            if !footprint_here && !a.no_migrations && !migrations_here {
+                done += moments.len() * runs_here as usize * configs.len();
+            }
+            if footprint_here || migrations_here {
                 println!("[bench] {}: booting {} guests ({})", line.label(), configs.len(), qemu.display());
                 let dir = out.join(match line {
                     QemuLine::System => "system",
@@ -291,19 +325,22 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
                 println!("[bench] {} is QEMU {}", line.label(), fleet.version);
                 let r = (|| -> Result<(), String> {
                     if footprint_here {
-                        for &c in &configs {
+                        for &c in configs.iter().filter(|&&config| !have.contains(&Point::Footprint { qemu: *line, config })) {
                             println!("[bench] footprint workload: {} ({:.0} min so far)", c.key(), t0.elapsed().as_secs_f64() / 60.0);
                             let f = footprint::measure(&mut fleet, c, a.fixed_mib, 0)?;
                             println!("[bench]   {:.3} GiB·min over {:.0} s, peak {:.0} MiB, completed {}", f.gib_min, f.seconds, f.peak_mib, f.completed);
                             push(&mut records, Record::Footprint(f));
                         }
                     }
-                    for run in 0..if a.no_migrations { 0 } else { *runs } {
+                    for run in 0..runs_here {
                         for &m in moments {
                             let n = configs.len();
                             for i in 0..n {
                                 let c = configs[(i + run as usize) % n];
                                 done += 1;
+                                if have.contains(&Point::Migration { qemu: *line, config: c, moment: m, run }) {
+                                    continue;
+                                }
                                 println!("[bench] {done}/{total} {} run {}/{runs} {m} {} ({:.0} min so far)", line.label(), run + 1, c.key(), t0.elapsed().as_secs_f64() / 60.0);
                                 if let Some(x) = scenario::crashed(&mut fleet, &images, c)? {
                                     println!("[bench]   {} had crashed after {:?}: {:?}", c.key(), x.after, x.kernel_errors.first());
@@ -323,7 +360,11 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
                 fleet.shutdown();
                 r?;
             }
-            if let (QemuLine::System, Some(disk)) = (*line, &tools) {
+            let overhead_left = (0..*runs).any(|run| overhead_configs.iter().any(|&config| !have.contains(&Point::Overhead { config, run })));
+            if let (QemuLine::System, Some(_), false) = (*line, &tools, overhead_left) {
+                done += overhead_points;
+            }
+            if let (QemuLine::System, Some(disk), true) = (*line, &tools, overhead_left) {
                 let configs = &overhead_configs;
                 println!("[bench] overhead inside the guest: booting {} guests with the tools disk", configs.len());
                 let mut fleet = Fleet::boot_with_disk(*line, qemu, configs, &images, memory, &out.join("overhead"), a.migration_shrink, Some(disk))?;
@@ -331,6 +372,9 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
                     (0..configs.len()).try_for_each(|i| {
                         let c = configs[(i + run as usize) % configs.len()];
                         done += 1;
+                        if have.contains(&Point::Overhead { config: c, run }) {
+                            return Ok(());
+                        }
                         println!("[bench] {done}/{total} overhead run {}/{runs} {} ({:.0} min so far)", run + 1, c.key(), t0.elapsed().as_secs_f64() / 60.0);
                         let r = overhead::measure(&mut fleet, c, run)?;
                         println!("[bench]   mbw {:?} MiB/s, memcached {:?}{}", r.mbw_mib_s, r.memcached, r.error.as_deref().map(|e| format!(" ({e})")).unwrap_or_default());
@@ -342,7 +386,8 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
                 r?;
             }
             if *line == QemuLine::System && !sizes.is_empty() {
-                sweep(&SweepRun { line: *line, qemu, configs: &configs, images: &images, setup: &setup, out: &out, shrink: a.migration_shrink }, &sizes, a.physical_mib, &mut |r| {
+                done += have.iter().filter(|p| matches!(p, Point::Sweep { .. } | Point::Physical)).count();
+                sweep(&SweepRun { line: *line, qemu, configs: &configs, images: &images, setup: &setup, out: &out, shrink: a.migration_shrink, have: &have }, &sizes, a.physical_mib, &mut |r| {
                     done += 1;
                     println!("[bench] {done}/{total} {}: {:.1} MiB sent, {:.2} s, healthy {} ({:.0} min so far)", r.label(), r.sent_mib(), r.total_s(), r.healthy(), t0.elapsed().as_secs_f64() / 60.0);
                     push(&mut records, r);

@@ -410,6 +410,16 @@ pub enum Record {
     Crash(CrashRecord),
 }
 
+/// One measurement of `make bench`, as a resumed run recognises it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Point {
+    Migration { qemu: QemuLine, config: Config, moment: Moment, run: u32 },
+    Sweep { memory_mib: u64, config: Config },
+    Physical,
+    Footprint { qemu: QemuLine, config: Config },
+    Overhead { config: Config, run: u32 },
+}
+
 impl Record {
     /// One line for the progress output.
     pub fn label(&self) -> String {
@@ -420,6 +430,20 @@ impl Record {
             Record::Footprint(r) => format!("footprint {}", r.config.key()),
             Record::Overhead(r) => format!("overhead {} run {}", r.config.key(), r.run),
             Record::Crash(r) => format!("crash {}", r.config.key()),
+        }
+    }
+
+    /// The point of the benchmark this record measured, by which `make bench` resumed
+    /// skips what an earlier, interrupted run already measured; `None` for a crash,
+    /// which is not a point of its own.
+    pub fn point(&self) -> Option<Point> {
+        match self {
+            Record::Migration(r) => Some(Point::Migration { qemu: r.qemu, config: r.config, moment: r.moment, run: r.run }),
+            Record::Sweep(r) => Some(Point::Sweep { memory_mib: r.memory_mib.unwrap_or(0), config: r.config }),
+            Record::Physical(_) => Some(Point::Physical),
+            Record::Footprint(r) => Some(Point::Footprint { qemu: r.qemu, config: r.config }),
+            Record::Overhead(r) => Some(Point::Overhead { config: r.config, run: r.run }),
+            Record::Crash(_) => None,
         }
     }
 
@@ -467,6 +491,22 @@ mod tests {
         assert!(Config::DEFAULT.iter().filter(|c| c.product()).count() == 3);
         let keys: std::collections::HashSet<_> = [Config::NoBalloon, Config::Fpr, Config::DooFixed, Config::AbStock, Config::AbStockNoFpr, Config::AbPatched, Config::AbPatchedFpr].iter().map(|c| c.key()).collect();
         assert_eq!(keys.len(), 7);
+    }
+
+    #[test]
+    fn points_tell_measurements_apart() {
+        let m = |run, moment| Record::Migration(MigrationRecord {
+            qemu: QemuLine::System, qemu_version: "7.2.22".into(), config: Config::Fpr, moment, run, bandwidth_mib: 128,
+            completed: true, error: None, sent_mib: 1.0, total_s: 1.0, downtime_ms: None, size_mib: 1.0, rss_mib: None,
+            spike_alloc_s: None, spike_completed: None, spike_sizes: vec![], memory_mib: None, oom_kills: 0, shell: true, kernel_errors: vec![], tainted: None,
+        });
+        let points: std::collections::HashSet<_> = [m(0, Moment::Idle), m(1, Moment::Idle), m(0, Moment::LongIdle), m(0, Moment::Idle)].iter().filter_map(Record::point).collect();
+        assert_eq!(points.len(), 3, "run and moment tell points apart; the same point twice is one");
+        let Record::Migration(r) = m(0, Moment::Idle) else { unreachable!() };
+        let sweep = Record::Sweep(MigrationRecord { memory_mib: Some(512), ..r.clone() });
+        assert_eq!(sweep.point(), Some(Point::Sweep { memory_mib: 512, config: Config::Fpr }));
+        assert_ne!(Record::Migration(r.clone()).point(), Record::Migration(MigrationRecord { qemu: QemuLine::Qemu10, ..r }).point());
+        assert_eq!(Record::Crash(CrashRecord { qemu: QemuLine::System, config: Config::Fpr, after: None, kernel_errors: vec![] }).point(), None, "a crash is no point");
     }
 
     #[test]
