@@ -9,7 +9,7 @@ AGENT := target/$(TRIPLE)/release/autoballoon-guest
 DEMOBIN := target/release/autoballoon-demo
 IMAGE_PATH := run/image.path
 
-.PHONY: all qemu10 test-qemu10 deps build agent host testbed image demo migbench spikebench densitybench soak test unit-test integration-test test-host-pressure bench bench-host clean help guest-deb deb packaging-test fuzz sim reproduce calibrate
+.PHONY: all qemu10 test-qemu10 deps build agent host testbed image demo migbench spikebench densitybench soak test unit-test integration-test test-host-pressure bench bench-host clean help guest-deb deb packaging-test systemd-test fuzz sim reproduce calibrate
 
 all: build
 
@@ -30,6 +30,7 @@ help:
 	@echo "make kernel / kernel-test / kernel-deb - the patched guest kernel (see kernel/README.md)"
 	@echo "make guest-deb - the guest agent's Debian package (under $(CACHE)/deb)"
 	@echo "make deb   - the host daemon's Debian package: binary, unit, default config, man page (under $(CACHE)/deb)"
+	@echo "make systemd-test - the host .deb under a real systemd (PID 1 in systemd-nspawn, Debian 12): unit, sandbox, socket directory, discovery; not part of make test"
 	@echo "make qemu10 - QEMU 10 from bookworm-backports beside the system QEMU (under $(CACHE)/qemu)"
 	@echo "make test-qemu10 - the QEMU integration tests with every VM under QEMU 10"
 
@@ -85,6 +86,16 @@ deb:
 packaging-test: agent
 	cargo build --locked -p autoballoon
 	packaging/test-packaging.sh --agent $(AGENT) --host target/debug/autoballoon
+
+# The host .deb under a real systemd as PID 1 (packaging/test-systemd.sh): a Debian 12 root
+# (debootstrap, cached under $(CACHE)/nspawn) booted in systemd-nspawn, the package installed
+# with dpkg -i; checks the unit starts, reloads and stops, the socket directory, discovery of
+# a fake QEMU's socket, the sandbox from the service's own mount namespace, and a reboot.
+# Not part of `make test`.
+systemd-test:
+	@scripts/install-deps.sh --only pkg-config libvirt-dev systemd-container debootstrap
+	cargo build --release --locked -p autoballoon
+	packaging/test-systemd.sh --host target/release/autoballoon
 
 # On QEMU 10 (QEMU10=0: the system's QEMU): Debian's 7.2 loses guest writes during TCG
 # migrations and its free page hinting breaks destinations (docs/qemu-versions.md).
