@@ -4,6 +4,7 @@
 #   /lib/systemd/system/autoballoon.service    its unit (Type=notify, watchdog, hardened)
 #   /etc/autoballoon/host.toml                 the configuration: no [[vm]], discovery on (a conffile)
 #   /usr/lib/tmpfiles.d/autoballoon.conf       creates /run/autoballoon-vms (1770 root:kvm), the VMs' socket directory
+#   /usr/lib/sysusers.d/autoballoon.conf       the kvm group, if the host has none yet (no udev)
 #   /usr/share/man/man8/autoballoon.8.gz       the man page, generated from --help (gen-man.sh)
 #   /usr/share/doc/autoballoon/                configuration.md, security.md, metrics.md, example-host.toml, copyright,
 #                                              and the Grafana dashboard autoballoon-dashboard.json
@@ -12,7 +13,8 @@
 # suggested (the daemon that runs libvirt domains). The unit is
 # enabled and started on install (it manages the VMs it finds; with none it waits),
 # restarted on upgrade; the socket directory is created on install (postinst, as
-# dh_installtmpfiles would) and at every boot.
+# dh_installtmpfiles would) and at every boot, its group kvm too where the host has none
+# (sysusers.d, as dh_installsysusers would).
 # Uses dpkg-deb on a staged tree; no debhelper needed.
 #
 # Usage: packaging/build-host-deb.sh [--host BINARY] [--out DIR]
@@ -29,7 +31,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --host) host="$2"; shift ;;
         --out) out="$2"; shift ;;
-        -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "build-host-deb: unknown argument: $1" >&2; exit 2 ;;
     esac
     shift
@@ -46,11 +48,12 @@ stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 pkg="$stage/$name"
 doc="$pkg/usr/share/doc/autoballoon"
-install -d "$pkg/DEBIAN" "$pkg/usr/bin" "$pkg/lib/systemd/system" "$pkg/etc/autoballoon" "$pkg/usr/lib/tmpfiles.d" "$pkg/usr/share/man/man8" "$doc"
+install -d "$pkg/DEBIAN" "$pkg/usr/bin" "$pkg/lib/systemd/system" "$pkg/etc/autoballoon" "$pkg/usr/lib/tmpfiles.d" "$pkg/usr/lib/sysusers.d" "$pkg/usr/share/man/man8" "$doc"
 install -m 0755 "$host" "$pkg/usr/bin/autoballoon"
 install -m 0644 "$here/systemd/autoballoon.service" "$pkg/lib/systemd/system/autoballoon.service"
 install -m 0644 "$here/host.toml" "$pkg/etc/autoballoon/host.toml"
 install -m 0644 "$here/tmpfiles/autoballoon.conf" "$pkg/usr/lib/tmpfiles.d/autoballoon.conf"
+install -m 0644 "$here/sysusers/autoballoon.conf" "$pkg/usr/lib/sysusers.d/autoballoon.conf"
 install -m 0644 "$root/LICENSE" "$doc/copyright"
 for f in configuration.md security.md metrics.md example-host.toml; do
     if [ -f "$root/docs/$f" ]; then install -m 0644 "$root/docs/$f" "$doc/"; fi
@@ -121,7 +124,11 @@ echo /etc/autoballoon/host.toml > "$pkg/DEBIAN/conffiles"
 cat > "$pkg/DEBIAN/postinst" <<'SCRIPT'
 #!/bin/sh
 set -e
-# The VMs' socket directory, now rather than at the next boot (dh_installtmpfiles' way).
+# The socket directory's group (kvm), if the host has none yet (dh_installsysusers' way), then
+# the directory itself, now rather than at the next boot (dh_installtmpfiles' way).
+if [ "$1" = configure ] && command -v systemd-sysusers >/dev/null; then
+    systemd-sysusers autoballoon.conf || true
+fi
 if [ "$1" = configure ] && command -v systemd-tmpfiles >/dev/null; then
     systemd-tmpfiles --create autoballoon.conf || true
 fi

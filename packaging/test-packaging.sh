@@ -104,7 +104,7 @@ extra="$(tr ',' '\n' <<< "$deps" | sed 's/^ *//; s/ .*//' | grep -v -x -e libc6 
 grep -q '^ Suggests: libvirt-daemon-system$' <<< "$info" || fail "no Suggests: libvirt-daemon-system"
 grep -q 'conffiles' <<< "$info" || fail "no conffiles: $info"
 [ "$(dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles)" = /etc/autoballoon/host.toml ] || fail "host.toml is not a conffile"
-for f in './usr/bin/autoballoon' './lib/systemd/system/autoballoon.service' './etc/autoballoon/host.toml' './usr/lib/tmpfiles.d/autoballoon.conf' \
+for f in './usr/bin/autoballoon' './lib/systemd/system/autoballoon.service' './etc/autoballoon/host.toml' './usr/lib/tmpfiles.d/autoballoon.conf' './usr/lib/sysusers.d/autoballoon.conf' \
          './usr/share/man/man8/autoballoon.8.gz' './usr/share/doc/autoballoon/copyright' './usr/share/doc/autoballoon/configuration.md' \
          './usr/share/doc/autoballoon/security.md' './usr/share/doc/autoballoon/metrics.md' './usr/share/doc/autoballoon/autoballoon-dashboard.json'; do
     grep -Eq " ${f//./\\.}\$" <<< "$contents" || fail "no $f in the host .deb: $contents"
@@ -126,6 +126,12 @@ grep -q '^discovery: socket_dir=/run/autoballoon-vms .* libvirt=qemu:///system;'
 tmpf="$x/usr/lib/tmpfiles.d/autoballoon.conf"
 [ "$(grep -v '^#' "$tmpf" | grep -v '^$')" = 'd /run/autoballoon-vms 1770 root kvm -' ] || fail "tmpfiles.d: $(cat "$tmpf")"
 dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./postinst | grep -q 'systemd-tmpfiles --create autoballoon.conf' || fail "postinst does not create the socket directory"
+# Its group: kvm exists on hosts with udev or libvirt, not on every host (a container, a
+# minimal image); without it tmpfiles makes no directory. The package declares it
+# (sysusers.d), and postinst applies that before tmpfiles (packaging/test-systemd.sh checks it
+# on a root without the group).
+[ "$(grep -v '^#' "$x/usr/lib/sysusers.d/autoballoon.conf" | grep -v '^$')" = 'g kvm - -' ] || fail "sysusers.d: $(cat "$x/usr/lib/sysusers.d/autoballoon.conf")"
+dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./postinst | grep -A3 'systemd-sysusers autoballoon.conf' | grep -q 'systemd-tmpfiles' || fail "postinst does not apply sysusers.d before tmpfiles.d"
 if command -v systemd-tmpfiles >/dev/null; then
     # As postinst runs it, into a scratch root (with this machine's users and groups).
     install -d "$work/tmproot/etc"
