@@ -49,7 +49,7 @@ if command -v systemd-analyze >/dev/null; then
         echo "test-packaging: autoballoon.service $(grep -o 'Overall exposure level.*' "$work/security.log")"
     fi
     for d in Type=notify WatchdogSec= NotifyAccess=main ProtectSystem=strict NoNewPrivileges=yes ProtectHome=yes \
-             'RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6' 'ReadWritePaths=/run/autoballoon$' RuntimeDirectoryMode=0700 UMask=0077 RestartPreventExitStatus=2; do
+             'RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6' 'ReadWritePaths=/run/autoballoon$' 'ReadOnlyPaths=/run$' RuntimeDirectoryMode=0700 UMask=0077 RestartPreventExitStatus=2; do
         grep -q "^$d" "$u" || fail "autoballoon.service lacks $d"
     done
     # No private /tmp (it would hide QMP and agent sockets there from the daemon; /tmp is
