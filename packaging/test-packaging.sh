@@ -31,7 +31,7 @@ if command -v systemd-analyze >/dev/null; then
     install -d "$r/usr/bin" "$r/bin" "$r/lib/systemd/system" "$r/etc/autoballoon"
     install -m 0755 "$host" "$r/usr/bin/autoballoon"
     install -m 0755 "$agent" "$r/usr/bin/autoballoon-guest"
-    cp /bin/kill "$r/bin/kill"
+    cp /bin/sh "$r/bin/sh"
     # The machine's own units (targets, sockets) that the default dependencies name.
     cp -a /lib/systemd/system/. "$r/lib/systemd/system/"
     install -m 0644 "$here"/systemd/*.service "$r/lib/systemd/system/"
