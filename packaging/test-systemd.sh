@@ -12,7 +12,8 @@
 #   3. a fake QEMU (packaging/systemd-test/fake-qmp.py), run as another user with group kvm
 #      and a 0700 socket, whose QMP socket appears in /run/autoballoon-vms is discovered
 #      and managed (journal: added, managing; the fake sees balloon commands;
-#      `autoballoon status` lists it running; metrics name it);
+#      `autoballoon status` lists it running; metrics name it; systemctl's status line
+#      says "managing 1 VM(s)");
 #   4. the sandbox holds, seen from the service's own mount namespace (nsenter -m into its
 #      MainPID): /root and /home empty, /, /usr, /etc, /var, /tmp, /run,
 #      /run/autoballoon-vms and /run/systemd read-only, /run/autoballoon writable, the VM's
@@ -209,6 +210,9 @@ until_ok 15 sh -c "nsenter -t $leader -a autoballoon status | grep -Eq '^vm1 +ru
 journal autoballoon | grep -q '\[vm1\] added (discovered socket): qmp=/run/autoballoon-vms/vm1.qmp' || fail "no 'added (discovered socket)' for vm1: $(journal autoballoon | tail -5)"
 journal autoballoon | grep -q '\[vm1\] managing qmp=/run/autoballoon-vms/vm1.qmp' || fail "no 'managing' for vm1: $(journal autoballoon | tail -5)"
 until_ok 10 sh -c "nsenter -t $leader -a journalctl -b --no-pager -o cat -u fake-vm1 | grep -q '^balloon [0-9]'" || fail "the fake QEMU got no balloon command: $(journal fake-vm1)"
+# systemd's status line follows discovery (STATUS= from the daemon).
+until_ok 5 sh -c "[ \"\$(nsenter -t $leader -a systemctl show -p StatusText --value autoballoon)\" = 'managing 1 VM(s)' ]" \
+    || fail "systemctl status says '$(prop autoballoon StatusText)', not 'managing 1 VM(s)'"
 metrics="$(ct python3 -c 'import urllib.request as u; print(u.urlopen("http://127.0.0.1:9848/metrics", timeout=5).read().decode())')" || fail "metrics endpoint"
 grep -q 'autoballoon_vm_size_bytes{vm="vm1"}' <<< "$metrics" || fail "metrics do not name vm1"
 say "3. fake QEMU vm1 (user fakeqemu, socket 0700) discovered and managed: $(ct autoballoon status | grep -E '^vm1 ' | tr -s ' ')"

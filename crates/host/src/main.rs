@@ -239,13 +239,21 @@ fn host(a: HostArgs) -> Result<(), Failure> {
         logger.debug("-", &format!("systemd watchdog: a ping every {} ms", every.as_millis()));
     }
     let mut since_status = Duration::ZERO;
+    // systemd's status line (`systemctl status`) follows the VMs discovery adds and removes.
+    let mut shown = ctl.vms().len();
     while !autoballoon::signals::stop_requested() {
         notify.watchdog(std::time::Instant::now());
         std::thread::sleep(Duration::from_millis(200));
+        let managed = ctl.vms().len();
+        if managed != shown {
+            shown = managed;
+            let _ = notify.send(&format!("STATUS=managing {managed} VM(s)"));
+        }
         if autoballoon::signals::take_reload() {
             let _ = notify.send("RELOADING=1");
             reload(&a, &mut running, &ctl, &logger);
-            let _ = notify.ready(&format!("managing {} VM(s)", ctl.vms().len()));
+            shown = ctl.vms().len();
+            let _ = notify.ready(&format!("managing {shown} VM(s)"));
         }
         since_status += Duration::from_millis(200);
         if a.status_every > 0 && since_status >= Duration::from_secs(a.status_every) {
