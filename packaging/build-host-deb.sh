@@ -132,9 +132,14 @@ fi
 if [ "$1" = configure ] && command -v systemd-tmpfiles >/dev/null; then
     systemd-tmpfiles --create autoballoon.conf || true
 fi
+# Enabled even when systemd is not running (an image built with debootstrap or in a chroot:
+# systemctl enables offline there), so the daemon starts at the image's first boot; started
+# only under a running systemd.
+if [ "$1" = configure ] && command -v systemctl >/dev/null; then
+    systemctl enable autoballoon.service || true
+fi
 if [ "$1" = configure ] && [ -d /run/systemd/system ]; then
     systemctl daemon-reload || true
-    systemctl enable autoballoon.service || true
     if [ -n "$2" ]; then
         systemctl try-restart autoballoon.service || true
     else
