@@ -30,7 +30,7 @@ help:
 	@echo "make kernel / kernel-test / kernel-deb - the patched guest kernel (see kernel/README.md)"
 	@echo "make guest-deb - the guest agent's Debian package (under $(CACHE)/deb)"
 	@echo "make deb   - the host daemon's Debian package: binary, unit, default config, man page (under $(CACHE)/deb)"
-	@echo "make systemd-test - the host .deb under a real systemd (PID 1 in systemd-nspawn, Debian 12): unit, sandbox, socket directory, discovery; not part of make test"
+	@echo "make systemd-test - the host .deb under a real systemd (PID 1 in systemd-nspawn, Debian 12): unit, sandbox, socket directory, discovery (part of make test)"
 	@echo "make qemu10 - QEMU 10 from bookworm-backports beside the system QEMU (under $(CACHE)/qemu)"
 	@echo "make test-qemu10 - the QEMU integration tests with every VM under QEMU 10"
 
@@ -91,7 +91,7 @@ packaging-test: agent
 # (debootstrap, cached under $(CACHE)/nspawn) booted in systemd-nspawn, the package installed
 # with dpkg -i; checks the unit starts, reloads and stops, the socket directory, discovery of
 # a fake QEMU's socket, the sandbox from the service's own mount namespace, and a reboot.
-# Not part of `make test`.
+# About 3 min the first time (the root), 15-25 s after; part of `make test`.
 systemd-test:
 	@scripts/install-deps.sh --only pkg-config libvirt-dev systemd-container debootstrap
 	cargo build --release --locked -p autoballoon
@@ -151,11 +151,13 @@ calibrate:
 	$(SIM) --calibrate --bench bench/results.json --bench-host bench/host/results.json
 
 # Everything: the cargo suite (unit, property, doc and QEMU tests; the kernel scenarios
-# are ignored there), then the kernel scenarios, which build both kernels if not cached.
+# are ignored there), the packages (and the host's under a real systemd), then the kernel
+# scenarios, which build both kernels if not cached.
 test: image
 	@$(QEMU10_INSTALL)
 	AUTOBALLOON_IMAGE="$$(cat $(IMAGE_PATH))" cargo test --locked --workspace -- --test-threads=1
 	$(MAKE) packaging-test
+	$(MAKE) systemd-test
 	$(MAKE) kernel-test
 
 # The QEMU integration tests (crates/*/tests) with every VM under QEMU 10 instead of the
