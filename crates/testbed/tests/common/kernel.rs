@@ -4,7 +4,7 @@
 
 use super::vm_dir;
 pub use autoballoon_testbed::guest::BALLOON_DIR;
-use autoballoon_testbed::guest::{balloon_to, dmesg_errors, hook_pages_served, hook_stats, kernel_errors, read_number, run_spike, tainted, SpikeRun};
+use autoballoon_testbed::guest::{balloon_to, dmesg_errors, hook_pages_served, hook_stats, kernel_errors, named_value, read_number, run_spike, tainted, SpikeRun};
 use autoballoon_testbed::{GuestAgent, GuestImage, Qemu, VmSpec};
 use autoballoon_core::{Kib, Pages};
 use autoballoon_qmp::Qmp;
@@ -117,4 +117,14 @@ pub fn mib(p: Pages) -> f64 {
 pub fn hook_pages_since_boot(q: &Qemu) -> u64 {
     let stats = hook_stats(q).unwrap_or_else(|e| panic!("hook_stats: {e}"));
     hook_pages_served(&stats).unwrap_or_else(|| panic!("no pages column in hook_stats:\n{stats}"))
+}
+
+/// Pages the hook has served since boot by the slow path's stage of the request
+/// (`no_reclaim`, `before_reclaim`, `after_clean_reclaim`: `hook_stats`' `pages_<stage>`).
+pub fn hook_stage_pages(q: &Qemu) -> Vec<(String, u64)> {
+    let stats = hook_stats(q).unwrap_or_else(|e| panic!("hook_stats: {e}"));
+    ["no_reclaim", "before_reclaim", "after_clean_reclaim"]
+        .iter()
+        .map(|stage| (stage.to_string(), named_value(&stats, &format!("pages_{stage}")).unwrap_or_else(|| panic!("no pages_{stage} in hook_stats:\n{stats}"))))
+        .collect()
 }
