@@ -22,6 +22,12 @@ pub enum SimError {
     /// No policy of that name.
     #[error("no policy {0:?}; the policies are: {1}")]
     UnknownPolicy(String, String),
+    /// `--shard` is not `i/n` with `0 <= i < n`.
+    #[error("shard {0:?}: give it as i/n, 0 <= i < n (e.g. 0/4)")]
+    BadShard(String),
+    /// Fleet shards that do not merge into one fleet (or do not parse).
+    #[error("merging fleet shards: {0}")]
+    Merge(String),
     /// Writing an output file failed.
     #[error("writing {path}: {source}")]
     Write {

@@ -1,4 +1,5 @@
-//! `autoballoon-sim --scenario NAME|FILE --policy NAME [--seed N] [--json] [--series F.csv]`
+//! `autoballoon-sim --scenario NAME|FILE --policy NAME [--seed N] [--json] [--series F.csv]`,
+//! fleets (`--hosts N [--vms-per-host M] [--jobs J] [--shard i/n --json]`, `--merge F...`)
 //! and `autoballoon-sim --reproduce experiments/REPORT.md`.
 
 use autoballoon_sim::{report, run, Options, PolicyName, Scenario, SimError};
@@ -12,7 +13,7 @@ use std::process::ExitCode;
 )]
 struct Cli {
     /// A built-in scenario's name, or a scenario file.
-    #[arg(long, required_unless_present_any = ["list", "reproduce", "bench", "calibrate", "calibrate_write"])]
+    #[arg(long, required_unless_present_any = ["list", "reproduce", "bench", "calibrate", "calibrate_write", "merge", "merge_dir"])]
     scenario: Option<String>,
     /// static, swapfree, swapfree-fpr, continuous-stock, continuous-stock-fpr, dsb95, one-shot, iballoon, pressure, shares, free-page-reporting, free-page-hinting.
     #[arg(long, default_value = "swapfree")]
@@ -35,10 +36,29 @@ struct Cli {
     /// No progress line (there is none either when stderr is not a terminal).
     #[arg(long, short)]
     quiet: bool,
-    /// Fleet mode: this many hosts, each the scenario on its own seed (--seed, --seed + 1, …);
-    /// prints the fleet's figures (failures, migration time percentiles).
+    /// Fleet mode: this many hosts, each the scenario on its own seed (host h on --seed + h);
+    /// prints the fleet's figures as JSON (failures, migration time percentiles).
     #[arg(long, value_name = "N")]
     hosts: Option<u32>,
+    /// M VMs on each host: the scenario's VMs copied round (VM i is a copy of VM i mod k,
+    /// named NAME-c, with its programs, migrations and events; the host's memory_gib scales
+    /// by M/k); fewer than written keeps the first M. In fleet mode and single runs alike.
+    #[arg(long, value_name = "M")]
+    vms_per_host: Option<u32>,
+    /// Fleet mode: threads the hosts run on [default: the cores this process may use].
+    #[arg(long, value_name = "J", requires = "hosts")]
+    jobs: Option<usize>,
+    /// Fleet mode: only shard i of n (hosts h with h mod n = i), printed with --json as a
+    /// shard result for --merge.
+    #[arg(long, value_name = "i/n", requires_all = ["hosts", "json"])]
+    shard: Option<autoballoon_sim::fleet::Shard>,
+    /// Merges shard results (--shard i/n --json, every shard of one fleet) into the fleet's
+    /// figures, exactly as the unsharded --hosts run prints them.
+    #[arg(long, value_name = "F.json", num_args = 1.., conflicts_with_all = ["scenario", "merge_dir"])]
+    merge: Option<Vec<String>>,
+    /// As --merge, with every *.json file in this directory.
+    #[arg(long, value_name = "DIR", conflicts_with = "scenario")]
+    merge_dir: Option<String>,
     /// Lists the built-in scenarios and the policies.
     #[arg(long)]
     list: bool,
@@ -148,17 +168,39 @@ fn real_main(cli: &Cli) -> Result<(), SimError> {
         eprintln!("wrote {path}");
         return Ok(());
     }
+    if cli.merge.is_some() || cli.merge_dir.is_some() {
+        return merge(cli);
+    }
     let name = cli.scenario.as_deref().unwrap_or_default();
-    let s = Scenario::load(name)?;
+    let mut s = Scenario::load(name)?;
+    if let Some(m) = cli.vms_per_host {
+        s = s.with_vms_per_host(m)?;
+    }
     let policy = PolicyName::parse(&cli.policy)?;
     let started = std::time::Instant::now();
     if let Some(n) = cli.hosts {
-        let f = autoballoon_sim::fleet::fleet(&s, policy, cli.seed, n.max(1), !cli.no_baseline)?;
-        println!("{}", serde_json::to_string_pretty(&f).unwrap_or_default());
+        use autoballoon_sim::fleet;
+        let o = fleet::FleetOptions {
+            hosts: n.max(1),
+            first_seed: cli.seed,
+            baseline: !cli.no_baseline,
+            jobs: cli.jobs.unwrap_or_else(fleet::cores).max(1),
+            progress: !cli.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        };
+        let sh = cli.shard.unwrap_or(fleet::Shard::ALL);
+        let part = fleet::shard(&s, policy, &o, sh)?;
+        let hosts = part.host_figures.len();
+        if cli.shard.is_some() {
+            println!("{}", serde_json::to_string(&part).unwrap_or_default());
+        } else {
+            let f = fleet::merge(&[part])?;
+            println!("{}", serde_json::to_string_pretty(&f).unwrap_or_default());
+        }
         if !cli.quiet {
             eprintln!(
-                "simulated {} hosts in {:.2} s of wall time",
-                f.hosts,
+                "simulated {hosts} hosts ({} VMs each) on {} threads in {:.2} s of wall time",
+                s.vm.len(),
+                o.jobs.min(hosts.max(1)),
                 started.elapsed().as_secs_f64()
             );
         }
@@ -205,5 +247,39 @@ fn real_main(cli: &Cli) -> Result<(), SimError> {
             started.elapsed().as_secs_f64()
         );
     }
+    Ok(())
+}
+
+/// `--merge F...` / `--merge-dir DIR`: the fleet's summary from its shards' results.
+fn merge(cli: &Cli) -> Result<(), SimError> {
+    let mut files = cli.merge.clone().unwrap_or_default();
+    if let Some(dir) = &cli.merge_dir {
+        let rd = |source| SimError::Read {
+            path: dir.clone(),
+            source,
+        };
+        let mut found = Vec::new();
+        for e in std::fs::read_dir(dir).map_err(rd)? {
+            let p = e.map_err(rd)?.path();
+            if p.extension().is_some_and(|x| x == "json") {
+                found.push(p.to_string_lossy().into_owned());
+            }
+        }
+        found.sort();
+        files.extend(found);
+    }
+    let mut shards = Vec::with_capacity(files.len());
+    for f in &files {
+        let text = std::fs::read_to_string(f).map_err(|source| SimError::Read {
+            path: f.clone(),
+            source,
+        })?;
+        shards.push(autoballoon_sim::fleet::parse_shard(f, &text)?);
+    }
+    let summary = autoballoon_sim::fleet::merge(&shards)?;
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&summary).unwrap_or_default()
+    );
     Ok(())
 }

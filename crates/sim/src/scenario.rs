@@ -255,6 +255,69 @@ impl Scenario {
         Ok(s)
     }
 
+    /// The scenario with `m` VMs on its host (fleet mode's `--vms-per-host`): VM `i` is a copy
+    /// of the scenario's VM `i mod k` (k VMs written), named `NAME-c` for the `c`-th copy
+    /// (the first copies keep their names), with that VM's programs, migration plans and
+    /// events; `m < k` keeps the first `m` VMs. The host's `memory_gib`, if any, scales by
+    /// `m / k`, so the host stays as overcommitted as written. Each copy's programs draw their
+    /// jitter from the VM's index, so copies differ only by the seeded jitter: their programs
+    /// and migrations start at the same times. `m == k` returns the scenario unchanged.
+    pub fn with_vms_per_host(&self, m: u32) -> Result<Scenario, SimError> {
+        let k = self.vm.len();
+        let m = m as usize;
+        if m == 0 {
+            return Err(SimError::bad(
+                &self.name,
+                "--vms-per-host must be at least 1",
+            ));
+        }
+        if m == k {
+            return Ok(self.clone());
+        }
+        let copy_name = |name: &str, c: usize| {
+            if c == 0 {
+                name.to_string()
+            } else {
+                format!("{name}-{c}")
+            }
+        };
+        let mut s = self.clone();
+        s.vm = (0..m)
+            .map(|i| {
+                let mut v = self.vm[i % k].clone();
+                v.name = copy_name(&v.name, i / k);
+                v
+            })
+            .collect();
+        s.migration = (0..m)
+            .flat_map(|i| {
+                let (orig, c) = (&self.vm[i % k].name, i / k);
+                self.migration
+                    .iter()
+                    .filter(move |p| p.vm.as_ref().unwrap_or(&self.vm[0].name) == orig)
+                    .map(move |p| MigrationPlan {
+                        vm: Some(copy_name(orig, c)),
+                        ..p.clone()
+                    })
+            })
+            .collect();
+        s.event = (0..m)
+            .flat_map(|i| {
+                let (orig, c) = (&self.vm[i % k].name, i / k);
+                self.event
+                    .iter()
+                    .filter(move |e| &e.vm == orig)
+                    .map(move |e| Event {
+                        vm: copy_name(orig, c),
+                        ..e.clone()
+                    })
+            })
+            .collect();
+        s.host.memory_gib = self.host.memory_gib.map(|g| g * m as f64 / k as f64);
+        s.validate()?;
+        Ok(s)
+    }
+
     /// The calibration this scenario runs on.
     pub fn calibration(&self) -> Result<Calibration, SimError> {
         Calibration::load(&self.profile, self.calibration.as_ref())
