@@ -9,7 +9,7 @@ AGENT := target/$(TRIPLE)/release/autoballoon-guest
 DEMOBIN := target/release/autoballoon-demo
 IMAGE_PATH := run/image.path
 
-.PHONY: all qemu10 test-qemu10 deps build agent host testbed image demo migbench spikebench densitybench soak test unit-test integration-test test-host-pressure bench bench-host clean help guest-deb deb packaging-test systemd-test fuzz sim reproduce calibrate
+.PHONY: all qemu10 test-qemu10 deps build agent host testbed image demo migbench spikebench densitybench soak test unit-test integration-test test-host-pressure bench bench-host clean help guest-deb deb packaging-test systemd-test fuzz sim sim-ray-test reproduce calibrate
 
 all: build
 
@@ -24,6 +24,7 @@ help:
 	@echo "make bench-host - the host controller's CPU and RSS per VM (1/4/16 VMs), iBalloon's mixed workloads (static vs balancer), E1 balloon overhead (ballooned vs configured) and A1 auto-ballooning on an overcommitted host (vanilla vs pressure) into bench/host/RESULTS.md; HOSTBENCH_ONLY=cost,mixed,e1,a1 runs some, keeping the others' previous results"
 	@echo "make migbench - migrations idle and after a spike against free page reporting (MIGBENCH_ARGS='--runs 2')"
 	@echo "make sim    - the simulator's tests, then S1 (paper-spike: 24 h of 675 GB spikes on a 732 GB VM) under swapfree against static (docs/simulator.md)"
+	@echo "make sim-ray-test - the simulator's Ray driver (crates/sim/ray) on a local Ray cluster: 8 hosts in 4 shards merge into the unsharded fleet summary (creates ~/.cache/autoballoon/venv-ray-<version> once, from PyPI)"
 	@echo "make reproduce - writes experiments/REPORT.md: every simulated experiment, the seed's number beside ours"
 	@echo "make calibrate - fits the simulator's calibration (bench/results.json, bench/host/results.json, the seeds' numbers) into crates/sim/calibration.toml"
 	@echo "make image  - build the guest image (cached under $(CACHE))"
@@ -136,6 +137,11 @@ sim:
 	cargo build --release --locked -p autoballoon-sim
 	$(SIM) --scenario paper-spike --policy swapfree
 	$(SIM) --scenario paper-spike --policy continuous-stock --no-baseline
+
+# The fleet on Ray (crates/sim/ray, docs/simulator.md, Fleet on Ray): not part of make test.
+sim-ray-test:
+	cargo build --release --locked -p autoballoon-sim
+	AUTOBALLOON_SIM=$(SIM) bash crates/sim/ray/test.sh
 
 reproduce:
 	cargo build --release --locked -p autoballoon-sim
