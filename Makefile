@@ -9,7 +9,7 @@ AGENT := target/$(TRIPLE)/release/autoballoon-guest
 DEMOBIN := target/release/autoballoon-demo
 IMAGE_PATH := run/image.path
 
-.PHONY: all qemu10 test-qemu10 deps build agent host testbed image demo migbench spikebench densitybench soak test unit-test integration-test test-host-pressure bench bench-host clean help guest-deb deb packaging-test systemd-test fuzz sim sim-ray-test reproduce calibrate
+.PHONY: all qemu10 test-qemu10 deps build agent host testbed image demo migbench spikebench densitybench soak test unit-test integration-test test-host-pressure bench bench-host clean help guest-deb deb packaging-test systemd-test fuzz sim sim-ray-test sim-scale reproduce calibrate
 
 all: build
 
@@ -25,6 +25,7 @@ help:
 	@echo "make migbench - migrations idle and after a spike against free page reporting (MIGBENCH_ARGS='--runs 2')"
 	@echo "make sim    - the simulator's tests, then S1 (paper-spike: 24 h of 675 GB spikes on a 732 GB VM) under swapfree against static (docs/simulator.md)"
 	@echo "make sim-ray-test - the simulator's Ray driver (crates/sim/ray) on a local Ray cluster: 8 hosts in 4 shards merge into the unsharded fleet summary (creates ~/.cache/autoballoon/venv-ray-<version> once, from PyPI)"
+	@echo "make sim-scale - the simulator at scale: 10,000 VMs for 7 days (fleet-week, 1250 hosts x 8 VMs) on every core; prints the wall time"
 	@echo "make reproduce - writes experiments/REPORT.md: every simulated experiment, the seed's number beside ours"
 	@echo "make calibrate - fits the simulator's calibration (bench/results.json, bench/host/results.json, the seeds' numbers) into crates/sim/calibration.toml"
 	@echo "make image  - build the guest image (cached under $(CACHE))"
@@ -142,6 +143,11 @@ sim:
 sim-ray-test:
 	cargo build --release --locked -p autoballoon-sim
 	AUTOBALLOON_SIM=$(SIM) bash crates/sim/ray/test.sh
+
+# The simulator's speed at scale (issue 22, item 7): a figure to read, not a pass/fail test.
+sim-scale:
+	cargo build --release --locked -p autoballoon-sim
+	$(SIM) --scenario fleet-week --policy swapfree --hosts 1250 --vms-per-host 8 --no-baseline
 
 reproduce:
 	cargo build --release --locked -p autoballoon-sim

@@ -183,12 +183,10 @@ fn ms(duration_s: f64) -> u64 {
     (duration_s.max(0.0) * 1000.0).round() as u64
 }
 
-fn one_host(
-    s: &Scenario,
-    policy: PolicyName,
-    o: &FleetOptions,
-    host: u32,
-) -> Result<(HostFigures, Vec<u64>), SimError> {
+/// A host's figures and its migrations' times in milliseconds.
+type HostResult = Result<(HostFigures, Vec<u64>), SimError>;
+
+fn one_host(s: &Scenario, policy: PolicyName, o: &FleetOptions, host: u32) -> HostResult {
     let seed = o.first_seed.wrapping_add(u64::from(host));
     let r: Summary = run(
         s,
@@ -244,26 +242,25 @@ pub fn shard(
         }
         out
     };
-    let mut results: Vec<(usize, Result<(HostFigures, Vec<u64>), SimError>)> =
-        std::thread::scope(|sc| {
-            let handles: Vec<_> = (0..jobs).map(|_| sc.spawn(work)).collect();
-            if o.progress {
-                let mut shown = Instant::now();
-                while !handles.iter().all(|h| h.is_finished()) {
-                    std::thread::sleep(Duration::from_millis(50));
-                    if shown.elapsed() >= Duration::from_secs(1) {
-                        shown = Instant::now();
-                        progress(&s.name, done.load(Ordering::Relaxed), ids.len(), started);
-                    }
+    let mut results: Vec<(usize, HostResult)> = std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..jobs).map(|_| sc.spawn(work)).collect();
+        if o.progress {
+            let mut shown = Instant::now();
+            while !handles.iter().all(|h| h.is_finished()) {
+                std::thread::sleep(Duration::from_millis(50));
+                if shown.elapsed() >= Duration::from_secs(1) {
+                    shown = Instant::now();
+                    progress(&s.name, done.load(Ordering::Relaxed), ids.len(), started);
                 }
-                progress(&s.name, done.load(Ordering::Relaxed), ids.len(), started);
-                eprintln!();
             }
-            handles
-                .into_iter()
-                .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-                .collect()
-        });
+            progress(&s.name, done.load(Ordering::Relaxed), ids.len(), started);
+            eprintln!();
+        }
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
     results.sort_by_key(|(k, _)| *k);
     let mut host_figures = Vec::with_capacity(results.len());
     let mut hist: BTreeMap<u64, u64> = BTreeMap::new();

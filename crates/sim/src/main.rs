@@ -37,7 +37,7 @@ struct Cli {
     #[arg(long, short)]
     quiet: bool,
     /// Fleet mode: this many hosts, each the scenario on its own seed (host h on --seed + h);
-    /// prints the fleet's figures as JSON (failures, migration time percentiles).
+    /// prints the fleet's figures as JSON, --json or not (failures, migration percentiles).
     #[arg(long, value_name = "N")]
     hosts: Option<u32>,
     /// M VMs on each host: the scenario's VMs copied round (VM i is a copy of VM i mod k,
@@ -48,8 +48,8 @@ struct Cli {
     /// Fleet mode: threads the hosts run on [default: the cores this process may use].
     #[arg(long, value_name = "J", requires = "hosts")]
     jobs: Option<usize>,
-    /// Fleet mode: only shard i of n (hosts h with h mod n = i), printed with --json as a
-    /// shard result for --merge.
+    /// Fleet mode, with --json: runs only shard i of n (hosts h with h mod n = i) and prints
+    /// its result (one line of JSON) for --merge.
     #[arg(long, value_name = "i/n", requires_all = ["hosts", "json"])]
     shard: Option<autoballoon_sim::fleet::Shard>,
     /// Merges shard results (--shard i/n --json, every shard of one fleet) into the fleet's

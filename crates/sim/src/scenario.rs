@@ -32,6 +32,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("e1-bench", include_str!("../scenarios/e1-bench.toml")),
     ("tiny", include_str!("../scenarios/tiny.toml")),
     ("bench-cells", include_str!("../scenarios/bench-cells.toml")),
+    ("fleet-week", include_str!("../scenarios/fleet-week.toml")),
 ];
 
 /// A whole scenario as written.
