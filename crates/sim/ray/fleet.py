@@ -104,7 +104,9 @@ def main():
     if a.address:
         ray.init(address=a.address, logging_level="WARNING")
     else:
-        ray.init(include_dashboard=False, logging_level="WARNING")
+        # A new cluster on this machine (never one a `ray start` left behind), on loopback.
+        ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
+                 logging_level="WARNING")
     print(f"fleet.py: Ray up in {time.monotonic() - started:.1f} s "
           f"({ray.cluster_resources().get('CPU', 0):.0f} CPUs)", file=sys.stderr)
     with open(binary, "rb") as f:
@@ -112,17 +114,27 @@ def main():
     task = run_shard.options(num_cpus=a.cpus_per_shard)
     pending = [task.remote(binary, binary_ref, args, f"{i}/{a.shards}") for i in range(a.shards)]
     results = {}
+    failed = False
     tty = sys.stderr.isatty()
     while pending:
         done, pending = ray.wait(pending, num_returns=1)
-        shard, text, secs = ray.get(done[0])
+        try:
+            shard, text, secs = ray.get(done[0])
+        except ray.exceptions.RayTaskError as e:
+            print(f"fleet.py: a shard failed: {getattr(e, 'cause', e)}", file=sys.stderr)
+            failed = True
+            break
         results[shard] = text
         line = (f"fleet.py: {len(results)} / {a.shards} shards done (shard {shard} in {secs:.1f} s), "
                 f"{time.monotonic() - started:.1f} s")
         print(("\r" + line) if tty else line, end="" if tty and pending else "\n", file=sys.stderr)
     if tty:
         print(file=sys.stderr)
+    for p in pending:
+        ray.cancel(p, force=True)
     ray.shutdown()
+    if failed:
+        sys.exit(1)
 
     with tempfile.TemporaryDirectory(prefix="autoballoon-fleet-") as d:
         files = []
