@@ -139,7 +139,8 @@ sim:
 	$(SIM) --scenario paper-spike --policy swapfree
 	$(SIM) --scenario paper-spike --policy continuous-stock --no-baseline
 
-# The fleet on Ray (crates/sim/ray, docs/simulator.md, Fleet on Ray): not part of make test.
+# The fleet on Ray (crates/sim/ray, docs/simulator.md, Fleet on Ray): part of make test
+# (about 10 s warm; the first run installs Ray into a cached venv, about 30 s more).
 sim-ray-test:
 	cargo build --release --locked -p autoballoon-sim
 	AUTOBALLOON_SIM=$(SIM) bash crates/sim/ray/test.sh
@@ -170,6 +171,7 @@ test: image
 	AUTOBALLOON_IMAGE="$$(cat $(IMAGE_PATH))" cargo test --locked --workspace -- --test-threads=1
 	$(MAKE) packaging-test
 	$(MAKE) systemd-test
+	$(MAKE) sim-ray-test
 	$(MAKE) kernel-test
 
 # The QEMU integration tests (crates/*/tests) with every VM under QEMU 10 instead of the
