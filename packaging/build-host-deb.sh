@@ -153,6 +153,10 @@ cat > "$pkg/DEBIAN/prerm" <<'SCRIPT'
 set -e
 if [ -d /run/systemd/system ] && [ "$1" = remove ]; then
     systemctl stop autoballoon.service || true
+fi
+# Disabled whenever postinst could have enabled it, systemd running or not (systemctl works
+# offline): otherwise a removed package leaves its multi-user.target.wants link behind.
+if [ "$1" = remove ] && command -v systemctl >/dev/null; then
     systemctl disable autoballoon.service || true
 fi
 exit 0

@@ -141,6 +141,17 @@ impl Installed {
     }
 }
 
+impl Installed {
+    /// Purges the package and checks it left nothing enabled behind (postinst enables the unit
+    /// even without a running systemd, so prerm must disable it the same way).
+    fn purge(self) {
+        std::mem::forget(self);
+        run(Command::new("dpkg").args(["--purge", PKG])).unwrap_or_else(|e| panic!("dpkg --purge {PKG}: {e}"));
+        let wants = Path::new("/etc/systemd/system/multi-user.target.wants/autoballoon.service");
+        assert!(wants.symlink_metadata().is_err(), "the purged package left {} behind", wants.display());
+    }
+}
+
 impl Drop for Installed {
     fn drop(&mut self) {
         if let Err(e) = run(Command::new("dpkg").args(["--purge", PKG])) {
@@ -357,6 +368,9 @@ fn installed_package_manages_discovered_vms() {
     let deb = host_deb();
     let pkg = Installed::install(&deb);
     let unit_path = pkg.file("/autoballoon.service");
+    // postinst enables the unit with or without a running systemd (an image built offline).
+    let wants = Path::new("/etc/systemd/system/multi-user.target.wants/autoballoon.service");
+    assert!(wants.symlink_metadata().is_ok() || !Path::new("/usr/bin/systemctl").exists() && !Path::new("/bin/systemctl").exists(), "postinst did not enable the unit ({} missing)", wants.display());
     let unit = std::fs::read_to_string(&unit_path).unwrap();
     eprintln!("installed {} in {:.1} s; unit {}", deb.display(), t0.elapsed().as_secs_f64(), unit_path.display());
 
@@ -569,4 +583,5 @@ fn installed_package_manages_discovered_vms() {
     eprintln!("daemon log: {} lines, {} at error level{}", svc.log_text().lines().count(), errors.len(), if errors.is_empty() { String::new() } else { format!(":\n{}", errors.join("\n")) });
     eprintln!("installed_package_manages_discovered_vms: {:.1} s in all", t0.elapsed().as_secs_f64());
     assert!(failures.is_empty(), "{} check(s) failed:\n{}\n\ndaemon log:\n{}", failures.len(), failures.join("\n"), svc.log_text());
+    pkg.purge();
 }
