@@ -9,8 +9,8 @@
 //!   clean page cache (no writeback, no swap); the hook is asked after it.
 //!
 //! Each records what the reads cost the balloon (pages the hook served, in all and by the
-//! slow-path stage of the request, and the size QEMU reports) and their time, then an anonymous spike of 1.5 GiB (six times what the guest
-//! has) that must complete with 0 OOM kills through the hook. `make kernel-test` runs
+//! slow-path stage of the request, and the size QEMU reports) and their time, then an
+//! anonymous spike of 1.5 GiB (six times what the guest has) that must complete with 0 OOM kills through the hook. `make kernel-test` runs
 //! both; the summary prints the records (kernel/scripts/summary.py).
 mod common;
 
@@ -31,9 +31,7 @@ fn boot_with_disk(test: &str, name: &str) -> Qemu {
     let q = boot(test, &patched(), VmSpec { disk: Some(disk), ..spec(name, GuestAgent::None, true) });
     // The disk's blocks hold data, not holes QEMU answers without reading.
     // 20-30 s on a quiet host; minutes beside other work on the same cores.
-    let fill = format!("dd if=/dev/urandom of=/dev/vda bs=1M count={DISK_MIB} conv=fsync 2>/dev/null && echo 3 > /proc/sys/vm/drop_caches");
-    let out = q.console.run(&fill, Duration::from_secs(600)).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(out.status, 0, "`{fill}`: {}", out.text);
+    sh_within(&q, &format!("dd if=/dev/urandom of=/dev/vda bs=1M count={DISK_MIB} conv=fsync 2>/dev/null && echo 3 > /proc/sys/vm/drop_caches"), Duration::from_secs(600));
     // Held open: the last close of a block device drops its page cache.
     q.console.spawn("sleep 100000 </dev/vda >/dev/null 2>&1").unwrap();
     q
@@ -43,16 +41,17 @@ fn boot_with_disk(test: &str, name: &str) -> Qemu {
 /// served, the balloon QEMU reports before and after), and the seconds.
 fn read_rounds(q: &Qemu, qmp: &autoballoon_qmp::Qmp, readahead_kb: u32, rounds: usize) -> Value {
     sh(q, &format!("echo {readahead_kb} > /sys/block/vda/queue/read_ahead_kb"));
-    let (pages0, stages0, balloon0) = (hook_pages_since_boot(q), hook_stage_pages(q), qemu_balloon(qmp, GUEST).expect("query-balloon"));
+    let ((pages0, stages0), balloon0) = (hook_counts_since_boot(q), qemu_balloon(qmp, GUEST).expect("query-balloon"));
     let t = Instant::now();
     for _ in 0..rounds {
         let out = q.console.run(&format!("dd if=/dev/vda of=/dev/null bs=64k count={} 2>&1", DISK_MIB * 16), Duration::from_secs(600)).unwrap();
         assert_eq!(out.status, 0, "dd: {}", out.text);
     }
     let secs = t.elapsed().as_secs_f64();
-    let (pages, balloon) = (hook_pages_since_boot(q) - pages0, qemu_balloon(qmp, GUEST).expect("query-balloon"));
-    // Where in the slow path the requests the hook served were (`hook_stats`' pages_<stage>).
-    let by_stage: serde_json::Map<String, Value> = hook_stage_pages(q).into_iter().zip(stages0).map(|((stage, n), (_, n0))| (stage, json!(n.saturating_sub(n0)))).collect();
+    let ((pages, stages), balloon) = (hook_counts_since_boot(q), qemu_balloon(qmp, GUEST).expect("query-balloon"));
+    // Where in the slow path the requests the hook served were.
+    let by_stage: serde_json::Map<String, Value> = HOOK_STAGES.iter().zip(stages.iter().zip(stages0)).map(|(stage, (n, n0))| (stage.to_string(), json!(n.saturating_sub(n0)))).collect();
+    let pages = pages - pages0;
     json!({ "readahead_kb": readahead_kb, "rounds": rounds, "disk_mib": DISK_MIB, "read_s": secs, "hook_pages": pages, "hook_pages_by_stage": by_stage,
             "balloon_before_mib": mib(balloon0), "balloon_after_mib": mib(balloon) })
 }

@@ -91,9 +91,14 @@ pub fn ctl(q: &Qemu) -> Qmp {
     Qmp::connect_with_retry(&q.qmp_ctl, Instant::now() + Duration::from_secs(10)).expect("QMP")
 }
 
-/// Runs a command that must succeed and returns its output.
+/// Runs a command that must succeed within a minute and returns its output.
 pub fn sh(q: &Qemu, cmd: &str) -> String {
-    let out = q.console.run(cmd, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
+    sh_within(q, cmd, Duration::from_secs(60))
+}
+
+/// [`sh`] for a command that may take longer than a minute.
+pub fn sh_within(q: &Qemu, cmd: &str, timeout: Duration) -> String {
+    let out = q.console.run(cmd, timeout).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(out.status, 0, "`{cmd}`: {}", out.text);
     out.text
 }
@@ -119,12 +124,13 @@ pub fn hook_pages_since_boot(q: &Qemu) -> u64 {
     hook_pages_served(&stats).unwrap_or_else(|| panic!("no pages column in hook_stats:\n{stats}"))
 }
 
-/// Pages the hook has served since boot by the slow path's stage of the request
-/// (`no_reclaim`, `before_reclaim`, `after_clean_reclaim`: `hook_stats`' `pages_<stage>`).
-pub fn hook_stage_pages(q: &Qemu) -> Vec<(String, u64)> {
+/// The slow-path stages of a request the hook counts its pages by (`hook_stats`' `pages_<stage>`).
+pub const HOOK_STAGES: [&str; 3] = ["no_reclaim", "before_reclaim", "after_clean_reclaim"];
+
+/// Pages the hook has served since boot, in all and by [`HOOK_STAGES`], from one read of
+/// `hook_stats`.
+pub fn hook_counts_since_boot(q: &Qemu) -> (u64, [u64; 3]) {
     let stats = hook_stats(q).unwrap_or_else(|e| panic!("hook_stats: {e}"));
-    ["no_reclaim", "before_reclaim", "after_clean_reclaim"]
-        .iter()
-        .map(|stage| (stage.to_string(), named_value(&stats, &format!("pages_{stage}")).unwrap_or_else(|| panic!("no pages_{stage} in hook_stats:\n{stats}"))))
-        .collect()
+    let pages = hook_pages_served(&stats).unwrap_or_else(|| panic!("no pages column in hook_stats:\n{stats}"));
+    (pages, HOOK_STAGES.map(|stage| named_value(&stats, &format!("pages_{stage}")).unwrap_or_else(|| panic!("no pages_{stage} in hook_stats:\n{stats}"))))
 }
