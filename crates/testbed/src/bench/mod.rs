@@ -296,7 +296,8 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
     }
     let overhead_points = if tools.is_some() { runs as usize * overhead_configs.len() } else { 0 };
     let total: usize = if a.no_migrations { 0 } else { lines.iter().map(|l| l.2.len() * l.3 as usize * configs.len()).sum::<usize>() } + sweep_points + overhead_points;
-    let mut done = 0;
+    // Kept points count as done: the progress line of a resumed run goes on from them.
+    let mut done = have.iter().filter(|p| !matches!(p, Point::Footprint { .. })).count().min(total);
     println!("[bench] {} configuration(s) {:?}, {total} migrations; records in {}", configs.len(), configs.iter().map(|c| c.key()).collect::<Vec<_>>(), jsonl.display());
     if resume {
         println!("[bench] resuming: {} point(s) already measured in {} are kept", have.len(), jsonl.display());
@@ -312,9 +313,6 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
             let footprint_here = !a.no_footprint && *line == QemuLine::System && configs.iter().any(|&config| !have.contains(&Point::Footprint { qemu: *line, config }));
             let runs_here = if a.no_migrations { 0 } else { *runs };
             let migrations_here = (0..runs_here).any(|run| moments.iter().any(|&moment| configs.iter().any(|&config| !have.contains(&Point::Migration { qemu: *line, config, moment, run }))));
-            if !footprint_here && !a.no_migrations && !migrations_here {
-                done += moments.len() * runs_here as usize * configs.len();
-            }
             if footprint_here || migrations_here {
                 println!("[bench] {}: booting {} guests ({})", line.label(), configs.len(), qemu.display());
                 let dir = out.join(match line {
@@ -337,10 +335,10 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
                             let n = configs.len();
                             for i in 0..n {
                                 let c = configs[(i + run as usize) % n];
-                                done += 1;
                                 if have.contains(&Point::Migration { qemu: *line, config: c, moment: m, run }) {
                                     continue;
                                 }
+                                done += 1;
                                 println!("[bench] {done}/{total} {} run {}/{runs} {m} {} ({:.0} min so far)", line.label(), run + 1, c.key(), t0.elapsed().as_secs_f64() / 60.0);
                                 if let Some(x) = scenario::crashed(&mut fleet, &images, c)? {
                                     println!("[bench]   {} had crashed after {:?}: {:?}", c.key(), x.after, x.kernel_errors.first());
@@ -361,9 +359,6 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
                 r?;
             }
             let overhead_left = (0..*runs).any(|run| overhead_configs.iter().any(|&config| !have.contains(&Point::Overhead { config, run })));
-            if let (QemuLine::System, Some(_), false) = (*line, &tools, overhead_left) {
-                done += overhead_points;
-            }
             if let (QemuLine::System, Some(disk), true) = (*line, &tools, overhead_left) {
                 let configs = &overhead_configs;
                 println!("[bench] overhead inside the guest: booting {} guests with the tools disk", configs.len());
@@ -371,10 +366,10 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
                 let r = (0..*runs).try_for_each(|run| {
                     (0..configs.len()).try_for_each(|i| {
                         let c = configs[(i + run as usize) % configs.len()];
-                        done += 1;
                         if have.contains(&Point::Overhead { config: c, run }) {
                             return Ok(());
                         }
+                        done += 1;
                         println!("[bench] {done}/{total} overhead run {}/{runs} {} ({:.0} min so far)", run + 1, c.key(), t0.elapsed().as_secs_f64() / 60.0);
                         let r = overhead::measure(&mut fleet, c, run)?;
                         println!("[bench]   mbw {:?} MiB/s, memcached {:?}{}", r.mbw_mib_s, r.memcached, r.error.as_deref().map(|e| format!(" ({e})")).unwrap_or_default());
@@ -386,7 +381,6 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
                 r?;
             }
             if *line == QemuLine::System && !sizes.is_empty() {
-                done += have.iter().filter(|p| matches!(p, Point::Sweep { .. } | Point::Physical)).count();
                 sweep(&SweepRun { line: *line, qemu, configs: &configs, images: &images, setup: &setup, out: &out, shrink: a.migration_shrink, have: &have }, &sizes, a.physical_mib, &mut |r| {
                     done += 1;
                     println!("[bench] {done}/{total} {}: {:.1} MiB sent, {:.2} s, healthy {} ({:.0} min so far)", r.label(), r.sent_mib(), r.total_s(), r.healthy(), t0.elapsed().as_secs_f64() / 60.0);
