@@ -234,17 +234,17 @@ fn host(a: HostArgs) -> Result<(), Failure> {
     let ctl = Controller::start(&running, logger.clone());
     let (metrics, status) = start_endpoints(&running, &ctl, &logger);
     // systemd (Type=notify): up once the configuration is loaded and every VM's worker runs.
-    let _ = notify.ready(&format!("managing {} VM(s)", ctl.vms().len()));
+    let _ = notify.ready(&format!("managing {} VM(s)", ctl.vm_count()));
     if let Some(every) = notify.watchdog_every() {
         logger.debug("-", &format!("systemd watchdog: a ping every {} ms", every.as_millis()));
     }
     let mut since_status = Duration::ZERO;
     // systemd's status line (`systemctl status`) follows the VMs discovery adds and removes.
-    let mut shown = ctl.vms().len();
+    let mut shown = ctl.vm_count();
     while !autoballoon::signals::stop_requested() {
         notify.watchdog(std::time::Instant::now());
         std::thread::sleep(Duration::from_millis(200));
-        let managed = ctl.vms().len();
+        let managed = ctl.vm_count();
         if managed != shown {
             shown = managed;
             let _ = notify.send(&format!("STATUS=managing {managed} VM(s)"));
@@ -252,7 +252,7 @@ fn host(a: HostArgs) -> Result<(), Failure> {
         if autoballoon::signals::take_reload() {
             let _ = notify.send("RELOADING=1");
             reload(&a, &mut running, &ctl, &logger);
-            shown = ctl.vms().len();
+            shown = ctl.vm_count();
             let _ = notify.ready(&format!("managing {shown} VM(s)"));
         }
         since_status += Duration::from_millis(200);

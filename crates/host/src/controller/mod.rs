@@ -272,6 +272,11 @@ impl Controller {
         lock(&self.fleet.registry).clone()
     }
 
+    /// How many VMs are managed now, without copying their handles.
+    pub fn vm_count(&self) -> usize {
+        lock(&self.fleet.registry).len()
+    }
+
     pub fn vm(&self, name: &str) -> Option<VmHandle> {
         lock(&self.fleet.registry).iter().find(|v| v.name == name).cloned()
     }
