@@ -64,6 +64,9 @@ pub enum Bound {
     HoldOff,
     /// The memory the guest uses now ([`Sample::in_use`]): less would run its OOM killer.
     InUse,
+    /// Free page hinting holds the guest's free memory during a migration
+    /// ([`Sample::hinting`]): the ceiling is the present size unless the guest runs short.
+    Hinting,
 }
 
 /// How far the rails let one VM's size move this tick.
@@ -117,6 +120,9 @@ pub enum Hold {
     Migration,
     /// The guest grew recently; shrinking waits until the hold-off has passed.
     HoldOff,
+    /// Free page hinting holds the guest's free memory during a migration; it grows only
+    /// if it runs short.
+    Hinting,
 }
 
 /// What the rails let through.
@@ -147,6 +153,7 @@ impl fmt::Display for Hold {
             Hold::DeadBand => "inside the dead band",
             Hold::Migration => "migration running: no shrinking",
             Hold::HoldOff => "grew recently: hold-off before shrinking",
+            Hold::Hinting => "free page hinting holds the guest's free memory during the migration: no growth unless it runs short",
         })
     }
 }
@@ -167,6 +174,13 @@ impl GuardRails {
             if step < ceiling {
                 (ceiling, ceiling_by) = (step, Bound::Step);
             }
+        }
+        // While free page hinting holds the guest's free pages, MemAvailable is about
+        // nothing and every sample would ask for growth the guest does not need; a guest
+        // that does need memory stalls (its pressure trigger) and hinting gives its pages
+        // back to it under pressure, so only a guest running short grows.
+        if s.hinting() && !s.running_short && commanded < ceiling {
+            (ceiling, ceiling_by) = (commanded, Bound::Hinting);
         }
         let (mut floor, mut floor_by) = (self.min, Bound::Limit);
         // What the guest uses now: a balancer under host pressure, another VM's need or a
@@ -217,6 +231,8 @@ impl GuardRails {
                     Bound::HoldOff => Hold::HoldOff,
                     _ => Hold::Unchanged,
                 }
+            } else if want > t && room.ceiling_by == Bound::Hinting {
+                Hold::Hinting
             } else {
                 Hold::Unchanged
             });
@@ -240,7 +256,7 @@ fn limits(room: &Room, want: Kib, t: Kib) -> Vec<Limit> {
             Bound::Limit => out.push(Limit::RaisedToMin),
             Bound::Step => out.push(Limit::ShrinkStepLimited),
             Bound::InUse => out.push(Limit::RaisedToInUse),
-            Bound::Migration | Bound::HoldOff => {}
+            Bound::Migration | Bound::HoldOff | Bound::Hinting => {}
         }
     } else if want > room.ceiling && t == room.ceiling {
         match room.ceiling_by {

@@ -639,6 +639,8 @@ impl World for SimWorld {
                         && (!self.side.target_in_force || migrating),
                     // The host reads it from the balloon device; the agent does not.
                     reports_free_pages: self.side.fpr && !self.side.target_in_force,
+                    // The model's guests hint nothing to a migration.
+                    hints_free_pages: false,
                     pressure: Some(psi(v.psi)),
                     oom_kills: Some(v.oom_kills),
                     // The model keeps no refault history (docs/simulator.md, limits).

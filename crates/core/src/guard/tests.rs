@@ -186,3 +186,21 @@ fn no_balancer_takes_a_guest_below_the_memory_it_uses() {
     // Without the guest's view there is no such floor, only the minimum.
     assert_eq!(r.room(&st, &sample(0, false), mib(1000)).floor, mib(64));
 }
+
+#[test]
+fn hinting_during_a_migration_holds_growth_unless_the_guest_runs_short() {
+    let r = GuardRails::default();
+    let mut st = RailState::default();
+    let hinted = |running_short: bool| Sample { hints_free_pages: true, shrink_while_migrating: true, running_short, ..sample(0, true) };
+    // The hinted pages look used: the policy asks for more than the guest has.
+    let room = r.room(&st, &hinted(false), mib(1000));
+    assert_eq!((room.ceiling, room.ceiling_by), (mib(1000), Bound::Hinting));
+    assert_eq!(apply(&r, &mut st, &hinted(false), 1064, mib(1000)), Verdict::Hold(Hold::Hinting));
+    // A guest that stalls grows: hinting hands its pages back under pressure.
+    assert_eq!(set(apply(&r, &mut st, &hinted(true), 1064, mib(1000))), mib(1064));
+    // Shrinking is the migration's rule, as without hinting.
+    assert_eq!(set(apply(&r, &mut st, &hinted(false), 600, mib(1000))), mib(600));
+    // Without a migration, or on a device that does not hint, nothing changes.
+    assert_eq!(set(apply(&r, &mut st, &Sample { hints_free_pages: true, ..sample(0, false) }, 1064, mib(1000))), mib(1064));
+    assert_eq!(set(apply(&r, &mut st, &sample(0, true), 1064, mib(1000))), mib(1064));
+}

@@ -19,7 +19,7 @@ use super::status::VmState;
 use super::sync::{lock, panic_message};
 use super::{Bell, Msg, PendingGrows, VmCommand, VmShared};
 use crate::config::VmConfig;
-use crate::hypervisor::{Hypervisor, HypervisorError};
+use crate::hypervisor::{BalloonFeatures, Hypervisor, HypervisorError};
 use crate::log::{EventKind, Logger, RateLimit};
 use autoballoon_core::migration::{MigrationShrink, ShrinkSetting};
 use autoballoon_core::Kib;
@@ -66,9 +66,10 @@ pub(crate) struct Actor {
     /// Whether this session's hypervisor (or the setting) lets the balloon shrink during a
     /// migration.
     migration_shrink: MigrationShrink,
-    /// Whether this session's balloon device has free page reporting on (read once at
-    /// connect; device properties are fixed for QEMU's life): samples carry it to the policy.
-    reports_free_pages: bool,
+    /// QEMU's switches on this session's balloon device (read once at connect; device
+    /// properties are fixed for QEMU's life): samples carry free page reporting and
+    /// hinting to the policy and the rails.
+    balloon: BalloonFeatures,
     /// Grows accepted whose targets no sample has shown yet (the settle histogram).
     grows: PendingGrows,
 }
@@ -93,7 +94,7 @@ impl Actor {
     /// `shutdown` stops this actor (the controller's stop sets it, and so does the VM's
     /// removal); its agent staleness is the shared one ([`VmShared::agent_stale`]).
     pub fn new(cfg: VmConfig, interval: Duration, started: Instant, log: Logger, (wake, inbox): (SyncSender<Msg>, Receiver<Msg>), shutdown: Arc<AtomicBool>, bell: Arc<Bell>, shared: Arc<VmShared>) -> Actor {
-        Actor { cfg, interval, started, log, inbox, wake, shutdown, bell, shared, paused: false, epoch: 0, limits: HashMap::new(), prep: None, resample: false, agent_path: None, shrink_setting: ShrinkSetting::Auto, migration_shrink: MigrationShrink::HeldUnknown, reports_free_pages: false, grows: PendingGrows::default() }
+        Actor { cfg, interval, started, log, inbox, wake, shutdown, bell, shared, paused: false, epoch: 0, limits: HashMap::new(), prep: None, resample: false, agent_path: None, shrink_setting: ShrinkSetting::Auto, migration_shrink: MigrationShrink::HeldUnknown, balloon: BalloonFeatures::default(), grows: PendingGrows::default() }
     }
 
     pub fn with_migration_shrink(mut self, setting: ShrinkSetting) -> Actor {

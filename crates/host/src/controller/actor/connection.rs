@@ -145,7 +145,7 @@ impl Actor {
         let features = hv.balloon_features();
         let missing = features.missing();
         let advice = if missing.is_empty() { String::new() } else { format!(" ({} off: turning on QEMU's own switches makes spikes and migrations cheaper, docs/migration.md)", missing.join(" and ")) };
-        self.reports_free_pages = features.free_page_reporting == Some(true);
+        self.balloon = features;
         lock(&self.shared.status).balloon_features = Some(features);
         let msg = format!("managing {} ({}), configured {configured}; {}; balloon: {features}{advice}", self.cfg.endpoint(), hv.describe(), self.migration_shrink);
         // Rate-limited too: a QEMU that drops every session right after the handshake

@@ -77,7 +77,8 @@ impl Actor {
         let mut sample = merged.sample(now - self.started, configured, s.migrating);
         sample.preparing_migration = self.prep.is_some();
         sample.shrink_while_migrating = self.migration_shrink.allowed();
-        sample.reports_free_pages = self.reports_free_pages;
+        sample.reports_free_pages = self.balloon.free_page_reporting == Some(true);
+        sample.hints_free_pages = self.balloon.free_page_hint == Some(true);
         // Publish for the decider (not while paused), and show it.
         if !self.paused {
             // The agent's view is the host's since its report arrived.
