@@ -335,3 +335,20 @@ fn a_migration_it_started_that_ends_while_qmp_is_lost_is_followed_to_its_end() {
     assert_eq!(r.status, "completed", "{r:?}");
     assert_eq!(d.log.count("migrated_away"), 1, "{}", d.log.text());
 }
+
+/// A migration another tool starts is followed when QEMU's event arrives, not at the next
+/// tick: free page hinting takes the guest's free memory as soon as the migration starts,
+/// so the shrink that sheds it must be decided on the report read before.
+#[test]
+fn a_migration_event_wakes_the_controller_before_its_next_tick() {
+    let g = Guest::start(Fakes::start_with(autoballoon_fakes::FakeQemuConfig { version: Some((10, 0, 2)), ..autoballoon_fakes::FakeQemuConfig::new(configured()) }), 1000);
+    // One sample every 60 s: the first at once, the next a minute later.
+    let controller = autoballoon::config::ControllerConfig { interval_ms: 60_000, ..Default::default() };
+    let d = Daemon::start_with(controller, vec![g.fakes.vm("a", Some(quick_policy()))]);
+    wait_for(T, "the first sample, events on", || d.status("a").samples >= 1 && g.q().migration_events_enabled());
+    let samples = d.status("a").samples;
+    g.q().start_migration();
+    wait_for(T, "state migrating, well before the next tick", || d.status("a").state == VmState::Migrating);
+    wait_for(T, "the agent told", || g.p().received().contains(&HostMessage::MigrationStarted { shrink_allowed: true }));
+    assert!(d.status("a").samples > samples, "a sample taken at the event");
+}

@@ -120,7 +120,12 @@ struct Shared {
     event_ready: Condvar,
     /// A clone of the socket used only for `shutdown`.
     control: UnixStream,
+    /// Called by the reader thread with each event once it is queued ([`Qmp::on_event`]).
+    on_event: Mutex<Option<EventHook>>,
 }
+
+/// A function the reader thread calls with each event it queued: it must return at once.
+pub type EventHook = Box<dyn Fn(&Event) + Send + Sync>;
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -147,11 +152,16 @@ impl Shared {
             discarded.push(old);
             st.dropped_events += 1;
         }
+        let hooked = self.on_event.lock().unwrap_or_else(|e| e.into_inner());
+        let seen = hooked.as_ref().map(|_| ev.clone());
         st.events.push_back((ev, size));
         st.event_bytes += size;
         drop(st);
         drop(discarded);
         self.event_ready.notify_all();
+        if let (Some(hook), Some(ev)) = (hooked.as_ref(), seen) {
+            hook(&ev);
+        }
     }
 
     fn deliver(&self, id: Option<Value>, outcome: Outcome) {
@@ -245,6 +255,7 @@ impl Qmp {
             state: Mutex::new(State::default()),
             event_ready: Condvar::new(),
             control,
+            on_event: Mutex::new(None),
         });
 
         let greeting =
@@ -455,6 +466,14 @@ impl Qmp {
             }
         }
         Ok(())
+    }
+
+    /// Calls `hook` from the reader thread with every event from now on, once the event
+    /// is queued (so a [`Qmp::poll_events`] the hook prompts finds it): a caller that
+    /// polls on a timer can look at once instead. The hook must not block; it replaces any
+    /// earlier one.
+    pub fn on_event(&self, hook: EventHook) {
+        *self.shared.on_event.lock().unwrap_or_else(|e| e.into_inner()) = Some(hook);
     }
 
     /// Removes and returns every queued event, oldest first. Never blocks

@@ -80,8 +80,8 @@ mod write_gate;
 
 pub use backoff::Backoff;
 pub use client::{
-    Qmp, BALLOON_DEVICE_PATH, DEFAULT_COMMAND_TIMEOUT, EVENT_QUEUE_BYTES, EVENT_QUEUE_CAPACITY,
-    MAX_FRAME_BYTES,
+    EventHook, Qmp, BALLOON_DEVICE_PATH, DEFAULT_COMMAND_TIMEOUT, EVENT_QUEUE_BYTES,
+    EVENT_QUEUE_CAPACITY, MAX_FRAME_BYTES,
 };
 pub use error::QmpError;
 pub use types::{Event, Greeting, GuestStats, MigrationInfo, MigrationStatus, QemuVersion};

@@ -226,6 +226,35 @@ fn query_migrate_over_the_wire() {
 }
 
 #[test]
+fn the_event_hook_sees_each_event_once_it_is_queued() {
+    let server = FakeServer::start(Script::with_handshake(vec![
+        Step::reply("migrate-set-capabilities", &[r#"{"return": {}}"#]),
+        Step::reply(
+            "migrate",
+            &[
+                r#"{"return": {}}"#,
+                r#"{"timestamp": {"seconds": 1795278606, "microseconds": 1}, "event": "MIGRATION", "data": {"status": "setup"}}"#,
+                r#"{"timestamp": {"seconds": 1795278606, "microseconds": 2}, "event": "BALLOON_CHANGE", "data": {"actual": 1073741824}}"#,
+            ],
+        ),
+    ]));
+    let qmp = Arc::new(connect(&server));
+    let (tx, rx) = std::sync::mpsc::channel();
+    // The hook runs on the reader thread; what it prompts finds the event queued.
+    let weak = Arc::downgrade(&qmp);
+    qmp.on_event(Box::new(move |e| {
+        let queued = weak.upgrade().map_or(0, |q| q.queued_event_bytes());
+        let _ = tx.send((e.name.clone(), queued > 0));
+    }));
+    qmp.enable_migration_events().unwrap();
+    qmp.migrate("tcp:127.0.0.1:46850").unwrap();
+    let seen: Vec<(String, bool)> = (0..2).map(|_| rx.recv_timeout(Duration::from_secs(5)).expect("the hook was called")).collect();
+    assert_eq!(seen, vec![("MIGRATION".to_string(), true), ("BALLOON_CHANGE".to_string(), true)]);
+    assert_eq!(qmp.poll_events().len(), 2, "the hook takes nothing from the queue");
+    assert_clean(server);
+}
+
+#[test]
 fn guest_stats_from_fixtures() {
     // deflate-on-oom + free-page-reporting transcript: MemTotal does not shrink.
     let text = fixture("balloon-stats-deflate-on-oom-fpr.qmp.log");

@@ -207,8 +207,8 @@ impl Actor {
                     }
                 }
                 // Sample now (with a session to sample; paused VMs are left alone).
-                Ok(Msg::Short) if hv.is_some() && !self.paused => return None,
-                Ok(Msg::Short) => {}
+                Ok(Msg::Short | Msg::Migration) if hv.is_some() && !self.paused => return None,
+                Ok(Msg::Short | Msg::Migration) => {}
                 Ok(Msg::Held) => {
                     if let Some(p) = self.prep.as_mut().filter(|p| !p.started) {
                         p.prep.held();

@@ -71,6 +71,10 @@ pub(crate) enum Msg {
     /// The agent reports its guest running short of memory: sample now, so the decider
     /// can grow the VM without waiting for the next tick.
     Short,
+    /// QEMU sent a migration event: look now, so a migration that another tool started
+    /// is followed (and the VM shrunk, where that is allowed) before free page hinting
+    /// takes the guest's free memory, not at the next tick.
+    Migration,
     Command(VmCommand),
 }
 

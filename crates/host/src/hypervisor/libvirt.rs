@@ -120,7 +120,8 @@ impl Hypervisor for LibvirtHypervisor {
     fn balloon_stats(&self) -> Result<BalloonStats> {
         Ok(balloon_stats_of(&self.domain.memory_stats()?))
     }
-    fn enable_migration_events(&self) -> Result<()> {
+    fn enable_migration_events(&self, _wake: Box<dyn Fn() + Send + Sync>) -> Result<()> {
+        // The domain's job is polled at each tick (`migration_events`).
         Ok(())
     }
     fn migration_events(&self) -> Vec<MigrationPhase> {

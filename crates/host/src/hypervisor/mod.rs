@@ -142,8 +142,10 @@ pub(crate) trait Hypervisor: Send + Sync {
     fn set_stats_period(&self, secs: u32) -> Result<()>;
     /// The balloon driver's statistics, raw: use [`balloon_view`].
     fn balloon_stats(&self) -> Result<BalloonStats>;
-    /// Asks for migration events, where there are any.
-    fn enable_migration_events(&self) -> Result<()>;
+    /// Asks for migration events, where there are any; `wake` is called (from another
+    /// thread, and must not block) when one arrives, so the caller can look at once
+    /// instead of at its next poll. A hypervisor without events never calls it.
+    fn enable_migration_events(&self, wake: Box<dyn Fn() + Send + Sync>) -> Result<()>;
     /// Migration phases seen since the last call, without waiting (QMP: events; libvirt:
     /// the domain's job, polled).
     fn migration_events(&self) -> Vec<MigrationPhase>;

@@ -74,7 +74,13 @@ impl Hypervisor for QmpHypervisor {
     fn balloon_stats(&self) -> Result<BalloonStats> {
         Ok(balloon_stats_of(&self.qmp.guest_stats(&self.balloon_device)?))
     }
-    fn enable_migration_events(&self) -> Result<()> {
+    fn enable_migration_events(&self, wake: Box<dyn Fn() + Send + Sync>) -> Result<()> {
+        // Only migration events wake: BALLOON_CHANGE comes with every balloon move.
+        self.qmp.on_event(Box::new(move |e| {
+            if e.migration_status().is_some() {
+                wake()
+            }
+        }));
         Ok(self.qmp.enable_migration_events()?)
     }
     fn migration_events(&self) -> Vec<MigrationPhase> {

@@ -126,8 +126,12 @@ impl Actor {
     pub(super) fn begin_session(&mut self, hv: &dyn Hypervisor) -> Result<(Kib, bool), HypervisorError> {
         let configured = hv.configured()?;
         // Events are off by default; while a migration already runs QEMU refuses, and
-        // polling query-migrate covers it.
-        let _ = hv.enable_migration_events();
+        // polling query-migrate covers it. An event wakes the actor (never blocking: a
+        // full queue already holds a reason to wake).
+        let wake = self.wake.clone();
+        let _ = hv.enable_migration_events(Box::new(move || {
+            let _ = wake.try_send(Msg::Migration);
+        }));
         let _ = hv.set_stats_period(1);
         let phase = hv.migration()?.phase;
         let migrating = phase.is_running();
