@@ -19,7 +19,7 @@ help:
 	@echo "make test   - the whole suite (unit, property and QEMU integration tests, make kernel-test)"
 	@echo "make bench  - writes bench/RESULTS.md: migrations at every moment and footprint per configuration against FPR, and the kernel bench (BENCH_QUICK=1, BENCH_RUNS=N)"
 	@echo "make spikebench - spikes at steady state against FPR alone and no balloon (SPIKEBENCH_ARGS='--shapes 3x400 --cpus 1')"
-	@echo "make densitybench - four guests over a job sequence: host memory against FPR alone (DENSITYBENCH_ARGS='--guests 2')"
+	@echo "make densitybench - four guests over a job sequence: host memory against FPR alone (DENSITYBENCH_ARGS='--guests 2'; '--patched-image DIR' adds the patched kernel's rows)"
 	@echo "make soak   - 1,000 verified spike cycles and 100 live migrations per arm (patched kernel; stock kernel + host controller) on QEMU 10 and the fixed 7.2; not part of make test (SOAK_ARGS='--cycles 6 --migrations 2', '--hours 24')"
 	@echo "make bench-host - the host controller's CPU and RSS per VM (1/4/16 VMs), iBalloon's mixed workloads (static vs balancer), E1 balloon overhead (ballooned vs configured) and A1 auto-ballooning on an overcommitted host (vanilla vs pressure) into bench/host/RESULTS.md; HOSTBENCH_ONLY=cost,mixed,e1,a1 runs some, keeping the others' previous results"
 	@echo "make migbench - migrations idle and after a spike against free page reporting (MIGBENCH_ARGS='--runs 2')"
@@ -193,7 +193,8 @@ BENCH_KERNEL ?= 1
 # SPIKEBENCH_ARGS passes options (--help).
 BENCH_SPIKES ?= 1
 # Then autoballoon-densitybench (bench/DENSITY.md): four guests running a job sequence, host
-# memory against FPR alone, runtime against no balloon, on QEMU 10 (about 25 min);
+# memory against FPR alone on the same kernel, runtime against no balloon, on QEMU 10, both
+# kernels (about 40 min);
 # BENCH_DENSITY=0 skips it, DENSITYBENCH_ARGS passes options (--help).
 BENCH_DENSITY ?= 1
 # The whole run takes several hours. BENCH_RESUME=1 goes on with an interrupted one: the
@@ -226,7 +227,7 @@ bench: agent testbed image
 	  touch run/bench/spikes.done; \
 	fi; \
 	if [ "$(BENCH_DENSITY)" = 1 ] && stage density; then \
-	  target/release/autoballoon-densitybench --image "$$(cat $(IMAGE_PATH))" --qemu "$$(scripts/install-qemu10.sh)" \
+	  target/release/autoballoon-densitybench --image "$$(cat $(IMAGE_PATH))" --patched-image "$$patched" --qemu "$$(scripts/install-qemu10.sh)" \
 	    --out run/bench/density --results bench $(DENSITYBENCH_ARGS) || exit 1; \
 	  touch run/bench/density.done; \
 	fi

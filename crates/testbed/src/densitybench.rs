@@ -12,10 +12,10 @@
 //! `density.jsonl` (a record per configuration) and, with `--results`, `DENSITY.md` and
 //! `density.json` there.
 
-use crate::bench::fleet::spec;
-use crate::bench::model::Config;
+use crate::bench::fleet::{spec, Images};
+use crate::bench::model::{Config, Kernel};
 use crate::bench::stats::median;
-use crate::{rss_of, sparse_disk, step, wait_settled, GuestImage, Qemu, RssSample, RssSampler};
+use crate::{rss_of, sparse_disk, step, wait_settled, Qemu, RssSample, RssSampler};
 use autoballoon::config::{Config as CtlConfig, ControllerConfig, LogFormat, PolicyConfig, VmConfig};
 use autoballoon::controller::Controller;
 use autoballoon::log::Logger;
@@ -48,11 +48,17 @@ pub struct DensityArgs {
     /// The project's guest image (stock kernel); default: $AUTOBALLOON_IMAGE.
     #[arg(long)]
     pub image: Option<PathBuf>,
+    /// The patched kernel's guest image (`kernel/scripts/images.sh`, line 1); without it
+    /// the patched configurations are left out.
+    #[arg(long)]
+    pub patched_image: Option<PathBuf>,
     /// The QEMU binary or wrapper [default: $AUTOBALLOON_QEMU, else qemu-system-x86_64].
     #[arg(long)]
     pub qemu: Option<PathBuf>,
-    /// Configurations, one after another, comma-separated (stock-kernel ones).
-    #[arg(long, value_delimiter = ',', default_value = "none,fpr,fpr+hint,ab-stock")]
+    /// Configurations, one after another, comma-separated [default: none,fpr,fpr+hint,
+    /// ab-stock, and with --patched-image fpr-patched,ab-patched+fpr]. Each row's memory is
+    /// compared with FPR on its own kernel.
+    #[arg(long, value_delimiter = ',')]
     pub configs: Vec<Config>,
     /// Guests per configuration.
     #[arg(long, default_value_t = 4)]
@@ -111,7 +117,8 @@ fn mib(k: Kib) -> f64 {
 }
 
 /// One configuration: boot, settle, run the staggered jobs, measure.
-fn one(a: &DensityArgs, image: &GuestImage, qemu: &std::path::Path, c: Config) -> Result<DensityRecord, String> {
+fn one(a: &DensityArgs, images: &Images, qemu: &std::path::Path, c: Config) -> Result<DensityRecord, String> {
+    let image = images.of(c.kernel())?;
     let memory = Kib::from_mib_saturating(a.memory_mib);
     let out = a.out.join(c.key());
     std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
@@ -226,15 +233,24 @@ fn write_rss_csv(path: &std::path::Path, samples: &[RssSample]) -> Result<(), St
 }
 
 pub fn run(a: DensityArgs) -> Result<(), String> {
-    let image = crate::GuestImage::given_or_env(a.image.as_deref()).map_err(|e| e.to_string())?;
+    let images = Images::load(a.image.as_deref(), a.patched_image.as_deref())?;
+    let configs = if a.configs.is_empty() {
+        let mut v = vec![Config::NoBalloon, Config::Fpr, Config::FprHint, Config::AbStock];
+        if images.patched.is_some() {
+            v.extend([Config::FprPatched, Config::AbPatchedFpr]);
+        }
+        v
+    } else {
+        a.configs.clone()
+    };
     let qemu = a.qemu.clone().unwrap_or_else(crate::qemu_binary);
     std::fs::create_dir_all(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
     let jsonl = a.out.join("density.jsonl");
     let mut records = Vec::new();
     let began = Instant::now();
-    for (n, &c) in a.configs.iter().enumerate() {
-        println!("[density] {}/{} ({:.0} s): {} guests of {}, jobs {} s apart", n + 1, a.configs.len(), began.elapsed().as_secs_f64(), a.guests, c.key(), a.stagger_s);
-        let r = one(&a, &image, &qemu, c)?;
+    for (n, &c) in configs.iter().enumerate() {
+        println!("[density] {}/{} ({:.0} s): {} guests of {}, jobs {} s apart", n + 1, configs.len(), began.elapsed().as_secs_f64(), a.guests, c.key(), a.stagger_s);
+        let r = one(&a, &images, &qemu, c)?;
         println!(
             "[density]   {}: mean {:.0} MiB, peak {:.0} MiB, job runtime (median) {}, OOM kills {}",
             c.key(),
@@ -265,11 +281,15 @@ pub fn report(a: &DensityArgs, records: &[DensityRecord]) -> String {
     let jobs: Vec<String> = JOBS.iter().map(|(n, _)| n.to_string()).collect();
     let _ = writeln!(
         s,
-        "Written by `autoballoon-densitybench`: {} guests of {} MiB (1 vCPU, TCG single-threaded) per configuration, one configuration after another; each guest runs the sequence {} once, guest i starting {} s after guest 0. Host memory: the sum of the guests' QEMU RSS sampled every 0.5 s from the first start to the last end; guest RAM: the same over the guests' RAM blocks alone (without QEMU's own memory and TCG's code buffer, which KVM does not have). Runtime: each guest's wall time for the whole sequence (median over the guests). Ratios are to free page reporting alone (memory) and to no balloon (runtime) of the same run. The guest image has no xz; the sort is busybox's.\n",
+        "Written by `autoballoon-densitybench`: {} guests of {} MiB (1 vCPU, TCG single-threaded) per configuration, one configuration after another; each guest runs the sequence {} once, guest i starting {} s after guest 0. Host memory: the sum of the guests' QEMU RSS sampled every 0.5 s from the first start to the last end; guest RAM: the same over the guests' RAM blocks alone (without QEMU's own memory and TCG's code buffer, which KVM does not have). Runtime: each guest's wall time for the whole sequence (median over the guests). Ratios are to free page reporting alone (memory) and to no balloon (runtime) of the same run, on the row's own kernel where the run has that kernel's bar (FPR and no balloon on the patched kernel for the patched rows). The guest image has no xz; the sort is busybox's.\n",
         a.guests, a.memory_mib, jobs.join(" → "), a.stagger_s
     );
     let get = |c: Config| records.iter().find(|r| r.config == c);
-    let (fpr, none) = (get(Config::Fpr), get(Config::NoBalloon));
+    // Each row against the bars of its own kernel, where this run has them.
+    let bar = |r: &DensityRecord, stock: Config, patched: Config| match r.config.kernel() {
+        Kernel::Patched => get(patched).or_else(|| get(stock)),
+        Kernel::Stock => get(stock),
+    };
     let ratio = |x: f64, bar: Option<f64>| match bar {
         Some(b) if b > 0.0 && !x.is_nan() => format!("{:.2}×", x / b),
         _ => "–".into(),
@@ -282,6 +302,7 @@ pub fn report(a: &DensityArgs, records: &[DensityRecord]) -> String {
     let mib_or_dash = |v: Option<f64>| v.map_or("–".into(), |m| format!("{m:.0}"));
     let ratio_of = |v: Option<f64>, bar: Option<f64>| v.map_or("–".into(), |x| ratio(x, bar));
     for r in records {
+        let (fpr, none) = (bar(r, Config::Fpr, Config::FprPatched), bar(r, Config::NoBalloon, Config::NoBalloonPatched));
         let rt = r.median_runtime();
         let done = r.runtimes_s.iter().filter(|t| t.is_some()).count();
         let _ = writeln!(
@@ -316,11 +337,22 @@ mod tests {
 
     #[test]
     fn the_table_has_ratios_to_fpr_and_to_no_balloon() {
-        let a = DensityArgs { image: None, qemu: None, configs: vec![], guests: 2, memory_mib: 2048, stagger_s: 20, out: "x".into(), results: None, policy: None };
+        let a = DensityArgs { image: None, patched_image: None, qemu: None, configs: vec![], guests: 2, memory_mib: 2048, stagger_s: 20, out: "x".into(), results: None, policy: None };
         let rs = [rec(Config::NoBalloon, 4000.0, 4100.0, Some(100.0)), rec(Config::Fpr, 2000.0, 3000.0, Some(110.0)), rec(Config::AbStock, 1400.0, 2400.0, None)];
         let md = report(&a, &rs);
         assert!(md.contains("| 4000 | 2.00× | 4100 | 1.37× | 100.0 | 1.00× | 2/2 | 0 | 2000 | 2.00× | – | – |"), "{md}");
         assert!(md.contains("| 1400 | 0.70× | 2400 | 0.80× | – | – | 1/2 | 0 |"), "a guest that did not complete has no runtime: {md}");
         assert!(md.contains("arrays: 2 × 300 MiB, held 5 s → idle → sort"), "{md}");
+    }
+
+    #[test]
+    fn patched_rows_are_compared_with_fpr_on_the_patched_kernel() {
+        let a = DensityArgs { image: None, patched_image: None, qemu: None, configs: vec![], guests: 2, memory_mib: 2048, stagger_s: 20, out: "x".into(), results: None, policy: None };
+        let rs = [rec(Config::Fpr, 2000.0, 3000.0, Some(110.0)), rec(Config::FprPatched, 1000.0, 2000.0, Some(100.0)), rec(Config::AbPatchedFpr, 700.0, 1000.0, Some(100.0))];
+        let md = report(&a, &rs);
+        assert!(md.contains("| 700 | 0.70× | 1000 | 0.50× |"), "against fpr-patched, not fpr: {md}");
+        // Without the patched kernel's bar, the stock one.
+        let md = report(&a, &[rs[0].clone(), rs[2].clone()]);
+        assert!(md.contains("| 700 | 0.35× | 1000 | 0.33× |"), "{md}");
     }
 }
