@@ -99,9 +99,13 @@ const ERR_NO_DOMAIN: u32 = 42;
 
 impl LibvirtError {
     /// libvirt says the domain has no balloon (or the guest no balloon driver).
+    /// Not a domain libvirt does not know, though its message (which names the domain) may
+    /// say "balloon" too.
     pub fn is_no_balloon(&self) -> bool {
-        matches!(self, LibvirtError::Failed { message, .. } if message.contains("balloon"))
-            || matches!(self, LibvirtError::Unexpected { why, .. } if why.contains("balloon"))
+        let says = |m: &str| m.contains("balloon device") || m.contains("balloon driver");
+        !self.is_no_domain()
+            && (matches!(self, LibvirtError::Failed { message, .. } if says(message))
+                || matches!(self, LibvirtError::Unexpected { why, .. } if says(why)))
     }
     /// libvirt does not know the domain (not defined, or a transient one that ended).
     pub fn is_no_domain(&self) -> bool {
@@ -544,6 +548,10 @@ mod tests {
     fn errors_are_told_apart_by_libvirt_code_and_message() {
         assert!(err(ERR_NO_DOMAIN, "Domain not found: no domain with matching name 'x'").is_no_domain());
         assert!(!err(ERR_NO_DOMAIN, "x").is_no_balloon());
+        // A domain named after the product: its name is in every message about it.
+        let gone = err(ERR_NO_DOMAIN, "Domain not found: no domain with matching uuid '76fc9d44-e0bd-49e1-bd74-402200000000' (autoballoon-guest)");
+        assert!(gone.is_no_domain() && !gone.is_no_balloon());
+        assert!(!err(1, "internal error: autoballoon-guest: cannot read the balloon stats period").is_no_balloon());
         let b = err(55, "Requested operation is not valid: Unable to change memory of active domain without the balloon device and guest OS balloon driver");
         assert!(b.is_no_balloon() && !b.is_no_domain());
         assert!(err(ERR_NO_SUPPORT, "this function is not supported by the connection driver: virDomainGetJobStats").is_no_support());
