@@ -20,7 +20,9 @@
 #      socket reachable; the process has only CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH,
 #      NoNewPrivs and a seccomp filter; `systemd-analyze security` (live) at most 3.0;
 #   5. after a reboot of the container: boot ends "running" (no failed unit), the socket
-#      directory is made again at boot (1770 root:kvm), the unit is started at boot.
+#      directory is made again at boot (1770 root:kvm), the unit is started at boot;
+#   6. the watchdog (WatchdogSec=30s): the daemon runs past it with no restart and no
+#      timeout; stopped (SIGSTOP), systemd kills it on the watchdog and restarts it.
 #
 # The Debian root (debootstrap --variant=minbase: systemd, dbus, libvirt0, python3) is
 # cached under ~/.cache/autoballoon/nspawn/KEY (KEY: suite, mirror, packages, ROOTFS_VERSION;
@@ -258,6 +260,24 @@ until_ok 15 ct systemctl is-active --quiet autoballoon.service || fail "autoball
 [ "$(ct stat -c '%a' /run/autoballoon/status.sock)" = 600 ] || fail "status socket mode $(ct stat -c '%a' /run/autoballoon/status.sock)"
 ct autoballoon status > /dev/null || fail "autoballoon status after reboot"
 say "5. after reboot: boot clean, /run/autoballoon-vms 1770 root:kvm made at boot, autoballoon.service started at boot"
+
+# 6. the watchdog: a daemon that runs pings it past WatchdogSec; one that stops is killed and
+#    restarted by systemd.
+wd_us="$(prop autoballoon WatchdogUSec)"
+case "$wd_us" in 30s) wd=30 ;; *) fail "WatchdogUSec is '$wd_us', not 30s" ;; esac
+main="$(prop autoballoon MainPID)"
+up_s() { echo $(( ($(ct cut -d. -f1 /proc/uptime) * 1000000 - $(prop autoballoon ActiveEnterTimestampMonotonic)) / 1000000 )); }
+say "6. watchdog: waiting until the daemon has run $((wd + 5)) s (WatchdogSec $wd s)"
+until_ok $((wd + 20)) sh -c "[ \$(( (\$(nsenter -t $leader -a cut -d. -f1 /proc/uptime) * 1000000 - \$(nsenter -t $leader -a systemctl show -p ActiveEnterTimestampMonotonic --value autoballoon)) / 1000000 )) -ge $((wd + 5)) ]" \
+    || fail "the daemon did not stay up $((wd + 5)) s: up $(up_s) s, $(ct systemctl status --no-pager autoballoon 2>&1 | head -5)"
+[ "$(prop autoballoon MainPID)" = "$main" ] && [ "$(prop autoballoon NRestarts)" = 0 ] || fail "restarted within $((wd + 5)) s: MainPID $main -> $(prop autoballoon MainPID), NRestarts $(prop autoballoon NRestarts)"
+! journal autoballoon | grep -qi 'watchdog timeout' || fail "watchdog timeout while running: $(journal autoballoon | grep -i watchdog)"
+ct sh -c "kill -STOP $main"  # the shell's kill: the root has no procps
+until_ok $((wd + 20)) sh -c "[ \"\$(nsenter -t $leader -a systemctl show -p NRestarts --value autoballoon)\" = 1 ] && nsenter -t $leader -a systemctl is-active --quiet autoballoon" \
+    || fail "a stopped daemon was not restarted by the watchdog within $((wd + 20)) s: NRestarts $(prop autoballoon NRestarts), $(journal autoballoon | tail -3)"
+journal autoballoon | grep -qi 'watchdog timeout' || fail "restarted, but not by the watchdog: $(journal autoballoon | tail -5)"
+[ "$(prop autoballoon MainPID)" != "$main" ] || fail "same MainPID after the restart"
+say "6. watchdog: up $((wd + 5)) s with no restart; SIGSTOPped, killed by the watchdog and restarted (MainPID $main -> $(prop autoballoon MainPID))"
 ct journalctl -b --no-pager > "$work/journal-2.txt" 2>&1 || true
 poweroff_container
-say "5 passed, 0 failed ($(elapsed))"
+say "6 passed, 0 failed ($(elapsed))"
