@@ -346,8 +346,11 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
                                 }
                                 let r = scenario::point(&mut fleet, &images, &setup, c, m, run)?;
                                 println!(
-                                    "[bench]   {:.1} MiB sent, {:.2} s, downtime {:?} ms, size {:.0} MiB, healthy {}{}",
-                                    r.sent_mib, r.total_s, r.downtime_ms, r.size_mib, r.healthy(), r.error.as_deref().map(|e| format!(" ({e})")).unwrap_or_default()
+                                    "[bench]   {:.1} MiB sent ({} whole, {} zero pages), {:.2} s, downtime {:?} ms, size {:.0} MiB, healthy {}{}",
+                                    r.sent_mib,
+                                    r.normal_mib.map_or("?".into(), |n| format!("{n:.1} MiB")),
+                                    r.zero_pages.map_or("?".into(), |z| z.to_string()),
+                                    r.total_s, r.downtime_ms, r.size_mib, r.healthy(), r.error.as_deref().map(|e| format!(" ({e})")).unwrap_or_default()
                                 );
                                 push(&mut records, Record::Migration(r));
                             }

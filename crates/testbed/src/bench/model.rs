@@ -299,6 +299,13 @@ pub struct MigrationRecord {
     #[serde(deserialize_with = "nan_if_null")]
     pub total_s: f64,
     pub downtime_ms: Option<u64>,
+    /// Of `sent_mib`: the pages sent whole (`ram.normal-bytes`, MiB) and the pages sent as
+    /// zero pages (`ram.duplicate`, a header each): what the migration carried and what it
+    /// only scanned. `None` in records from before they were kept.
+    #[serde(default)]
+    pub normal_mib: Option<f64>,
+    #[serde(default)]
+    pub zero_pages: Option<u64>,
     /// The guest's size (QMP `actual`) and the source QEMU's RSS when the migration started.
     #[serde(deserialize_with = "nan_if_null")]
     pub size_mib: f64,
@@ -497,7 +504,7 @@ mod tests {
     fn points_tell_measurements_apart() {
         let m = |run, moment| Record::Migration(MigrationRecord {
             qemu: QemuLine::System, qemu_version: "7.2.22".into(), config: Config::Fpr, moment, run, bandwidth_mib: 128,
-            completed: true, error: None, sent_mib: 1.0, total_s: 1.0, downtime_ms: None, size_mib: 1.0, rss_mib: None,
+            completed: true, error: None, sent_mib: 1.0, total_s: 1.0, downtime_ms: None, normal_mib: None, zero_pages: None, size_mib: 1.0, rss_mib: None,
             spike_alloc_s: None, spike_completed: None, spike_sizes: vec![], memory_mib: None, oom_kills: 0, shell: true, kernel_errors: vec![], tainted: None,
         });
         let points: std::collections::HashSet<_> = [m(0, Moment::Idle), m(1, Moment::Idle), m(0, Moment::LongIdle), m(0, Moment::Idle)].iter().filter_map(Record::point).collect();
@@ -513,7 +520,7 @@ mod tests {
     fn records_round_trip_through_json() {
         let m = Record::Migration(MigrationRecord {
             qemu: QemuLine::System, qemu_version: "7.2.22".into(), config: Config::AbPatchedFpr, moment: Moment::AfterSpike(500), run: 1, bandwidth_mib: 128,
-            completed: true, error: None, sent_mib: 101.5, total_s: 1.2, downtime_ms: Some(20), size_mib: 300.0, rss_mib: Some(900.0),
+            completed: true, error: None, sent_mib: 101.5, total_s: 1.2, downtime_ms: Some(20), normal_mib: Some(99.0), zero_pages: Some(400_000), size_mib: 300.0, rss_mib: Some(900.0),
             spike_alloc_s: Some(0.6), spike_completed: Some(true), spike_sizes: vec![(0.0, 300.0), (0.5, 900.0)], memory_mib: None, oom_kills: 0, shell: true, kernel_errors: vec![], tainted: Some(0),
         });
         let line = serde_json::to_string(&m).unwrap();

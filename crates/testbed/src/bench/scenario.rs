@@ -186,7 +186,7 @@ pub fn point(fleet: &mut Fleet, images: &Images, setup: &Setup, c: Config, m: Mo
     let bandwidth_mib = if m == Moment::DuringSpike { setup.slow_mib } else { setup.bandwidth_mib };
     let mut rec = MigrationRecord {
         qemu: fleet.line, qemu_version: fleet.version.clone(), config: c, moment: m, run, bandwidth_mib, completed: false, error: None,
-        sent_mib: f64::NAN, total_s: f64::NAN, downtime_ms: None, size_mib: f64::NAN, rss_mib: None, spike_alloc_s: None, spike_completed: None, spike_sizes: vec![], memory_mib: None,
+        sent_mib: f64::NAN, total_s: f64::NAN, downtime_ms: None, normal_mib: None, zero_pages: None, size_mib: f64::NAN, rss_mib: None, spike_alloc_s: None, spike_completed: None, spike_sizes: vec![], memory_mib: None,
         oom_kills: 0, shell: false, kernel_errors: vec![], tainted: None,
     };
     let (dest, _) = fleet.destination(c, images)?;
@@ -211,6 +211,8 @@ pub fn point(fleet: &mut Fleet, images: &Images, setup: &Setup, c: Config, m: Mo
             rec.sent_mib = mib(done.bytes_sent());
             rec.total_s = done.seconds();
             rec.downtime_ms = done.info.downtime_ms;
+            rec.normal_mib = done.info.ram_normal_bytes.map(mib);
+            rec.zero_pages = done.info.ram_duplicate_pages;
             if m == Moment::DuringSpike {
                 let s = during_spike(&dest);
                 rec.spike_alloc_s = s.as_ref().and_then(|s| s.alloc_s);
