@@ -82,13 +82,21 @@ fn placement(test: &str, cache_first: u8) -> Value {
     r
 }
 
-/// Clean cache first: reading files never deflates the balloon, with or without readahead.
+/// Clean cache first: no request that may reclaim deflates the balloon while files are
+/// read, with or without readahead: the clean page cache goes first (stages
+/// `before_reclaim` and `after_clean_reclaim`: 0 pages). Requests that may not reclaim at
+/// all (atomic and GFP_NOWAIT ones, e.g. the slab pages the block layer takes while
+/// readahead fills the cache) have the balloon as their last resort before failing under
+/// either placement (`enum balloon_hook_stage`, patch 3); what they took is recorded
+/// (`no_reclaim`), not asserted: a CI run on two shared cores saw 3,072 pages there.
 #[test]
 #[ignore = "needs the patched kernel: make kernel-test"]
 fn patched_file_reads_with_clean_cache_first() {
     let r = placement("kernel_files_cf1", 1);
     for case in ["readahead", "no_readahead"] {
-        assert_eq!(r[case]["hook_pages"], 0, "cache_first=1, {case}: reading files deflated the balloon: {r}");
+        for stage in ["before_reclaim", "after_clean_reclaim"] {
+            assert_eq!(r[case]["hook_pages_by_stage"][stage], 0, "cache_first=1, {case}: requests that may reclaim ({stage}) deflated the balloon: {r}");
+        }
     }
 }
 
