@@ -85,8 +85,9 @@ fn placement(test: &str, cache_first: u8) -> Value {
 /// Clean cache first: no request that may reclaim deflates the balloon while files are
 /// read, with or without readahead: the clean page cache goes first (stages
 /// `before_reclaim` and `after_clean_reclaim`: 0 pages). Requests that may not reclaim at
-/// all (atomic and GFP_NOWAIT ones, e.g. the slab pages the block layer takes while
-/// readahead fills the cache) have the balloon as their last resort before failing under
+/// all (atomic and GFP_NOWAIT ones: slab growth while readahead fills the cache, such as
+/// the page cache's xarray nodes or the block layer's; which ones was not traced) have the
+/// balloon as their last resort before failing under
 /// either placement (`enum balloon_hook_stage`, patch 3); what they took is recorded
 /// (`no_reclaim`), not asserted: a CI run on two shared cores saw 3,072 pages there.
 #[test]
