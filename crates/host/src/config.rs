@@ -167,6 +167,16 @@ impl VmConfig {
         VmConfig { libvirt_domain: Some(domain.into()), ..VmConfig::new(name, PathBuf::new()) }
     }
 
+    /// The VM's agent socket as a log line names it: configured, read from a libvirt
+    /// domain's XML when its session begins, or none.
+    pub fn agent_description(&self) -> String {
+        match (&self.agent, &self.libvirt_domain) {
+            (Some(a), _) => a.display().to_string(),
+            (None, Some(_)) => "from the domain's XML, if it has a channel".to_string(),
+            (None, None) => "none".to_string(),
+        }
+    }
+
     /// How the daemon reaches the VM's QEMU.
     pub fn endpoint(&self) -> Endpoint<'_> {
         match &self.libvirt_domain {
@@ -787,6 +797,10 @@ mod tests {
         assert_eq!(c.vms[1].endpoint(), Endpoint::Libvirt { uri: "qemu+ssh://h/system", domain: "db" });
         assert_eq!(c.vms[0], VmConfig::libvirt("a", "web1"));
         assert_eq!(VmConfig::new("q", "/q.qmp").endpoint(), Endpoint::Qmp(Path::new("/q.qmp")));
+        // A libvirt domain's agent comes from its XML unless configured.
+        assert_eq!(c.vms[0].agent_description(), "from the domain's XML, if it has a channel");
+        assert_eq!(c.vms[1].agent_description(), "/run/db.agent");
+        assert_eq!(VmConfig::new("q", "/q.qmp").agent_description(), "none");
     }
 
     #[test]

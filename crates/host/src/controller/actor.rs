@@ -226,8 +226,7 @@ impl Actor {
                         self.cfg.qmp = qmp;
                     }
                     self.cfg.agent = agent;
-                    let agent = self.cfg.agent.as_ref().map_or("none".to_string(), |a| a.display().to_string());
-                    self.log.event(&self.shared.name, EventKind::Retarget, &format!("now managing {} (agent {agent})", self.cfg.endpoint()), &[]);
+                    self.log.event(&self.shared.name, EventKind::Retarget, &format!("now managing {} (agent {})", self.cfg.endpoint(), self.cfg.agent_description()), &[]);
                     return Some(End::Retarget);
                 }
                 Ok(Msg::Command(VmCommand::Pause)) => {

@@ -390,14 +390,7 @@ impl Fleet {
         let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
         let stop = Arc::new(AtomicBool::new(false));
         if announce {
-            // A libvirt domain's agent socket, unless configured, is read from its XML when
-            // the session begins.
-            let agent = match (&cfg.agent, &cfg.libvirt_domain) {
-                (Some(a), _) => a.display().to_string(),
-                (None, Some(_)) => "from the domain's XML, if it has a channel".to_string(),
-                (None, None) => "none".to_string(),
-            };
-            self.log.event(&name, EventKind::VmAdded, &format!("added ({origin}): {} (agent {agent})", cfg.endpoint()), &[("origin", json!(origin.as_str()))]);
+            self.log.event(&name, EventKind::VmAdded, &format!("added ({origin}): {} (agent {})", cfg.endpoint(), cfg.agent_description()), &[("origin", json!(origin.as_str()))]);
         }
         let a = actor::Actor::new(cfg.clone(), self.interval, self.started, self.log.clone(), (tx.clone(), rx), stop.clone(), self.bell.clone(), shared.clone())
             .with_migration_shrink(self.shrink);
