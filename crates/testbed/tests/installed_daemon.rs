@@ -128,7 +128,7 @@ impl Installed {
         if run(Command::new("dpkg-query").args(["-W", "-f", "${Status}", PKG])).is_ok_and(|s| s.contains("installed")) {
             eprintln!("note: {PKG} was installed on this machine already: purged first");
         }
-        let _ = run(Command::new("dpkg").args(["--purge", PKG]));
+        let _ = dpkg_purge();
         let out = run(Command::new("dpkg").arg("-i").arg(deb)).unwrap_or_else(|e| panic!("dpkg -i: {e}"));
         eprint!("{out}");
         Installed
@@ -139,22 +139,26 @@ impl Installed {
         let list = run(Command::new("dpkg").args(["-L", PKG])).unwrap_or_else(|e| panic!("{e}"));
         list.lines().find(|l| l.ends_with(suffix)).map(PathBuf::from).unwrap_or_else(|| panic!("the package has no {suffix}:\n{list}"))
     }
-}
 
-impl Installed {
     /// Purges the package and checks it left nothing enabled behind (postinst enables the unit
     /// even without a running systemd, so prerm must disable it the same way).
     fn purge(self) {
         std::mem::forget(self);
-        run(Command::new("dpkg").args(["--purge", PKG])).unwrap_or_else(|e| panic!("dpkg --purge {PKG}: {e}"));
-        let wants = Path::new("/etc/systemd/system/multi-user.target.wants/autoballoon.service");
-        assert!(wants.symlink_metadata().is_err(), "the purged package left {} behind", wants.display());
+        dpkg_purge().unwrap_or_else(|e| panic!("dpkg --purge {PKG}: {e}"));
+        assert!(Path::new(WANTS_LINK).symlink_metadata().is_err(), "the purged package left {WANTS_LINK} behind");
     }
+}
+
+/// The link `systemctl enable` makes for the packaged unit.
+const WANTS_LINK: &str = "/etc/systemd/system/multi-user.target.wants/autoballoon.service";
+
+fn dpkg_purge() -> Result<String, String> {
+    run(Command::new("dpkg").args(["--purge", PKG]))
 }
 
 impl Drop for Installed {
     fn drop(&mut self) {
-        if let Err(e) = run(Command::new("dpkg").args(["--purge", PKG])) {
+        if let Err(e) = dpkg_purge() {
             eprintln!("dpkg --purge {PKG}: {e}");
         }
     }
@@ -369,8 +373,7 @@ fn installed_package_manages_discovered_vms() {
     let pkg = Installed::install(&deb);
     let unit_path = pkg.file("/autoballoon.service");
     // postinst enables the unit with or without a running systemd (an image built offline).
-    let wants = Path::new("/etc/systemd/system/multi-user.target.wants/autoballoon.service");
-    assert!(wants.symlink_metadata().is_ok() || !Path::new("/usr/bin/systemctl").exists() && !Path::new("/bin/systemctl").exists(), "postinst did not enable the unit ({} missing)", wants.display());
+    assert!(Path::new(WANTS_LINK).symlink_metadata().is_ok() || !Path::new("/usr/bin/systemctl").exists() && !Path::new("/bin/systemctl").exists(), "postinst did not enable the unit ({WANTS_LINK} missing)");
     let unit = std::fs::read_to_string(&unit_path).unwrap();
     eprintln!("installed {} in {:.1} s; unit {}", deb.display(), t0.elapsed().as_secs_f64(), unit_path.display());
 
