@@ -10,8 +10,9 @@
 //!
 //! Each records what the reads cost the balloon (pages the hook served, in all and by the
 //! slow-path stage of the request, and the size QEMU reports) and their time, then an
-//! anonymous spike of 1.5 GiB (six times what the guest has) that must complete with 0 OOM kills through the hook. `make kernel-test` runs
-//! both; the summary prints the records (kernel/scripts/summary.py).
+//! anonymous spike of 1.5 GiB (six times what the guest has) that must complete with 0 OOM
+//! kills through the hook. `make kernel-test` runs both; the summary prints the records
+//! (kernel/scripts/summary.py).
 mod common;
 
 use autoballoon_core::Kib;
@@ -87,9 +88,9 @@ fn placement(test: &str, cache_first: u8) -> Value {
 /// `before_reclaim` and `after_clean_reclaim`: 0 pages). Requests that may not reclaim at
 /// all (atomic and GFP_NOWAIT ones: slab growth while readahead fills the cache, such as
 /// the page cache's xarray nodes or the block layer's; which ones was not traced) have the
-/// balloon as their last resort before failing under
-/// either placement (`enum balloon_hook_stage`, patch 3); what they took is recorded
-/// (`no_reclaim`), not asserted: a CI run on two shared cores saw 3,072 pages there.
+/// balloon as their last resort before failing under either placement (`enum
+/// balloon_hook_stage`, patch 3); what they took is recorded (`no_reclaim`), not asserted:
+/// a CI run on two shared cores saw 3,072 pages there.
 #[test]
 #[ignore = "needs the patched kernel: make kernel-test"]
 fn patched_file_reads_with_clean_cache_first() {
