@@ -24,7 +24,7 @@ help:
 	@echo "make bench-host - the host controller's CPU and RSS per VM (1/4/16 VMs), iBalloon's mixed workloads (static vs balancer), E1 balloon overhead (ballooned vs configured) and A1 auto-ballooning on an overcommitted host (vanilla vs pressure) into bench/host/RESULTS.md; HOSTBENCH_ONLY=cost,mixed,e1,a1 runs some, keeping the others' previous results"
 	@echo "make migbench - migrations idle and after a spike against free page reporting (MIGBENCH_ARGS='--runs 2')"
 	@echo "make sim    - the simulator's tests, then S1 (paper-spike: 24 h of 675 GB spikes on a 732 GB VM) under swapfree against static (docs/simulator.md)"
-	@echo "make sim-ray-test - the simulator's Ray driver (crates/sim/ray) on a local Ray cluster: 8 hosts in 4 shards merge into the unsharded fleet summary (creates ~/.cache/autoballoon/venv-ray-<version> once, from PyPI)"
+	@echo "make sim-ray-test - the simulator's Ray driver (crates/sim/ray) on a 3-node Ray cluster on this machine (loopback only): 8 hosts in 4 shards, binary and scenario through the object store, on >= 2 nodes, merge into the unsharded fleet summary (creates ~/.cache/autoballoon/venv-ray-<version> once, from PyPI)"
 	@echo "make sim-scale - the simulator at scale: 10,000 VMs for 7 days (fleet-week, 1250 hosts x 8 VMs) on every core; prints the wall time"
 	@echo "make reproduce - writes experiments/REPORT.md: every simulated experiment, the seed's number beside ours"
 	@echo "make calibrate - fits the simulator's calibration (bench/results.json, bench/host/results.json, the seeds' numbers) into crates/sim/calibration.toml"
@@ -140,7 +140,8 @@ sim:
 	$(SIM) --scenario paper-spike --policy continuous-stock --no-baseline
 
 # The fleet on Ray (crates/sim/ray, docs/simulator.md, Fleet on Ray): part of make test
-# (about 10 s warm; the first run installs Ray into a cached venv, about 30 s more).
+# (a head and two worker nodes from local_cluster.py; about 12-16 s warm; the first run
+# installs Ray into a cached venv, about 30 s more).
 sim-ray-test:
 	cargo build --release --locked -p autoballoon-sim
 	AUTOBALLOON_SIM=$(SIM) bash crates/sim/ray/test.sh
