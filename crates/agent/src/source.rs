@@ -85,11 +85,15 @@ impl Source for ProcSource {
         let meminfo = read_text(&self.proc_dir.join("meminfo"))?;
         let (guest_size, max) = self.backend.size()?;
         let target_in_force = self.backend.target_in_force()?;
+        let held_for_hinting = self.backend.held_for_hinting()?;
         let vmstat = read_text(&self.proc_dir.join("vmstat"))?;
         let pressure = self.read_pressure()?;
 
         let m = parse_meminfo(&meminfo).map_err(|e| self.parse_error("meminfo", e))?;
-        let mem = MemView::from_meminfo(&m).map_err(|e| self.parse_error("meminfo", e))?;
+        let mut mem = MemView::from_meminfo(&m).map_err(|e| self.parse_error("meminfo", e))?;
+        if let Some(held) = held_for_hinting {
+            mem = mem.with_hinted_saturating(held);
+        }
         let vmstat = parse_vmstat(&vmstat).map_err(|e| self.parse_error("vmstat", e))?;
         let pressure: Option<Pressure> = match pressure {
             Some(text) => Some(parse_pressure(&text).map_err(|e| self.parse_error("pressure/memory", e))?),
@@ -123,6 +127,19 @@ mod tests {
         assert_eq!(x.mem, Some(want));
         assert_eq!(x.pressure, Some(parse_pressure(&fixture("linux-6.1-guest-spike", "pressure-memory")).unwrap()));
         assert_eq!((x.oom_kills, x.migrating, s.balloon()), (Some(3), true, Some(Pages(6))));
+    }
+
+    #[test]
+    fn free_pages_held_for_hinting_are_free_again_in_the_sample() {
+        let t = ProcTree::new("source-hinted", "linux-6.1-guest-idle");
+        t.set_kernel(393216, 524288);
+        let mut s = ProcSource::new(t.proc.clone(), Rc::new(KernelBalloon::new(&t.kernel)));
+        let plain = s.sample().unwrap().mem.unwrap();
+        std::fs::write(t.kernel.join("hinted_pages"), "2560\n").unwrap();
+        let hinted = s.sample().unwrap().mem.unwrap();
+        let held = Kib::from_mib_saturating(10);
+        assert_eq!((hinted.free, hinted.available), (plain.free.saturating_add(held), plain.available.saturating_add(held)));
+        assert_eq!(hinted.committed_as, plain.committed_as);
     }
 
     #[test]

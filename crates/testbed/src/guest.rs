@@ -193,6 +193,15 @@ pub fn vmstat(q: &Qemu, key: &str) -> Result<u64, ConsoleError> {
     named_value(&out.text, key).ok_or_else(|| ConsoleError::Unexpected { command: format!("cat /proc/vmstat (no {key})"), output: out.text })
 }
 
+/// A field of the guest's `/proc/meminfo`, in kB (e.g. `MemFree`).
+pub fn meminfo_kib(q: &Qemu, field: &str) -> Result<u64, ConsoleError> {
+    let out = q.console.run("cat /proc/meminfo", Duration::from_secs(60))?;
+    out.text
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':')?.split_whitespace().next()?.parse().ok())
+        .ok_or_else(|| ConsoleError::Unexpected { command: format!("cat /proc/meminfo (no {field})"), output: out.text })
+}
+
 /// Pageblocks per migratetype, summed over every zone (`/proc/pagetypeinfo`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Pageblocks {

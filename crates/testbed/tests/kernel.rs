@@ -196,12 +196,6 @@ fn patched_transparent_meminfo() {
 /// A pc-dimm besides the guest's 2 GiB for the memory offlining scenarios.
 const DIMM: Kib = Kib::from_mib_saturating(512);
 
-/// A `/proc/meminfo` field in kB.
-fn meminfo(q: &Qemu, field: &str) -> u64 {
-    let text = sh(q, "cat /proc/meminfo");
-    text.lines().find_map(|l| l.strip_prefix(field)?.strip_prefix(':')?.split_whitespace().next()?.parse().ok()).unwrap_or_else(|| panic!("no {field} in /proc/meminfo:\n{text}"))
-}
-
 /// `pages free`, `present` and `managed` of one zone in `/proc/zoneinfo`.
 fn zone_pages(q: &Qemu, zone: &str) -> Value {
     let text = sh(q, "cat /proc/zoneinfo");

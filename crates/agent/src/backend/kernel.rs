@@ -2,7 +2,8 @@
 //! `target_pages`, in 4 KiB pages, in the balloon device's sysfs directory
 //! (`/sys/bus/virtio/devices/virtioN/balloon/`, series v3) or in `/proc/sys/vm/balloon`
 //! (v1 and v2 of the series). The allocator hook raises `target_pages` by itself when it
-//! hands the balloon's memory to an allocation.
+//! hands the balloon's memory to an allocation. `hinted_pages` (patch 23; absent before)
+//! counts the free pages the driver holds for free page hinting during a migration.
 
 use super::files::{optional, read_pages, write_number};
 use super::{Backend, FileError, WriteError};
@@ -46,6 +47,9 @@ impl Backend for KernelBalloon {
         // Whole pages, and never 0: a guest of no pages cannot run.
         write_number(&self.dir.join("target_pages"), guest_size.to_pages_floor().0.max(1))
     }
+    fn held_for_hinting(&self) -> Result<Option<Kib>, FileError> {
+        optional(read_pages(&self.dir.join("hinted_pages")))
+    }
 }
 
 #[cfg(test)]
@@ -87,6 +91,17 @@ mod tests {
         assert_eq!(t.read(&target), u64::MAX / 4);
         let e = KernelBalloon::new(&t.root.join("nope")).set_guest_size(Kib(4)).unwrap_err();
         assert!(e.to_string().contains("nope/target_pages"), "{e}");
+    }
+
+    #[test]
+    fn pages_held_for_hinting_are_read_where_the_kernel_has_them() {
+        let t = ProcTree::new("backend-kernel-hinted", "linux-6.1-guest-idle");
+        let b = KernelBalloon::new(&t.kernel);
+        assert_eq!(b.held_for_hinting().unwrap(), None, "a series before patch 23");
+        std::fs::write(t.kernel.join("hinted_pages"), "393216\n").unwrap();
+        assert_eq!(b.held_for_hinting().unwrap(), Some(Kib::from_mib_saturating(1536)));
+        std::fs::write(t.kernel.join("hinted_pages"), "1e9\n").unwrap();
+        assert!(matches!(b.held_for_hinting(), Err(FileError::NotANumber { .. })));
     }
 
     #[test]

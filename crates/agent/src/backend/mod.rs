@@ -40,6 +40,12 @@ pub trait Backend {
     /// Sets the guest's size.
     fn set_guest_size(&self, guest_size: Kib) -> Result<(), WriteError>;
 
+    /// Free memory the balloon driver holds for free page hinting now (a migration runs),
+    /// which the guest's meminfo leaves out; `None` where the driver does not say.
+    fn held_for_hinting(&self) -> Result<Option<Kib>, FileError> {
+        Ok(None)
+    }
+
     /// Whether the agent runs the control loop on this balloon; if not, the host owns it:
     /// the agent reports and the host decides.
     fn agent_decides(&self) -> bool {

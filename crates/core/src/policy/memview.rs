@@ -39,6 +39,16 @@ impl MemView {
         })
     }
 
+    /// The view with `held` KiB that the balloon driver holds for free page hinting counted
+    /// as free and available again: hinting takes the guest's free memory while a
+    /// migration runs and gives it back when it ends or when the guest runs short, and
+    /// meanwhile `MemFree` and `MemAvailable` leave it out, though the guest needs no more
+    /// than before. Capped at `total`.
+    pub fn with_hinted_saturating(self, held: Kib) -> MemView {
+        let add = |v: Kib| v.saturating_add(held).min(self.total);
+        MemView { free: add(self.free), available: add(self.available), ..self }
+    }
+
     /// Memory in swap: `SwapTotal − SwapFree` (0 without swap).
     pub fn swapped(&self) -> Kib {
         self.swap_total.saturating_sub(self.swap_free)
@@ -63,6 +73,15 @@ impl MemView {
 mod tests {
     use super::*;
     use crate::procfs::{fixtures, parse_meminfo};
+
+    #[test]
+    fn pages_held_for_hinting_count_as_free_and_available() {
+        let v = MemView { total: Kib(2000), free: Kib(30), available: Kib(100), cached: Kib(70), ..Default::default() };
+        let h = v.with_hinted_saturating(Kib(1500));
+        assert_eq!((h.free, h.available, h.cached, h.total), (Kib(1530), Kib(1600), Kib(70), Kib(2000)));
+        assert_eq!(v.with_hinted_saturating(Kib::MAX).available, Kib(2000), "never above the total");
+        assert_eq!(v.with_hinted_saturating(Kib::ZERO), v);
+    }
 
     #[test]
     fn overcommitted_is_never_negative() {

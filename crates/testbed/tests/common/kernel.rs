@@ -4,7 +4,7 @@
 
 use super::vm_dir;
 pub use autoballoon_testbed::guest::BALLOON_DIR;
-use autoballoon_testbed::guest::{balloon_to, dmesg_errors, hook_pages_served, hook_stats, kernel_errors, named_value, read_number, run_spike, tainted, SpikeRun};
+use autoballoon_testbed::guest::{balloon_to, dmesg_errors, hook_pages_served, hook_stats, kernel_errors, meminfo_kib, named_value, read_number, run_spike, tainted, SpikeRun};
 use autoballoon_testbed::{GuestAgent, GuestImage, Qemu, VmSpec};
 use autoballoon_core::{Kib, Pages};
 use autoballoon_qmp::Qmp;
@@ -101,6 +101,11 @@ pub fn sh_within(q: &Qemu, cmd: &str, timeout: Duration) -> String {
     let out = q.console.run(cmd, timeout).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(out.status, 0, "`{cmd}`: {}", out.text);
     out.text
+}
+
+/// A `/proc/meminfo` field in kB.
+pub fn meminfo(q: &Qemu, field: &str) -> u64 {
+    meminfo_kib(q, field).unwrap_or_else(|e| panic!("{e}"))
 }
 
 pub fn read_u64(q: &Qemu, path: &str) -> u64 {
