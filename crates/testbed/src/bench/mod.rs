@@ -108,9 +108,10 @@ pub struct BenchArgs {
     /// Sockets, logs and `results.jsonl`.
     #[arg(long, default_value = "run/bench/migration")]
     pub out: PathBuf,
-    /// Where RESULTS.md, results.json and the plots go.
-    #[arg(long, default_value = "bench")]
-    pub results: PathBuf,
+    /// Where RESULTS.md, results.json and the plots go [default: --out]; `make bench`
+    /// gives `bench`, the report kept in the repository.
+    #[arg(long)]
+    pub results: Option<PathBuf>,
     /// The kernel benchmark's figures to include, if the file exists.
     #[arg(long, default_value = "run/bench/kernel.json")]
     pub kernel_json: PathBuf,
@@ -122,6 +123,14 @@ pub struct BenchArgs {
     /// only the point it was measuring) [default: $BENCH_RESUME=1].
     #[arg(long)]
     pub resume: bool,
+}
+
+impl BenchArgs {
+    /// Where the report goes: --results, else --out (a partial or trial run never
+    /// overwrites the repository's report unless asked to).
+    pub fn results_dir(&self) -> &Path {
+        self.results.as_deref().unwrap_or(&self.out)
+    }
 }
 
 fn env_flag(name: &str) -> bool {
@@ -139,8 +148,9 @@ pub fn read_records(path: &Path) -> Result<Vec<Record>, String> {
 }
 
 fn write_report(a: &BenchArgs, meta: &report::Meta, records: &[Record]) -> Result<(), String> {
-    std::fs::create_dir_all(&a.results).map_err(|e| format!("{}: {e}", a.results.display()))?;
-    let w = |name: &str, text: String| std::fs::write(a.results.join(name), text).map_err(|e| format!("{name}: {e}"));
+    let dir = a.results_dir();
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let w = |name: &str, text: String| std::fs::write(dir.join(name), text).map_err(|e| format!("{name}: {e}"));
     w("RESULTS.md", report::markdown(meta, records))?;
     w("results.json", format!("{:#}\n", report::json(meta, records)))?;
     if let Some(s) = report::after_spike_svg(records) {
@@ -152,7 +162,7 @@ fn write_report(a: &BenchArgs, meta: &report::Meta, records: &[Record]) -> Resul
     if let Some(s) = report::footprint_svg(records) {
         w("footprint.svg", s)?;
     }
-    println!("[bench] wrote {}", a.results.join("RESULTS.md").display());
+    println!("[bench] wrote {}", dir.join("RESULTS.md").display());
     Ok(())
 }
 
@@ -240,7 +250,7 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
     if let Some(from) = &a.report_from {
         let records = read_records(from)?;
         // The measuring run's own facts, from the results.json it wrote, if there is one.
-        let old: Option<serde_json::Value> = std::fs::read_to_string(a.results.join("results.json")).ok().and_then(|t| serde_json::from_str(&t).ok());
+        let old: Option<serde_json::Value> = std::fs::read_to_string(a.results_dir().join("results.json")).ok().and_then(|t| serde_json::from_str(&t).ok());
         let m = old.as_ref().map(|o| &o["meta"]);
         let text = |k: &str| m.and_then(|m| m[k].as_str()).map(str::to_string);
         meta.wall_min = m.and_then(|m| m["wall_min"].as_f64()).unwrap_or(f64::NAN);
