@@ -103,6 +103,7 @@ pub fn spec_cpus(config: Config, name: &str, memory: Kib, qemu: &Path, cpus: u32
         agent: config.agent(),
         free_page_reporting: config.fpr(),
         free_page_hint: config.hint(),
+        append: config.append().into(),
         deflate_on_oom: true,
         // Under QEMU 7.2's multi-threaded TCG even guests without a balloon crashed after
         // migrations (SPEC part 5); the bench measures with one TCG thread.
@@ -270,5 +271,15 @@ mod tests {
         assert_eq!(s.news(&h(true, &["[1] WARNING: x", "[9] BUG: y"], Some(512 | 4096), 3)), (vec!["[9] BUG: y".to_string()], Some(4096), 2));
         // A crashed destination: its console's lines, all of them.
         assert_eq!(s.news(&h(false, &["[1] Oops: z"], None, 0)).0, vec!["[1] Oops: z".to_string()]);
+    }
+
+    #[test]
+    fn fpr_at_order_0_is_fpr_on_the_patched_kernel_booted_with_the_order() {
+        let c = Config::FprOrder0Patched;
+        assert_eq!((c.kernel(), c.fpr(), c.hint(), c.ballooning()), (Kernel::Patched, true, false, false));
+        let v = spec(c, "o0", Kib::from_gib_saturating(2), Path::new("qemu-system-x86_64"));
+        assert_eq!((v.append.as_str(), v.free_page_reporting, v.free_page_hint), ("page_reporting.page_reporting_order=0", true, false));
+        assert_eq!(spec(Config::FprPatched, "o9", Kib::from_gib_saturating(2), Path::new("q")).append, "", "the others keep the image's command line");
+        assert!(!Config::DEFAULT.contains(&c), "not in make bench's list");
     }
 }

@@ -41,6 +41,7 @@ fn color(c: Config) -> &'static str {
         Config::FprHint => "#aec7e8",
         Config::FprPatched => "#98df8a",
         Config::FprHintPatched => "#c5b0d5",
+        Config::FprOrder0Patched => "#ffbb78",
         Config::DooFixed => "#8c564b",
         Config::AbStock => "#d62728",
         Config::AbStockNoFpr => "#ff9896",
