@@ -59,6 +59,7 @@ pub enum Config {
     /// blocks), no agent: the lower order a reviewer of the kernel series asks about. Not in
     /// `make bench`'s default list.
     #[value(name = "fpr-o0-patched")]
+    #[serde(rename = "fpr-o0-patched")]
     FprOrder0Patched,
     /// The patched kernel with no agent, balloon never moved, no free page reporting: the
     /// overhead's baseline for the patched rows (another kernel than `none`'s).
