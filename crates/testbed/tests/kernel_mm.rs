@@ -159,13 +159,23 @@ fn patched_with_free_page_reporting_and_hinting() {
 /// Free page hinting holds the guest's free memory while a migration runs, out of MemFree
 /// and MemAvailable, though the guest needs no more than before; the patched driver shows
 /// it in `balloon/hinted_pages` (patch 23) for the agent to add back, and it is 0 again once
-/// the migration is done. Migrated at 8 MiB/s, so that it lasts.
+/// the migration is done. Migrated at 8 MiB/s, so that it lasts, under QEMU 10: the guest
+/// gives its hinted blocks back as the migration ends, and QEMU 7.2 under TCG loses guest
+/// writes at the switchover (kernel/README.md, "Item 0"; a destination of this scenario
+/// crashed there once).
 #[test]
 #[ignore = "needs the patched kernel: make kernel-test"]
 fn patched_shows_the_pages_held_for_hinting() {
     let test = "kernel_mm_hinted";
+    let qemu = match common::qemu10() {
+        Ok(p) => p,
+        Err(why) => {
+            eprintln!("SKIPPED patched_shows_the_pages_held_for_hinting: {why}");
+            return;
+        }
+    };
     let image = patched();
-    let vm = |name: &str| VmSpec { free_page_hint: true, ..spec(name, GuestAgent::None, true) };
+    let vm = |name: &str| VmSpec { qemu: qemu.clone(), free_page_hint: true, ..spec(name, GuestAgent::None, true) };
     let q = boot(test, &image, vm("hint-src"));
     let hinted = |q: &Qemu| read_u64(q, &format!("{BALLOON_DIR}/hinted_pages"));
     let (before, free_before) = (hinted(&q), meminfo(&q, "MemFree"));

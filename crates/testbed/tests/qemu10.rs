@@ -9,40 +9,13 @@ mod common;
 use autoballoon_core::Kib;
 use autoballoon_qmp::{Qmp, BALLOON_DEVICE_PATH};
 use autoballoon_testbed::{migrate, wait_for, GuestAgent, Qemu, VmSpec};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
 
-/// QEMU 10's binary or wrapper; `Err` (skip) only if it is simply not installed. A set
-/// `AUTOBALLOON_QEMU10` that does not run QEMU 10 is a mistake and fails the test.
-fn qemu10() -> Result<PathBuf, String> {
-    let (path, explicit) = match std::env::var_os("AUTOBALLOON_QEMU10").filter(|p| !p.is_empty()) {
-        Some(p) => (PathBuf::from(p), true),
-        None => {
-            let cache = std::env::var_os("AUTOBALLOON_CACHE")
-                .map(PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/autoballoon")))
-                .ok_or("neither AUTOBALLOON_CACHE nor HOME is set")?;
-            let p = cache.join("qemu/qemu10/bin/qemu-system-x86_64");
-            if !p.exists() {
-                return Err(format!("QEMU 10 is not installed ({} is missing; run `make qemu10`, or set AUTOBALLOON_QEMU10)", p.display()));
-            }
-            (p, false)
-        }
-    };
-    let out = std::process::Command::new(&path).arg("--version").output();
-    let version = out.as_ref().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
-    if !version.starts_with("QEMU emulator version 10.") {
-        let what = if explicit { "AUTOBALLOON_QEMU10" } else { "the cached install (re-run `make qemu10`)" };
-        panic!("{what}: {} does not run QEMU 10: {:?}", path.display(), out.map(|_| version.lines().next().unwrap_or("").to_owned()));
-    }
-    Ok(path)
-}
-
 #[test]
 fn qemu10_boot_shrink_migrate() {
-    let qemu = match qemu10() {
+    let qemu = match common::qemu10() {
         Ok(p) => p,
         Err(why) => {
             eprintln!("SKIPPED qemu10_boot_shrink_migrate: {why}");

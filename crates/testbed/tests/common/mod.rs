@@ -77,3 +77,29 @@ pub fn keeps_ticking(vm: &VmHandle, n: u64, timeout: Duration) -> bool {
 pub fn size(vm: &VmHandle) -> Kib {
     vm.snapshot().known_size().unwrap_or(Kib(u64::MAX))
 }
+
+/// QEMU 10's binary or wrapper; `Err` (skip) only if it is simply not installed. A set
+/// `AUTOBALLOON_QEMU10` that does not run QEMU 10 is a mistake and fails the test.
+pub fn qemu10() -> Result<PathBuf, String> {
+    let (path, explicit) = match std::env::var_os("AUTOBALLOON_QEMU10").filter(|p| !p.is_empty()) {
+        Some(p) => (PathBuf::from(p), true),
+        None => {
+            let cache = std::env::var_os("AUTOBALLOON_CACHE")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/autoballoon")))
+                .ok_or("neither AUTOBALLOON_CACHE nor HOME is set")?;
+            let p = cache.join("qemu/qemu10/bin/qemu-system-x86_64");
+            if !p.exists() {
+                return Err(format!("QEMU 10 is not installed ({} is missing; run `make qemu10`, or set AUTOBALLOON_QEMU10)", p.display()));
+            }
+            (p, false)
+        }
+    };
+    let out = std::process::Command::new(&path).arg("--version").output();
+    let version = out.as_ref().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    if !version.starts_with("QEMU emulator version 10.") {
+        let what = if explicit { "AUTOBALLOON_QEMU10" } else { "the cached install (re-run `make qemu10`)" };
+        panic!("{what}: {} does not run QEMU 10: {:?}", path.display(), out.map(|_| version.lines().next().unwrap_or("").to_owned()));
+    }
+    Ok(path)
+}
