@@ -282,4 +282,15 @@ mod tests {
         assert_eq!(spec(Config::FprPatched, "o9", Kib::from_gib_saturating(2), Path::new("q")).append, "", "the others keep the image's command line");
         assert!(!Config::DEFAULT.contains(&c), "not in make bench's list");
     }
+
+    #[test]
+    fn the_hook_before_reclaim_is_the_patched_product_booted_with_cache_first_0() {
+        let (c, d) = (Config::AbPatchedFprBeforeReclaim, Config::AbPatchedFpr);
+        assert_eq!((c.kernel(), c.fpr(), c.hint(), c.agent()), (d.kernel(), d.fpr(), d.hint(), d.agent()));
+        assert!(!c.qemu_own() && c.ballooning() && !c.controlled());
+        let v = spec(c, "cf0", Kib::from_gib_saturating(2), Path::new("q"));
+        assert_eq!(v.append, "virtio_balloon.cache_first=0");
+        assert_eq!(spec(d, "cf1", Kib::from_gib_saturating(2), Path::new("q")).append, "", "the default placement keeps the image's command line");
+        assert!(!Config::DEFAULT.contains(&c), "not in make bench's list");
+    }
 }

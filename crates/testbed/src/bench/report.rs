@@ -47,6 +47,7 @@ fn color(c: Config) -> &'static str {
         Config::AbStockNoFpr => "#ff9896",
         Config::AbPatched => "#2ca02c",
         Config::AbPatchedFpr => "#9467bd",
+        Config::AbPatchedFprBeforeReclaim => "#c49c94",
         Config::NoBalloonPatched => "#bcbd22",
     }
 }
