@@ -3,7 +3,7 @@
 #
 # Build the autoballoon guest kernel (bzImage) from Debian's linux-source-6.12.
 #
-#   kernel/build.sh [patched|stock|debug]  build (or fetch from cache) one variant
+#   kernel/build.sh [patched|stock|debug|kasan]  build (or fetch from cache) one variant
 #   kernel/build.sh --path VARIANT    print where that variant's bzImage is/will be
 #   kernel/build.sh --tree            prepare the source tree only, print its path
 #   kernel/build.sh --kunit [ARGS]    run the KUnit suites of kernel/.kunitconfig
@@ -13,7 +13,8 @@
 # Variants: "patched" = base + kernel/patches/*.patch, "stock" = base only.
 # Both use tinyconfig + kernel/config/guest.config.  "debug" = patched plus
 # kernel/config/debug.config (lockdep, DEBUG_ATOMIC_SLEEP, DEBUG_VM), built
-# in its own directory (_build-debug) so it does not disturb the others.
+# in its own directory (_build-debug) so it does not disturb the others;
+# "kasan" = debug plus kernel/config/kasan.config (generic KASAN), in _build-kasan.
 #
 # Layout (nothing of this goes into the repository):
 #   ~/.cache/autoballoon/kernel/src-<version>/         git repo, tag "base" = pristine
@@ -42,12 +43,20 @@ BUILD=$SRC/_build
 step() { printf '[kernel] %s\n' "$*" >&2; }
 die() { printf '[kernel] error: %s\n' "$*" >&2; exit 1; }
 
+# The config fragments a variant adds to guest.config, one path a line.
+variant_fragments() {
+	case $1 in
+	debug) echo "$HERE/config/debug.config" ;;
+	kasan) printf '%s\n' "$HERE/config/debug.config" "$HERE/config/kasan.config" ;;
+	esac
+}
+
 cache_key() {
-	local variant=$1
+	local variant=$1 f
 	{
 		echo "recipe=$RECIPE base=$BASE_VERSION variant=$variant"
 		cat "$FRAGMENT"
-		[ "$variant" != debug ] || cat "$HERE/config/debug.config"
+		for f in $(variant_fragments "$variant"); do cat "$f"; done
 		if [ "$variant" != stock ]; then
 			for p in "$HERE"/patches/*.patch; do
 				[ -e "$p" ] && cat "$p"
@@ -132,7 +141,7 @@ checkout_variant() {
 
 configure() {
 	local frags=("$FRAGMENT")
-	[ "$1" != debug ] || frags+=("$HERE/config/debug.config")
+	mapfile -t -O 1 frags < <(variant_fragments "$1")
 	step "configuring (tinyconfig + ${frags[*]##*/})"
 	mkdir -p "$BUILD"
 	cd "$SRC"
@@ -181,7 +190,7 @@ build_variant() {
 	exec 9>"$KCACHE/.build.lock"
 	step "waiting for build lock" && flock 9
 	B=_build
-	[ "$variant" != debug ] || B=_build-debug
+	case $variant in debug | kasan) B=_build-$variant ;; esac
 	BUILD=$SRC/$B
 	checkout_variant "$variant"
 	configure "$variant"
@@ -248,10 +257,10 @@ case "${1:-patched}" in
 	ensure_tree
 	echo "$SRC"
 	;;
-patched|stock|debug)
+patched|stock|debug|kasan)
 	build_variant "${1:-patched}"
 	;;
 *)
-	die "usage: $0 [patched|stock|debug] | --path VARIANT | --tree | --kunit [ARGS]"
+	die "usage: $0 [patched|stock|debug|kasan] | --path VARIANT | --tree | --kunit [ARGS]"
 	;;
 esac

@@ -12,6 +12,8 @@
 #                        spike (patched and stock; 20 each, AUTOBALLOON_SPIKE_MIGRATIONS)
 #   make kernel-test-debug  the same on the debug build of the series (lockdep,
 #                        DEBUG_VM, DEBUG_LIST): any kernel warning fails a test
+#   make kernel-test-kasan  the hook's scenarios (KASAN_TESTS) on the debug build
+#                        with generic KASAN (kernel/config/kasan.config)
 #   make kernel-check    identity and ABI fields and checkpatch --strict on
 #                        every patch, and every prefix of the series builds
 #   make kernel-deb      Debian packages of the patched kernel for real guests
@@ -21,7 +23,7 @@
 
 KERNEL_DIR ?= kernel
 
-.PHONY: kernel kernel-stock kernel-kunit kernel-test kernel-test-migrate kernel-test-debug kernel-check kernel-deb kernel-deb-test
+.PHONY: kernel kernel-stock kernel-kunit kernel-test kernel-test-migrate kernel-test-debug kernel-test-kasan kernel-check kernel-deb kernel-deb-test
 
 kernel:
 	$(KERNEL_DIR)/build.sh patched
@@ -41,6 +43,14 @@ kernel-test-migrate: agent
 
 kernel-test-debug: agent
 	PATCHED_VARIANT=debug $(KERNEL_DIR)/scripts/kernel-test.sh $(AGENT)
+
+# The scenarios where the balloon's pages change hands: KUnit, the spike, spikes
+# during migrations, offlining, contiguous allocations, unbind and unplug, CMA.
+KASAN_TESTS ?= patched_kunit patched_spike_at_256_mib patched_spike_cycles_with_migrations \
+  patched_offline_ballooned_memory patched_contiguous_allocations_get_ballooned_units_back \
+  patched_driver_unbind_and_device_unplug_during_spikes patched_unmovable_burst_leaves_units_in_a_cma_area
+kernel-test-kasan: agent
+	PATCHED_VARIANT=kasan $(KERNEL_DIR)/scripts/kernel-test.sh $(AGENT) '$(KASAN_TESTS)'
 
 kernel-check:
 	$(KERNEL_DIR)/scripts/check-patches.sh

@@ -10,7 +10,7 @@ mod common;
 
 use common::kernel::*;
 
-use autoballoon_testbed::guest::{balloon_to, dmesg_errors, hook_pages_served, hook_stats, kernel_errors, named_value, oom_kills, qemu_balloon, tainted};
+use autoballoon_testbed::guest::{balloon_to, dmesg_errors, hook_pages_served, hook_stats, kernel_errors, named_value, oom_kills, qemu_balloon, tainted, vmstat};
 use autoballoon_testbed::{migrate, wait_for, wait_settled, GuestAgent, GuestImage, Qemu, VmSpec};
 use autoballoon::controller::AgentLink;
 use autoballoon_core::protocol::{HostMessage, MigrationOutcome, PORT_NAME};
@@ -125,17 +125,26 @@ fn hook_spike(test: &str, image: &GuestImage, variant: &str) {
     let qmp = ctl(&q);
     shrink(&qmp);
     let before = Pages(read_u64(&q, &format!("{BALLOON_DIR}/current_pages")));
+    // /proc/vmstat's balloon_inflate and balloon_deflate count 4 KiB pages, the hook's too.
+    let counted = |key: &str| vmstat(&q, key).unwrap_or_else(|e| panic!("{e}"));
+    let (inflated, deflated_before) = (counted("balloon_inflate"), counted("balloon_deflate"));
+    let served_before = hook_stats(&q).ok().as_deref().and_then(hook_pages_served).unwrap_or(0);
     let t = Instant::now();
     let s = spike(&q);
     let wall = t.elapsed().as_secs_f64();
     let kills = oom_kills(&q);
     let stats = hook_stats(&q).unwrap_or_else(|e| e.to_string());
     let served = hook_pages_served(&stats);
-    eprintln!("{s:?} in {wall:.2} s, OOM kills {kills}\n{stats}");
-    record(variant, "spike", json!({ "oom_kills": kills, "spike_completed": s.completed, "spike_alloc_s": s.alloc_s, "spike_wall_s": wall, "size_before_mib": mib(before), "hook_pages_served": served }));
+    let deflated = counted("balloon_deflate") - deflated_before;
+    eprintln!("{s:?} in {wall:.2} s, OOM kills {kills}, vmstat balloon_inflate {inflated} and balloon_deflate +{deflated}\n{stats}");
+    record(variant, "spike", json!({ "oom_kills": kills, "spike_completed": s.completed, "spike_alloc_s": s.alloc_s, "spike_wall_s": wall, "size_before_mib": mib(before),
+        "hook_pages_served": served, "vmstat_balloon_inflate_at_spike": inflated, "vmstat_balloon_deflate_during_spike": deflated }));
     assert!(s.completed, "the spike failed: {s:?}");
     assert_eq!(kills, 0, "OOM kills on the patched kernel");
     assert!(served.unwrap_or(0) > 0, "the allocator hook served nothing:\n{stats}");
+    assert!(inflated >= before.0, "vmstat balloon_inflate {inflated} < the {} pages in the balloon", before.0);
+    let served_now = served.unwrap_or(0).saturating_sub(served_before);
+    assert!(deflated >= served_now, "vmstat balloon_deflate grew {deflated} during the spike, the hook served {served_now} pages");
     assert_clean(&q);
 }
 
