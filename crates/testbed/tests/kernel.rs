@@ -667,8 +667,8 @@ fn spike_during_migrations(test: &str, image: &GuestImage, variant: &str) {
         done = i;
     }
     let kills = if problems.is_empty() { oom_kills(&q) } else { 0 };
-    // Which QEMU ran (the test bed's, `$AUTOBALLOON_QEMU` or PATH's): 7.2 loses writes at a busy switchover.
-    let qemu = std::process::Command::new(autoballoon_testbed::qemu_binary()).arg("--version").output().ok().and_then(|o| String::from_utf8(o.stdout).ok()).and_then(|t| t.lines().next().map(str::to_string));
+    // Which QEMU ran (the one the guest's spec named): 7.2 loses writes at a busy switchover.
+    let qemu = std::process::Command::new(&q.spec.qemu).arg("--version").output().ok().and_then(|o| String::from_utf8(o.stdout).ok()).and_then(|t| t.lines().next().map(str::to_string));
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
     record(variant, "spike_during_migrations", json!({
         "migrations_wanted": migrations, "migrations_clean": done, "spike_migrate_oom_kills": kills,
