@@ -190,7 +190,8 @@ build_variant() {
 	exec 9>"$KCACHE/.build.lock"
 	step "waiting for build lock" && flock 9
 	B=_build
-	case $variant in debug | kasan) B=_build-$variant ;; esac
+	# A variant with fragments of its own builds in its own directory.
+	[ -z "$(variant_fragments "$variant")" ] || B=_build-$variant
 	BUILD=$SRC/$B
 	checkout_variant "$variant"
 	configure "$variant"

@@ -6,7 +6,8 @@
 #   kernel/scripts/images.sh AGENT
 #
 # PATCHED_VARIANT=debug puts the debug build of the series (lockdep,
-# DEBUG_VM, DEBUG_LIST; kernel/config/debug.config) in place of "patched".
+# DEBUG_VM, DEBUG_LIST; kernel/config/debug.config) in place of "patched";
+# PATCHED_VARIANT=kasan the debug build with KASAN (kernel/config/kasan.config).
 # stdout: two lines, the patched image directory, then the stock one.
 # A cold run builds both kernels (about 10-20 min on 2 cores; progress on stderr).
 set -euo pipefail
