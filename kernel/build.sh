@@ -3,7 +3,7 @@
 #
 # Build the autoballoon guest kernel (bzImage) from Debian's linux-source-6.12.
 #
-#   kernel/build.sh [patched|stock|debug|kasan]  build (or fetch from cache) one variant
+#   kernel/build.sh [patched|stock|debug|kasan|vmem]  build (or fetch from cache) one variant
 #   kernel/build.sh --path VARIANT    print where that variant's bzImage is/will be
 #   kernel/build.sh --tree            prepare the source tree only, print its path
 #   kernel/build.sh --kunit [ARGS]    run the KUnit suites of kernel/.kunitconfig
@@ -14,7 +14,9 @@
 # Both use tinyconfig + kernel/config/guest.config.  "debug" = patched plus
 # kernel/config/debug.config (lockdep, DEBUG_ATOMIC_SLEEP, DEBUG_VM), built
 # in its own directory (_build-debug) so it does not disturb the others;
-# "kasan" = debug plus kernel/config/kasan.config (generic KASAN), in _build-kasan.
+# "kasan" = debug plus kernel/config/kasan.config (generic KASAN), in _build-kasan;
+# "vmem" = stock plus kernel/config/virtio-mem.config (the virtio-mem driver, for
+# measuring the series against it), in _build-vmem.
 #
 # Layout (nothing of this goes into the repository):
 #   ~/.cache/autoballoon/kernel/src-<version>/         git repo, tag "base" = pristine
@@ -48,6 +50,15 @@ variant_fragments() {
 	case $1 in
 	debug) echo "$HERE/config/debug.config" ;;
 	kasan) printf '%s\n' "$HERE/config/debug.config" "$HERE/config/kasan.config" ;;
+	vmem) echo "$HERE/config/virtio-mem.config" ;;
+	esac
+}
+
+# The source a variant builds: "stock" (the pinned base) or "patched" (base + series).
+variant_source() {
+	case $1 in
+	stock|vmem) echo stock ;;
+	*) echo patched ;;
 	esac
 }
 
@@ -57,7 +68,7 @@ cache_key() {
 		echo "recipe=$RECIPE base=$BASE_VERSION variant=$variant"
 		cat "$FRAGMENT"
 		for f in $(variant_fragments "$variant"); do cat "$f"; done
-		if [ "$variant" != stock ]; then
+		if [ "$(variant_source "$variant")" = patched ]; then
 			for p in "$HERE"/patches/*.patch; do
 				[ -e "$p" ] && cat "$p"
 			done
@@ -115,7 +126,7 @@ checkout_variant() {
 	local variant=$1
 	cd "$SRC"
 	git am --abort >/dev/null 2>&1 || true
-	if [ "$variant" = stock ]; then
+	if [ "$(variant_source "$variant")" = stock ]; then
 		step "checking out base"
 		git checkout -q -f --detach base
 		rm -f .git/autoballoon-series
@@ -258,10 +269,10 @@ case "${1:-patched}" in
 	ensure_tree
 	echo "$SRC"
 	;;
-patched|stock|debug|kasan)
+patched|stock|debug|kasan|vmem)
 	build_variant "${1:-patched}"
 	;;
 *)
-	die "usage: $0 [patched|stock|debug|kasan] | --path VARIANT | --tree | --kunit [ARGS]"
+	die "usage: $0 [patched|stock|debug|kasan|vmem] | --path VARIANT | --tree | --kunit [ARGS]"
 	;;
 esac

@@ -155,10 +155,10 @@ fn guest_target_spike(name: &str, append: &str, scenario: &str) -> serde_json::M
     let memtotal = || sh(&q, "grep MemTotal /proc/meminfo").split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).expect("MemTotal");
     let total_before = memtotal();
     let max = read_u64(&q, &format!("{BALLOON_DIR}/max_pages"));
-    let target = SHRUNK.to_pages_floor().0;
+    let target = shrunk().to_pages_floor().0;
     sh(&q, &format!("echo {target} > {BALLOON_DIR}/target_pages"));
     let current = || read_u64(&q, &format!("{BALLOON_DIR}/current_pages"));
-    wait_for(Duration::from_secs(120), Duration::from_millis(100), || current() <= target).expect("the guest shrinks itself to 256 MiB");
+    wait_for(Duration::from_secs(120), Duration::from_millis(100), || current() <= target).expect("the guest shrinks itself to its shrunk size");
     let total_shrunk = memtotal();
     if total_shrunk < total_before {
         // With MemTotal shrunk to 256 MiB, heuristic overcommit refuses a 384 MiB mmap
@@ -265,7 +265,7 @@ fn offline_dimm(test: &str, name: &str, deflate_on_oom: bool, variant: &str) {
     assert_eq!(online_total, boot_total + DIMM.0, "MemTotal with the dimm online");
     let online_max = max_pages(&q);
     assert_eq!(online_max, boot_max + DIMM.0 / 4, "max_pages with the dimm online (boot {boot_max})");
-    balloon_to(&qmp, SHRUNK, Duration::from_secs(180)).expect("QMP").expect("the balloon reaches 256 MiB in 3 min");
+    balloon_to(&qmp, shrunk(), Duration::from_secs(180)).expect("QMP").expect("the balloon reaches the shrunk size in 3 min");
     let normal = zone_pages(&q, "Normal");
     let shrunk_total = meminfo(&q, "MemTotal");
     eprintln!("{name}: blocks {blocks:?}, MemTotal {boot_total} -> {online_total} -> {shrunk_total} kB ballooned; zone Normal (the dimm) {normal}");

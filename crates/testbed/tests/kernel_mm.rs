@@ -57,10 +57,10 @@ fn patched_the_same_target_again_takes_the_balloon_back() {
     let s = spike(&q);
     assert!(s.completed, "the spike failed: {s:?}");
     let after_spike = qemu_balloon(&qmp, GUEST).expect("query-balloon");
-    let back = balloon_to(&qmp, SHRUNK, Duration::from_secs(120)).expect("QMP");
+    let back = balloon_to(&qmp, shrunk(), Duration::from_secs(120)).expect("QMP");
     let final_balloon = qemu_balloon(&qmp, GUEST).expect("query-balloon");
     record("patched", "credit", json!({ "credit_balloon_after_spike_mib": mib(after_spike), "credit_balloon_after_same_target_mib": mib(final_balloon), "credit_back_s": back.map(|d| d.as_secs_f64()) }));
-    assert!(mib(after_spike) < (GUEST.0 - SHRUNK.0) as f64 / 1024.0 - 64.0, "the spike did not deflate the balloon ({:.0} MiB)", mib(after_spike));
+    assert!(mib(after_spike) < (GUEST.0 - shrunk().0) as f64 / 1024.0 - 64.0, "the spike did not deflate the balloon ({:.0} MiB)", mib(after_spike));
     assert!(back.is_some(), "the same target again left the balloon at {:.0} MiB", mib(final_balloon));
     assert_clean(&q);
 }
@@ -240,10 +240,10 @@ fn patched_balloon_units_leave_pageblocks_movable() {
 fn patched_balloon_takes_memory_from_zone_movable() {
     let q = boot("kernel_mm_movable", &patched(), VmSpec { append: "movablecore=1G".into(), ..spec("movable", GuestAgent::None, true) });
     let qmp = ctl(&q);
-    let reached = balloon_to(&qmp, SHRUNK, Duration::from_secs(120)).expect("QMP");
+    let reached = balloon_to(&qmp, shrunk(), Duration::from_secs(120)).expect("QMP");
     let balloon = qemu_balloon(&qmp, GUEST).expect("query-balloon");
     record("patched", "zone_movable", json!({ "movable_balloon_mib": mib(balloon), "movable_reached_s": reached.map(|d| d.as_secs_f64()) }));
-    assert!(reached.is_some(), "the balloon stopped at {:.0} MiB of {} (movablecore=1G)", mib(balloon), (GUEST.0 - SHRUNK.0) / 1024);
+    assert!(reached.is_some(), "the balloon stopped at {:.0} MiB of {} (movablecore=1G)", mib(balloon), (GUEST.0 - shrunk().0) / 1024);
     let s = spike(&q);
     assert!(s.completed, "the spike failed: {s:?}");
     assert_eq!(oom_kills(&q), 0, "OOM kills");
@@ -341,11 +341,11 @@ fn patched_suspend_and_resume_with_a_full_balloon() {
     assert!(running.is_some(), "the guest did not wake up (status {})", status());
     let resumed = q.console.wait_for_text("SUSPEND-RESUMED", Duration::from_secs(60));
     assert!(resumed.is_some(), "the guest did not finish its resume");
-    let back = balloon_to(&qmp, SHRUNK, Duration::from_secs(120)).expect("QMP");
+    let back = balloon_to(&qmp, shrunk(), Duration::from_secs(120)).expect("QMP");
     let s = spike(&q);
     let stats = hook_stats(&q).unwrap_or_default();
     record("patched", "suspend", json!({ "suspend_balloon_back_s": back.map(|d| d.as_secs_f64()), "suspend_spike_completed": s.completed, "suspend_hook_pages": hook_pages_served(&stats) }));
-    assert!(back.is_some(), "the balloon did not come back to 256 MiB after the resume");
+    assert!(back.is_some(), "the balloon did not come back to the shrunk size after the resume");
     assert!(s.completed, "the spike after the resume failed: {s:?}");
     assert!(hook_pages_served(&stats).unwrap_or(0) > 0, "the hook served nothing after the resume:\n{stats}");
     assert_eq!(oom_kills(&q), 0, "OOM kills");
@@ -369,7 +369,7 @@ fn patched_driver_unbind_and_device_unplug_during_spikes() {
     // 64 MiB of it, so the driver lets go of the balloon while the spike still allocates.
     let spike_then = |action: &dyn Fn()| {
         let full = guest_balloon(&q).expect("the balloon's sysfs");
-        sh(&q, "rm -f /tmp/spike.out; sh -c '(spike 4 384 0 0 1 ramp=128; echo EXIT=$?) > /tmp/spike.out 2>&1 &'");
+        sh(&q, &format!("rm -f /tmp/spike.out; sh -c '(spike 4 {} 0 0 1 ramp=128; echo EXIT=$?) > /tmp/spike.out 2>&1 &'", spike_mib()));
         let underway = wait_for(Duration::from_secs(60), Duration::from_millis(20), || guest_balloon(&q).is_some_and(|b| mib(full) - mib(b) >= 64.0));
         assert!(underway.is_some(), "the spike did not start taking memory from the balloon");
         action();
@@ -381,8 +381,8 @@ fn patched_driver_unbind_and_device_unplug_during_spikes() {
         sh(&q, &format!("echo {dev} > {drv}/unbind"));
     });
     sh(&q, &format!("echo {dev} > {drv}/bind"));
-    let back = balloon_to(&qmp, SHRUNK, Duration::from_secs(120)).expect("QMP");
-    assert!(back.is_some(), "the balloon did not come back to 256 MiB after binding the driver again");
+    let back = balloon_to(&qmp, shrunk(), Duration::from_secs(120)).expect("QMP");
+    assert!(back.is_some(), "the balloon did not come back to the shrunk size after binding the driver again");
     spike_then(&|| {
         qmp.execute("device_del", Some(json!({ "id": "balloon0" }))).expect("device_del");
         let deleted = wait_for(Duration::from_secs(120), Duration::from_millis(100), || qmp.poll_events().iter().any(|e| e.name == "DEVICE_DELETED"));

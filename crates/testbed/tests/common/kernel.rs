@@ -14,19 +14,39 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 pub const GUEST: Kib = Kib::from_mib_saturating(2048);
-/// The size the host balloons the guest to before a spike.
-pub const SHRUNK: Kib = Kib::from_mib_saturating(256);
-/// The spike: 4 threads × 384 MiB = 1.5 GiB, six times what the shrunk guest has.
+/// The spike's threads; each touches [`spike_mib`].
 pub const SPIKE_THREADS: u32 = 4;
-pub const SPIKE_MIB: u64 = 384;
 
-pub fn spike(q: &Qemu) -> SpikeRun {
-    run_spike(q, SPIKE_THREADS, SPIKE_MIB, Duration::from_secs(300))
+/// A whole number of MiB from the environment variable `var`, else `default`; a value
+/// that is not one fails the test rather than running another size than asked.
+fn mib_from_env(var: &str, default: u64) -> u64 {
+    match std::env::var(var) {
+        Ok(v) => v.trim().parse().unwrap_or_else(|_| panic!("{var}={v:?} is not a whole number of MiB")),
+        Err(_) => default,
+    }
 }
 
-/// Balloons the guest to [`SHRUNK`] over QMP and waits until QEMU reports it there.
+/// The size the host balloons the guest to before a spike: 256 MiB, or
+/// `$AUTOBALLOON_KERNEL_SHRUNK_MIB` (`make kernel-test-kasan` sets 512: KASAN's shadow
+/// takes an eighth of the guest's memory at boot, which 256 MiB leaves no room for).
+pub fn shrunk() -> Kib {
+    Kib::from_mib_saturating(mib_from_env("AUTOBALLOON_KERNEL_SHRUNK_MIB", 256))
+}
+
+/// MiB each of the spike's [`SPIKE_THREADS`] touches: 384 (1.5 GiB in all, six times what
+/// the shrunk guest has), or `$AUTOBALLOON_KERNEL_SPIKE_MIB` (256 under KASAN).
+pub fn spike_mib() -> u64 {
+    mib_from_env("AUTOBALLOON_KERNEL_SPIKE_MIB", 384)
+}
+
+pub fn spike(q: &Qemu) -> SpikeRun {
+    run_spike(q, SPIKE_THREADS, spike_mib(), Duration::from_secs(300))
+}
+
+/// Balloons the guest to [`shrunk`] over QMP and waits until QEMU reports it there.
 pub fn shrink(qmp: &Qmp) {
-    balloon_to(qmp, SHRUNK, Duration::from_secs(120)).expect("QMP").expect("the balloon reaches 256 MiB in 2 min");
+    let size = shrunk();
+    balloon_to(qmp, size, Duration::from_secs(120)).expect("QMP").unwrap_or_else(|| panic!("the balloon did not reach {} MiB in 2 min", size.0 / 1024));
 }
 
 pub fn image(var: &str) -> GuestImage {
