@@ -14,6 +14,9 @@
 #                        DEBUG_VM, DEBUG_LIST): any kernel warning fails a test
 #   make kernel-test-kasan  KUnit and the boot scenarios that fit (KASAN_TESTS) on
 #                        the debug build with generic KASAN (kernel/config/kasan.config)
+#   make kernel-bench-vmem  the series against virtio-mem (the stock kernel with
+#                        CONFIG_VIRTIO_MEM, kernel/build.sh vmem): spikes, shrinks,
+#                        resident memory, idle migrations (run/bench/virtio-mem.json)
 #   make kernel-check    identity and ABI fields and checkpatch --strict on
 #                        every patch, and every prefix of the series builds
 #   make kernel-deb      Debian packages of the patched kernel for real guests
@@ -23,7 +26,7 @@
 
 KERNEL_DIR ?= kernel
 
-.PHONY: kernel kernel-stock kernel-kunit kernel-test kernel-test-migrate kernel-test-debug kernel-test-kasan kernel-check kernel-deb kernel-deb-test
+.PHONY: kernel kernel-stock kernel-kunit kernel-test kernel-test-migrate kernel-test-debug kernel-test-kasan kernel-bench-vmem kernel-check kernel-deb kernel-deb-test
 
 kernel:
 	$(KERNEL_DIR)/build.sh patched
@@ -54,6 +57,14 @@ KASAN_TESTS ?= patched_kunit patched_floor patched_spike_at patched_guest_target
 kernel-test-kasan: agent
 	PATCHED_VARIANT=kasan AUTOBALLOON_KERNEL_SHRUNK_MIB=512 AUTOBALLOON_KERNEL_SPIKE_MIB=256 \
 		$(KERNEL_DIR)/scripts/kernel-test.sh $(AGENT) '$(KASAN_TESTS)'
+
+# The guests run under $(AUTOBALLOON_QEMU) (default: the system's QEMU); AUTOBALLOON_BENCH_REPS
+# rounds (3), about 10 min.
+kernel-bench-vmem: agent
+	@images=$$(kernel/scripts/images.sh $(AGENT)) && patched=$$(sed -n 1p <<< "$$images") && \
+	vmem=$$(guest/build-image.sh --agent $(AGENT) --vmlinuz "$$($(KERNEL_DIR)/build.sh vmem | tail -1)" --print-dir) && \
+	AUTOBALLOON_PATCHED_IMAGE="$$patched" AUTOBALLOON_VMEM_IMAGE="$$vmem" \
+	  cargo bench --locked -p autoballoon-testbed --bench virtio_mem
 
 kernel-check:
 	$(KERNEL_DIR)/scripts/check-patches.sh

@@ -2,7 +2,7 @@
 //! kernel's balloon files and counters, OOM kills, and ballooning to a size over QMP.
 
 use super::{count_oom_kills, wait_for, ConsoleError, Qemu};
-use autoballoon_core::{Kib, Pages};
+use autoballoon_core::{Bytes, Kib, Pages};
 use autoballoon_qmp::{Qmp, QmpError};
 use std::time::Duration;
 
@@ -272,6 +272,36 @@ pub fn balloon_to(qmp: &Qmp, size: Kib, timeout: Duration) -> Result<Option<Dura
     let took = wait_for(timeout, Duration::from_millis(10), || match qmp.query_balloon() {
         Ok(now) if start >= target => now <= target,
         Ok(now) => now >= target,
+        Err(e) => {
+            err = Some(e);
+            true
+        }
+    });
+    match err {
+        Some(e) => Err(e),
+        None => Ok(took),
+    }
+}
+
+/// The QOM path of [`crate::VmSpec::virtio_mem`]'s device.
+pub const VIRTIO_MEM_PATH: &str = "/machine/peripheral/vmem0";
+
+/// The memory the guest has plugged into its virtio-mem device (QOM `size`).
+pub fn virtio_mem_size(qmp: &Qmp) -> Result<Kib, QmpError> {
+    let v = qmp.qom_get(VIRTIO_MEM_PATH, "size")?;
+    let bytes = v.as_u64().ok_or_else(|| QmpError::Protocol(format!("virtio-mem size is not a number: {v}")))?;
+    Ok(Bytes(bytes).to_kib_floor())
+}
+
+/// Asks the guest to plug or unplug memory of its virtio-mem device until `size` is
+/// plugged (QOM `requested-size`) and waits (polling every 10 ms) until the device reports
+/// it. Returns the time it took, or `None` if the guest did not get there within
+/// `timeout` (it may refuse to unplug memory it cannot offline).
+pub fn virtio_mem_resize(qmp: &Qmp, size: Kib, timeout: Duration) -> Result<Option<Duration>, QmpError> {
+    qmp.qom_set(VIRTIO_MEM_PATH, "requested-size", serde_json::json!(size.to_bytes_saturating().0))?;
+    let mut err = None;
+    let took = wait_for(timeout, Duration::from_millis(10), || match virtio_mem_size(qmp) {
+        Ok(now) => now == size,
         Err(e) => {
             err = Some(e);
             true

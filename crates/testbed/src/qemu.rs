@@ -90,6 +90,11 @@ pub struct VmSpec {
     /// an ACPI memory device the guest adds at boot and leaves offline
     /// (`/sys/devices/system/memory`), for memory hotplug tests.
     pub dimm: Option<Kib>,
+    /// A virtio-mem device (`virtio-mem-pci`, id `vmem0`) of this size besides `memory`
+    /// (`-m MEM,maxmem=MEM+SIZE`), none of it plugged at boot: the host resizes it with
+    /// [`crate::guest::virtio_mem_resize`]. Needs a guest kernel with `CONFIG_VIRTIO_MEM`
+    /// (`kernel/build.sh vmem`).
+    pub virtio_mem: Option<Kib>,
     /// The vCPU has 1 GiB pages (`pdpe1gb`), so the guest has a gigantic hugetlb size.
     pub gigantic_pages: bool,
     /// TCG's threading (`-accel tcg,thread=...`); `None`: QEMU's default (multi-threaded
@@ -140,7 +145,7 @@ impl TcgThread {
 
 impl VmSpec {
     pub fn new(name: &str, memory: Kib) -> VmSpec {
-        VmSpec { qemu: qemu_binary(), name: name.into(), memory, cpus: 1, deflate_on_oom: true, agent: GuestAgent::Host, append: String::new(), incoming_port: None, free_page_reporting: false, free_page_hint: false, numa_nodes: 0, dimm: None, gigantic_pages: false, tcg_thread: TcgThread::from_env(), disk: None }
+        VmSpec { qemu: qemu_binary(), name: name.into(), memory, cpus: 1, deflate_on_oom: true, agent: GuestAgent::Host, append: String::new(), incoming_port: None, free_page_reporting: false, free_page_hint: false, numa_nodes: 0, dimm: None, virtio_mem: None, gigantic_pages: false, tcg_thread: TcgThread::from_env(), disk: None }
     }
 }
 
@@ -257,6 +262,10 @@ impl Qemu {
             cmd.args(["-object", &format!("memory-backend-ram,id=dimm0-mem,size={}M", dimm.0 / 1024)])
                 .args(["-device", "pc-dimm,id=dimm0,memdev=dimm0-mem"]);
         }
+        if let Some(size) = spec.virtio_mem {
+            cmd.args(["-object", &format!("memory-backend-ram,id=vmem0-mem,size={}M", size.0 / 1024)])
+                .args(["-device", "virtio-mem-pci,id=vmem0,memdev=vmem0-mem,requested-size=0"]);
+        }
         if let Some(disk) = &spec.disk {
             cmd.arg("-drive").arg(format!("file={},format=raw,if=none,id=disk0,cache=writeback", disk.display())).args(["-device", "virtio-blk-pci,drive=disk0"]);
         }
@@ -333,13 +342,16 @@ fn smp_arg(spec: &VmSpec) -> String {
     }
 }
 
-/// QEMU's `-m`: the boot memory, and with a dimm two slots and room for it. A size that is
-/// not whole MiB goes in KiB (QEMU rounds it up to 8 KiB).
+/// QEMU's `-m`: the boot memory; with a dimm two slots and room for it, with a virtio-mem
+/// device room for it. A size that is not whole MiB goes in KiB (QEMU rounds it up to 8 KiB).
 fn memory_arg(spec: &VmSpec) -> String {
     let mib = spec.memory.0 / 1024;
     let boot = if spec.memory.0.is_multiple_of(1024) { format!("{mib}M") } else { format!("{}K", spec.memory.0) };
+    let device_mib = |d: Option<Kib>| d.map_or(0, |d| d.0 / 1024);
+    let maxmem = mib + device_mib(spec.dimm) + device_mib(spec.virtio_mem);
     match spec.dimm {
-        Some(d) => format!("{boot},slots=2,maxmem={}M", (2 * mib).max(mib + d.0 / 1024)),
+        Some(_) => format!("{boot},slots=2,maxmem={}M", (2 * mib).max(maxmem)),
+        None if maxmem > mib => format!("{boot},maxmem={maxmem}M"),
         None => boot,
     }
 }
@@ -504,5 +516,16 @@ mod tests {
         assert_eq!(memory_arg(&spec(2 << 20)), "2048M");
         // 2 GiB - 8 KiB: not a multiple of 256 KiB (docs/migration.md, "Why destinations crashed").
         assert_eq!(memory_arg(&spec((2 << 20) - 8)), "2097144K");
+    }
+
+    #[test]
+    fn memory_devices_get_room_above_the_boot_memory() {
+        let mib = Kib::from_mib_saturating;
+        let vmem = VmSpec { virtio_mem: Some(mib(1792)), ..VmSpec::new("v", mib(256)) };
+        assert_eq!(memory_arg(&vmem), "256M,maxmem=2048M");
+        let dimm = VmSpec { dimm: Some(mib(512)), ..VmSpec::new("d", mib(2048)) };
+        assert_eq!(memory_arg(&dimm), "2048M,slots=2,maxmem=4096M");
+        let both = VmSpec { virtio_mem: Some(mib(4096)), ..dimm };
+        assert_eq!(memory_arg(&both), "2048M,slots=2,maxmem=6656M");
     }
 }
