@@ -11,13 +11,17 @@
 //!   is the host's to decide (QOM `requested-size`), so two cases: the host plugs all of it
 //!   and then the spike runs (an oracle that knew the spike was coming: the plug's time
 //!   plus the spike's), and the host asks for all of it the moment the spike starts (a host
-//!   that reacts in no time; the guest plugs while the spike allocates).
+//!   that reacts in no time; the guest plugs while the spike allocates); and, for what a
+//!   spike meets before the host has noticed it, the spike with nothing plugged (an OOM
+//!   kill is the expected outcome there, counted, not an error).
 //!
 //! Both guests run free page reporting and free page hinting, as the product does.
 //!
 //! Each round, on each guest: the spike (4 threads × 384 MiB), then the shrink back to
 //! 256 MiB when the spike has exited (balloon: QMP `balloon`; virtio-mem: `requested-size`
-//! 0, the guest offlines and unplugs), with QEMU's resident memory after it. At the end each
+//! 0, the guest offlines and unplugs), with QEMU's resident memory after it. A failed spike
+//! counts its refused thread allocations (`mmaps`: heuristic overcommit refuses a 384 MiB
+//! mapping in a guest of 256 MiB) and its OOM kills. At the end each
 //! shrunk guest migrates once, idle, to a fresh destination: bytes and seconds.
 //!
 //! Prints medians; writes them to `run/bench/virtio-mem.json`. Needs
@@ -26,7 +30,7 @@
 
 use autoballoon_core::Kib;
 use autoballoon_qmp::Qmp;
-use autoballoon_testbed::guest::{balloon_to, meminfo_kib, oom_kills, run_spike, virtio_mem_resize, SpikeRun};
+use autoballoon_testbed::guest::{balloon_to, meminfo_kib, oom_kills, run_spike_checked, virtio_mem_request, virtio_mem_resize};
 use autoballoon_testbed::{migrate, GuestAgent, GuestImage, Qemu, VmSpec};
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -51,6 +55,9 @@ enum Growth {
     PlugFirst,
     /// virtio-mem, the whole plug asked for as the spike starts.
     PlugAtStart,
+    /// virtio-mem with no host reaction: what the guest meets while the host has not
+    /// noticed the spike yet (virtio-mem has no guest-side growth).
+    NoPlug,
 }
 
 impl Growth {
@@ -59,6 +66,7 @@ impl Growth {
             Growth::Hook => "balloon-hook",
             Growth::PlugFirst => "virtio-mem-plug-first",
             Growth::PlugAtStart => "virtio-mem-plug-at-start",
+            Growth::NoPlug => "virtio-mem-no-plug",
         }
     }
 }
@@ -74,6 +82,8 @@ struct Samples {
     /// QEMU's resident memory once shrunk, MiB.
     rss_mib: Vec<f64>,
     failed_spikes: usize,
+    /// Thread allocations (mmaps) the guest refused, over the failed spikes.
+    failed_allocations: u64,
     oom_kills: usize,
 }
 
@@ -125,7 +135,7 @@ fn secs(what: &str, took: Result<Option<Duration>, autoballoon_qmp::QmpError>) -
 /// (QEMU's `size` counts what the guest asked to plug, not what it onlined).
 fn grow(g: &Guest, growth: Growth) -> Result<f64, String> {
     match growth {
-        Growth::Hook => Ok(0.0),
+        Growth::Hook | Growth::NoPlug => Ok(0.0),
         Growth::PlugFirst | Growth::PlugAtStart => {
             let device = GUEST.saturating_sub(SHRUNK);
             let took = secs("virtio-mem plug", virtio_mem_resize(&g.qmp, device, RESIZE_TIMEOUT))?;
@@ -141,7 +151,7 @@ fn grow(g: &Guest, growth: Growth) -> Result<f64, String> {
 fn shrink(g: &Guest, growth: Growth) -> Result<f64, String> {
     match growth {
         Growth::Hook => secs("balloon to 256 MiB", balloon_to(&g.qmp, SHRUNK, RESIZE_TIMEOUT)),
-        Growth::PlugFirst | Growth::PlugAtStart => secs("virtio-mem unplug", virtio_mem_resize(&g.qmp, Kib(0), RESIZE_TIMEOUT)),
+        Growth::PlugFirst | Growth::PlugAtStart | Growth::NoPlug => secs("virtio-mem unplug", virtio_mem_resize(&g.qmp, Kib(0), RESIZE_TIMEOUT)),
     }
 }
 
@@ -151,17 +161,19 @@ fn round(g: &Guest, growth: Growth, s: &mut Samples) -> Result<(), String> {
         s.grow_s.push(grow(g, growth)?);
     }
     if growth == Growth::PlugAtStart {
-        let bytes = GUEST.saturating_sub(SHRUNK).to_bytes_saturating().0;
-        g.qmp.qom_set(autoballoon_testbed::guest::VIRTIO_MEM_PATH, "requested-size", json!(bytes)).map_err(|e| e.to_string())?;
+        virtio_mem_request(&g.qmp, GUEST.saturating_sub(SHRUNK)).map_err(|e| e.to_string())?;
     }
     let kills_before = oom_kills(&g.q);
-    let run: SpikeRun = run_spike(&g.q, THREADS, MIB_PER_THREAD, Duration::from_secs(600));
+    let (run, check) = run_spike_checked(&g.q, THREADS, MIB_PER_THREAD, Duration::from_secs(600));
+    s.failed_allocations += check.failed.unwrap_or(0);
     let kills = oom_kills(&g.q).saturating_sub(kills_before);
     s.oom_kills += kills;
     match (run.completed, run.alloc_s) {
         (true, Some(t)) if kills == 0 => s.spike_s.push(t),
         _ => {
-            eprintln!("[vmem-bench] {}: the spike failed ({run:?}, {kills} OOM kills)", growth.name());
+            if growth != Growth::NoPlug {
+                eprintln!("[vmem-bench] {}: the spike failed ({run:?}, {kills} OOM kills)", growth.name());
+            }
             s.failed_spikes += 1;
         }
     }
@@ -203,7 +215,7 @@ fn run() -> Result<(), String> {
     let balloon = balloon_guest(&patched, &run_dir)?;
     let vm = virtio_mem_guest(&vmem, &run_dir)?;
     let qemu = balloon.qmp.version().to_string();
-    let mut samples: Vec<(Growth, Samples)> = [Growth::Hook, Growth::PlugFirst, Growth::PlugAtStart].into_iter().map(|g| (g, Samples::default())).collect();
+    let mut samples: Vec<(Growth, Samples)> = [Growth::Hook, Growth::PlugFirst, Growth::PlugAtStart, Growth::NoPlug].into_iter().map(|g| (g, Samples::default())).collect();
     for rep in 0..reps {
         // Interleaved, so that the machine's drift over the run falls on every kind alike.
         for (growth, s) in samples.iter_mut() {
@@ -227,13 +239,13 @@ fn run() -> Result<(), String> {
     }
     let hook_spike = median(&samples[0].1.spike_s);
     println!("autoballoon kernel series against virtio-mem: 2 GiB guests shrunk to 256 MiB, 2 vCPUs, TCG, QEMU {qemu}, medians of {reps} round(s)");
-    println!("{:<26} {:>8} {:>8} {:>10} {:>9} {:>9} {:>7} {:>5}", "growth", "grow s", "spike s", "vs hook", "shrink s", "RSS MiB", "failed", "OOM");
+    println!("{:<26} {:>8} {:>8} {:>10} {:>9} {:>9} {:>7} {:>7} {:>5}", "growth", "grow s", "spike s", "vs hook", "shrink s", "RSS MiB", "failed", "mmaps", "OOM");
     let mut kinds = serde_json::Map::new();
     for (growth, s) in &samples {
         let (grow_s, spike_s) = (median(&s.grow_s), median(&s.spike_s));
         let total = if s.grow_s.is_empty() { spike_s } else { grow_s + spike_s };
         println!(
-            "{:<26} {:>8.2} {:>8.2} {:>9.2}x {:>9.2} {:>9.0} {:>7} {:>5}",
+            "{:<26} {:>8.2} {:>8.2} {:>9.2}x {:>9.2} {:>9.0} {:>7} {:>7} {:>5}",
             growth.name(),
             grow_s,
             spike_s,
@@ -241,11 +253,12 @@ fn run() -> Result<(), String> {
             median(&s.shrink_s),
             median(&s.rss_mib),
             s.failed_spikes,
+            s.failed_allocations,
             s.oom_kills
         );
         kinds.insert(
             growth.name().into(),
-            json!({ "grow_s": s.grow_s, "spike_s": s.spike_s, "shrink_s": s.shrink_s, "rss_mib": s.rss_mib, "failed_spikes": s.failed_spikes, "oom_kills": s.oom_kills,
+            json!({ "grow_s": s.grow_s, "spike_s": s.spike_s, "shrink_s": s.shrink_s, "rss_mib": s.rss_mib, "failed_spikes": s.failed_spikes, "failed_allocations": s.failed_allocations, "oom_kills": s.oom_kills,
                     "grow_and_spike_vs_hook": total / hook_spike }),
         );
     }

@@ -68,9 +68,14 @@ impl SpikeCheck {
 
 /// Runs `spike THREADS MIB 0 0 1` (one cycle, no hold) and waits up to `timeout`.
 pub fn run_spike(q: &Qemu, threads: u32, mib_per_thread: u64, timeout: Duration) -> SpikeRun {
+    run_spike_checked(q, threads, mib_per_thread, timeout).0
+}
+
+/// [`run_spike`], with what its done line says besides (failed allocations among them).
+pub fn run_spike_checked(q: &Qemu, threads: u32, mib_per_thread: u64, timeout: Duration) -> (SpikeRun, SpikeCheck) {
     match q.console.run(&format!("spike {threads} {mib_per_thread} 0 0 1"), timeout) {
-        Ok(out) => SpikeRun::parse(&out.text, out.status),
-        Err(_) => SpikeRun { completed: false, alloc_s: None, exit: None },
+        Ok(out) => (SpikeRun::parse(&out.text, out.status), SpikeCheck::parse(&out.text)),
+        Err(_) => (SpikeRun { completed: false, alloc_s: None, exit: None }, SpikeCheck::default()),
     }
 }
 
@@ -268,14 +273,18 @@ pub fn balloon_to(qmp: &Qmp, size: Kib, timeout: Duration) -> Result<Option<Dura
     let target = size.to_bytes_saturating().0;
     let start = qmp.query_balloon()?;
     qmp.set_balloon_guest_size(target)?;
+    poll_qmp(timeout, || qmp.query_balloon().map(|now| if start >= target { now <= target } else { now >= target }))
+}
+
+/// Polls `reached` every 10 ms until it says so (the time it took) or `timeout` passes
+/// (`None`); a QMP error ends the wait and is returned.
+fn poll_qmp(timeout: Duration, mut reached: impl FnMut() -> Result<bool, QmpError>) -> Result<Option<Duration>, QmpError> {
     let mut err = None;
-    let took = wait_for(timeout, Duration::from_millis(10), || match qmp.query_balloon() {
-        Ok(now) if start >= target => now <= target,
-        Ok(now) => now >= target,
-        Err(e) => {
+    let took = wait_for(timeout, Duration::from_millis(10), || {
+        reached().unwrap_or_else(|e| {
             err = Some(e);
             true
-        }
+        })
     });
     match err {
         Some(e) => Err(e),
@@ -294,23 +303,18 @@ pub fn virtio_mem_size(qmp: &Qmp) -> Result<Kib, QmpError> {
 }
 
 /// Asks the guest to plug or unplug memory of its virtio-mem device until `size` is
+/// plugged (QOM `requested-size`), without waiting.
+pub fn virtio_mem_request(qmp: &Qmp, size: Kib) -> Result<(), QmpError> {
+    qmp.qom_set(VIRTIO_MEM_PATH, "requested-size", serde_json::json!(size.to_bytes_saturating().0))
+}
+
+/// Asks the guest to plug or unplug memory of its virtio-mem device until `size` is
 /// plugged (QOM `requested-size`) and waits (polling every 10 ms) until the device reports
 /// it. Returns the time it took, or `None` if the guest did not get there within
 /// `timeout` (it may refuse to unplug memory it cannot offline).
 pub fn virtio_mem_resize(qmp: &Qmp, size: Kib, timeout: Duration) -> Result<Option<Duration>, QmpError> {
-    qmp.qom_set(VIRTIO_MEM_PATH, "requested-size", serde_json::json!(size.to_bytes_saturating().0))?;
-    let mut err = None;
-    let took = wait_for(timeout, Duration::from_millis(10), || match virtio_mem_size(qmp) {
-        Ok(now) => now == size,
-        Err(e) => {
-            err = Some(e);
-            true
-        }
-    });
-    match err {
-        Some(e) => Err(e),
-        None => Ok(took),
-    }
+    virtio_mem_request(qmp, size)?;
+    poll_qmp(timeout, || virtio_mem_size(qmp).map(|now| now == size))
 }
 
 /// Runs `f` (a workload on the guest's console) while sampling the guest's size (QMP
