@@ -53,8 +53,13 @@ kernel-test-debug: agent
 # 2 GiB guest), so the scenarios balloon it to 512 MiB instead of 256 and spike
 # 4 x 256 MiB instead of 4 x 384 (AUTOBALLOON_KERNEL_SHRUNK_MIB, AUTOBALLOON_KERNEL_SPIKE_MIB);
 # the offlining pair adds a 512 MiB dimm (320 MiB of shadow) and balloons to 768 MiB
-# (at 512 the balloon did not get there in 3 min).  KASAN_SKIPPED says which stay out.
-KASAN_TESTS ?= patched_kunit patched_floor patched_spike_at patched_guest_target patched_transparent patched_the_same_target patched_page_poisoning patched_suspend patched_driver_unbind
+# (at 512 the balloon did not get there in 3 min).  Left out: the two CMA scenarios (a
+# 5 GiB guest with sizes of its own: 640 MiB of shadow) and the file reads (under KASAN's
+# smaller guest the clean-cache-first placement deflated 40 MiB on reads without
+# readahead: kernel/README.md, Open).
+KASAN_TESTS ?= patched_kunit patched_floor patched_spike_at patched_guest_target patched_transparent patched_the_same_target \
+	patched_page_poisoning patched_suspend patched_driver_unbind patched_thp patched_two_numa patched_with_free \
+	patched_shows patched_balloon_units patched_balloon_takes
 KASAN_OFFLINE_TESTS ?= patched_offline
 kernel-test-kasan: agent
 	PATCHED_VARIANT=kasan AUTOBALLOON_KERNEL_SHRUNK_MIB=512 AUTOBALLOON_KERNEL_SPIKE_MIB=256 \
