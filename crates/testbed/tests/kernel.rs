@@ -100,7 +100,10 @@ fn patched_floor_with_target_one_page() {
     eprintln!("floor {floor_mib:.1} MiB of {:.1} MiB; after shell commands {:.1} MiB\n{}", mib(max), mib(after), hook_stats(&q).unwrap_or_else(|e| e.to_string()));
     assert_eq!(kills, 0, "OOM kills at the floor");
     assert_clean(&q);
-    assert!(floor < Kib::from_mib_saturating(128), "the balloon stopped early: {floor_mib:.1} MiB left");
+    // Under half the size the scenarios shrink the guest to: 128 MiB, more under KASAN
+    // (its quarantine and larger slab objects raise the floor: 96-131 MiB there).
+    let bound = Kib(shrunk().0 / 2);
+    assert!(floor < bound, "the balloon stopped early: {floor_mib:.1} MiB left (bound {} MiB)", bound.0 / 1024);
 }
 
 /// The spike in a guest shrunk to 256 MiB: patched (hook, agent on the kernel interface).
