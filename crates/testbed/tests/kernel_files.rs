@@ -16,7 +16,7 @@
 mod common;
 
 use autoballoon_core::Kib;
-use autoballoon_testbed::guest::{oom_kills, qemu_balloon};
+use autoballoon_testbed::guest::{named_value, oom_kills, qemu_balloon};
 use autoballoon_testbed::{sparse_disk, GuestAgent, Qemu, VmSpec};
 use common::kernel::*;
 use serde_json::{json, Value};
@@ -38,10 +38,24 @@ fn boot_with_disk(test: &str, name: &str) -> Qemu {
     q
 }
 
+/// The /proc/vmstat counters a read round records: what direct reclaim scanned and took,
+/// and how often allocations stalled in it.
+const RECLAIM_COUNTERS: [&str; 3] = ["pgscan_direct", "pgsteal_direct", "allocstall_normal"];
+
+/// [`RECLAIM_COUNTERS`] now, and the page cache's LRU pages (inactive and active file).
+fn reclaim_counts(q: &Qemu) -> ([u64; 3], u64) {
+    let text = sh(q, "cat /proc/vmstat");
+    let get = |key: &str| named_value(&text, key).unwrap_or(0);
+    (RECLAIM_COUNTERS.map(get), get("nr_inactive_file") + get("nr_active_file"))
+}
+
 /// Reads the whole disk `rounds` times; what that cost the balloon (pages the hook
-/// served, the balloon QEMU reports before and after), and the seconds.
+/// served, the balloon QEMU reports before and after), the seconds, and what direct
+/// reclaim did meanwhile with the page cache left at the end (whether clean cache was
+/// there to drop when the hook served).
 fn read_rounds(q: &Qemu, qmp: &autoballoon_qmp::Qmp, readahead_kb: u32, rounds: usize) -> Value {
     sh(q, &format!("echo {readahead_kb} > /sys/block/vda/queue/read_ahead_kb"));
+    let (reclaim0, _) = reclaim_counts(q);
     let ((pages0, stages0), balloon0) = (hook_counts_since_boot(q), qemu_balloon(qmp, GUEST).expect("query-balloon"));
     let t = Instant::now();
     for _ in 0..rounds {
@@ -53,8 +67,10 @@ fn read_rounds(q: &Qemu, qmp: &autoballoon_qmp::Qmp, readahead_kb: u32, rounds: 
     // Where in the slow path the requests the hook served were.
     let by_stage: serde_json::Map<String, Value> = HOOK_STAGES.iter().zip(stages.iter().zip(stages0)).map(|(stage, (n, n0))| (stage.to_string(), json!(n.saturating_sub(n0)))).collect();
     let pages = pages - pages0;
+    let (reclaim, file_lru) = reclaim_counts(q);
+    let reclaim: serde_json::Map<String, Value> = RECLAIM_COUNTERS.iter().zip(reclaim.iter().zip(reclaim0)).map(|(key, (n, n0))| (key.to_string(), json!(n.saturating_sub(n0)))).collect();
     json!({ "readahead_kb": readahead_kb, "rounds": rounds, "disk_mib": DISK_MIB, "read_s": secs, "hook_pages": pages, "hook_pages_by_stage": by_stage,
-            "balloon_before_mib": mib(balloon0), "balloon_after_mib": mib(balloon) })
+            "balloon_before_mib": mib(balloon0), "balloon_after_mib": mib(balloon), "reclaim": reclaim, "file_lru_after_mib": file_lru as f64 / 256.0 })
 }
 
 fn placement(test: &str, cache_first: u8) -> Value {
