@@ -8,12 +8,12 @@
 //! * **virtio-mem** (the stock kernel with `CONFIG_VIRTIO_MEM`, `kernel/build.sh vmem`):
 //!   256 MiB of boot memory and a 1,792 MiB virtio-mem device, none of it plugged; blocks
 //!   the guest plugs come online movable (`memhp_default_state=online_movable`). Growth
-//!   is the host's to decide (QOM `requested-size`), so two cases: the host plugs all of it
-//!   and then the spike runs (an oracle that knew the spike was coming: the plug's time
-//!   plus the spike's), and the host asks for all of it the moment the spike starts (a host
+//!   is the host's to decide (QOM `requested-size`), so three cases: the host plugs all of
+//!   it and then the spike runs (an oracle that knew the spike was coming: the plug's time
+//!   plus the spike's); the host asks for all of it the moment the spike starts (a host
 //!   that reacts in no time; the guest plugs while the spike allocates); and, for what a
-//!   spike meets before the host has noticed it, the spike with nothing plugged (an OOM
-//!   kill is the expected outcome there, counted, not an error).
+//!   spike meets before the host has noticed it, the spike with nothing plugged (a failed
+//!   spike is the expected outcome there, counted, not an error).
 //!
 //! Both guests run free page reporting and free page hinting, as the product does.
 //!
