@@ -68,7 +68,7 @@ kernel-test-kasan: agent
 		$(KERNEL_DIR)/scripts/kernel-test.sh $(AGENT) '$(KASAN_768_TESTS)'
 
 # The guests run under $(AUTOBALLOON_QEMU) (default: the system's QEMU); AUTOBALLOON_BENCH_REPS
-# rounds (3), about 10 min.
+# rounds (3): about a minute once the kernels are built (the vmem build: about 10 min cold).
 kernel-bench-vmem: agent
 	@images=$$(kernel/scripts/images.sh $(AGENT)) && patched=$$(sed -n 1p <<< "$$images") && \
 	vmem=$$(guest/build-image.sh --agent $(AGENT) --vmlinuz "$$($(KERNEL_DIR)/build.sh vmem | tail -1)" --print-dir) && \
