@@ -31,6 +31,7 @@
 use autoballoon_core::Kib;
 use autoballoon_qmp::Qmp;
 use autoballoon_testbed::guest::{balloon_to, meminfo_kib, oom_kills, run_spike_checked, virtio_mem_request, virtio_mem_resize};
+use autoballoon_testbed::bench::stats::median;
 use autoballoon_testbed::{migrate, GuestAgent, GuestImage, Qemu, VmSpec};
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -39,6 +40,8 @@ use std::time::{Duration, Instant};
 
 const GUEST: Kib = Kib::from_mib_saturating(2048);
 const SHRUNK: Kib = Kib::from_mib_saturating(256);
+/// The virtio-mem device: what the balloon guest has above [`SHRUNK`].
+const DEVICE: Kib = Kib(GUEST.0 - SHRUNK.0);
 const THREADS: u32 = 4;
 const MIB_PER_THREAD: u64 = 384;
 /// Shrinking may have to migrate pages out of every block; growing waits on the guest.
@@ -116,7 +119,7 @@ fn balloon_guest(image: &GuestImage, run_dir: &Path) -> Result<Guest, String> {
 fn virtio_mem_guest(image: &GuestImage, run_dir: &Path) -> Result<Guest, String> {
     let spec = VmSpec {
         deflate_on_oom: false,
-        virtio_mem: Some(GUEST.saturating_sub(SHRUNK)),
+        virtio_mem: Some(DEVICE),
         append: "memhp_default_state=online_movable".into(),
         ..spec("vmem-bench-virtio-mem", SHRUNK)
     };
@@ -137,11 +140,10 @@ fn grow(g: &Guest, growth: Growth) -> Result<f64, String> {
     match growth {
         Growth::Hook | Growth::NoPlug => Ok(0.0),
         Growth::PlugFirst | Growth::PlugAtStart => {
-            let device = GUEST.saturating_sub(SHRUNK);
-            let took = secs("virtio-mem plug", virtio_mem_resize(&g.qmp, device, RESIZE_TIMEOUT))?;
+            let took = secs("virtio-mem plug", virtio_mem_resize(&g.qmp, DEVICE, RESIZE_TIMEOUT))?;
             let total = meminfo_kib(&g.q, "MemTotal").map_err(|e| e.to_string())?;
-            if total < device.0 {
-                return Err(format!("virtio-mem plugged {} MiB but the guest's MemTotal is {} MiB", device.0 / 1024, total / 1024));
+            if total < DEVICE.0 {
+                return Err(format!("virtio-mem plugged {} MiB but the guest's MemTotal is {} MiB", DEVICE.0 / 1024, total / 1024));
             }
             Ok(took)
         }
@@ -161,7 +163,7 @@ fn round(g: &Guest, growth: Growth, s: &mut Samples) -> Result<(), String> {
         s.grow_s.push(grow(g, growth)?);
     }
     if growth == Growth::PlugAtStart {
-        virtio_mem_request(&g.qmp, GUEST.saturating_sub(SHRUNK)).map_err(|e| e.to_string())?;
+        virtio_mem_request(&g.qmp, DEVICE).map_err(|e| e.to_string())?;
     }
     let kills_before = oom_kills(&g.q);
     let (run, check) = run_spike_checked(&g.q, THREADS, MIB_PER_THREAD, Duration::from_secs(600));
@@ -192,12 +194,6 @@ fn migrate_idle(g: &Guest, run_dir: &Path) -> Result<(u64, f64), String> {
     let (dest, _port) = Qemu::start_incoming(&g.image, spec, run_dir).map_err(|e| e.to_string())?;
     let m = migrate(&g.qmp, &dest, MIGRATION_BANDWIDTH, Duration::from_secs(600)).map_err(|e| e.to_string())?;
     Ok((m.bytes_sent(), m.seconds()))
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 fn image(var: &str) -> Result<GuestImage, String> {
