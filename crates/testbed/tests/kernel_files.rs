@@ -49,6 +49,11 @@ fn reclaim_counts(q: &Qemu) -> ([u64; 3], u64) {
     (RECLAIM_COUNTERS.map(get), get("nr_inactive_file") + get("nr_active_file"))
 }
 
+/// How much each of a row of named counters grew from `before` to `now`, by name.
+fn growth_by_name(names: &[&str], now: &[u64], before: &[u64]) -> serde_json::Map<String, Value> {
+    names.iter().zip(now.iter().zip(before)).map(|(name, (n, n0))| (name.to_string(), json!(n.saturating_sub(*n0)))).collect()
+}
+
 /// Reads the whole disk `rounds` times; what that cost the balloon (pages the hook
 /// served, the balloon QEMU reports before and after), the seconds, and what direct
 /// reclaim did meanwhile with the page cache left at the end (whether clean cache was
@@ -65,10 +70,10 @@ fn read_rounds(q: &Qemu, qmp: &autoballoon_qmp::Qmp, readahead_kb: u32, rounds: 
     let secs = t.elapsed().as_secs_f64();
     let ((pages, stages), balloon) = (hook_counts_since_boot(q), qemu_balloon(qmp, GUEST).expect("query-balloon"));
     // Where in the slow path the requests the hook served were.
-    let by_stage: serde_json::Map<String, Value> = HOOK_STAGES.iter().zip(stages.iter().zip(stages0)).map(|(stage, (n, n0))| (stage.to_string(), json!(n.saturating_sub(n0)))).collect();
+    let by_stage = growth_by_name(&HOOK_STAGES, &stages, &stages0);
     let pages = pages - pages0;
     let (reclaim, file_lru) = reclaim_counts(q);
-    let reclaim: serde_json::Map<String, Value> = RECLAIM_COUNTERS.iter().zip(reclaim.iter().zip(reclaim0)).map(|(key, (n, n0))| (key.to_string(), json!(n.saturating_sub(n0)))).collect();
+    let reclaim = growth_by_name(&RECLAIM_COUNTERS, &reclaim, &reclaim0);
     json!({ "readahead_kb": readahead_kb, "rounds": rounds, "disk_mib": DISK_MIB, "read_s": secs, "hook_pages": pages, "hook_pages_by_stage": by_stage,
             "balloon_before_mib": mib(balloon0), "balloon_after_mib": mib(balloon), "reclaim": reclaim, "file_lru_after_mib": file_lru as f64 / 256.0 })
 }
