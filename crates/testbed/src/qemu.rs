@@ -374,19 +374,57 @@ pub fn guest_ram_rss_of(pid: u32, ram: Kib) -> Option<Kib> {
 /// The summed `Rss` of the mappings whose `Size` is exactly `size` in a `/proc/PID/smaps`
 /// text; `None` if there is no such mapping. Pure.
 pub fn smaps_rss_of_size(smaps: &str, size: Kib) -> Option<Kib> {
+    smaps_field_of_size(smaps, size, "Rss")
+}
+
+/// The summed `field` (a `kB` line: `Rss`, `AnonHugePages`, ...) of the mappings whose
+/// `Size` is exactly `size` in a `/proc/PID/smaps` text; `None` if there is no such
+/// mapping. Pure.
+pub fn smaps_field_of_size(smaps: &str, size: Kib, field: &str) -> Option<Kib> {
     let mut found = None;
     let mut this_size = None;
     for l in smaps.lines() {
         if let Some(v) = status_kib(l, "Size") {
             this_size = Some(v);
-        } else if let Some(v) = status_kib(l, "Rss") {
+        } else if let Some(v) = status_kib(l, field) {
             if this_size == Some(size.0) {
                 found = Some(Kib(found.map_or(0, |k: Kib| k.0).saturating_add(v)));
             }
-            this_size = None;
         }
     }
     found
+}
+
+/// A process' page faults so far, all its threads together: (minor, major), from a
+/// `/proc/PID/stat` text. The command name may hold spaces and parentheses, so the fields
+/// are counted after its last `)`. Pure.
+pub fn proc_stat_faults(stat: &str) -> Option<(u64, u64)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt.
+    Some((f.get(7)?.parse().ok()?, f.get(9)?.parse().ok()?))
+}
+
+/// QEMU's host-side memory of one guest at one moment: what the host did for it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HostMemory {
+    /// QEMU's page faults so far (minor, major).
+    pub faults: (u64, u64),
+    /// The guest RAM block's resident memory and the part of it in transparent huge pages.
+    pub ram_rss: Kib,
+    pub ram_huge: Kib,
+}
+
+/// QEMU `pid`'s host-side memory now, its guest RAM block being `ram` (see
+/// [`guest_ram_rss_of`]); `None` if the process is gone.
+pub fn host_memory_of(pid: u32, ram: Kib) -> Option<HostMemory> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).ok()?;
+    Some(HostMemory {
+        faults: proc_stat_faults(&stat)?,
+        ram_rss: smaps_rss_of_size(&smaps, ram)?,
+        ram_huge: smaps_field_of_size(&smaps, ram, "AnonHugePages")?,
+    })
 }
 
 /// The resident memory of some processes (QEMUs), each on its own and, given the guests'
@@ -508,6 +546,18 @@ mod tests {
         assert_eq!(smaps_rss_of_size(smaps, Kib(1_048_572)), Some(Kib(2048)), "the code buffer");
         assert_eq!(smaps_rss_of_size(smaps, Kib(1 << 20)), None, "no guest of 1 GiB here");
         assert_eq!(smaps_rss_of_size("", Kib(2 << 20)), None);
+    }
+
+    #[test]
+    fn the_guest_rams_huge_pages_and_qemus_faults_parse() {
+        let smaps = include_str!("../fixtures/qemu10-2g-tcg.smaps");
+        assert_eq!(smaps_field_of_size(smaps, Kib(2 << 20), "AnonHugePages"), Some(Kib(0)));
+        let one = "7f0-7f1 rw-p 0 00:00 0\nSize: 4096 kB\nRss: 4096 kB\nAnonHugePages: 2048 kB\n7f2-7f3 rw-p 0 00:00 0\nSize: 8 kB\nRss: 8 kB\nAnonHugePages: 0 kB\n";
+        assert_eq!(smaps_field_of_size(one, Kib(4096), "AnonHugePages"), Some(Kib(2048)), "each mapping's own field");
+        // A QEMU 10 started with `-accel tcg -m 256 -S`: 4,886 minor and 35 major faults.
+        assert_eq!(proc_stat_faults(include_str!("../fixtures/qemu10-tcg.stat")), Some((4886, 35)));
+        assert_eq!(proc_stat_faults("1 (a) b) S 0 0 0 0 -1 0 7 0 9 0"), Some((7, 9)), "a name with a parenthesis");
+        assert_eq!(proc_stat_faults("1 (a) S 0"), None);
     }
 
     #[test]

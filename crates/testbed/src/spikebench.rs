@@ -150,6 +150,23 @@ pub struct SpikeRecord {
     /// What the guest's kernel counted during the spike, if it could be read.
     #[serde(default)]
     pub guest: Option<GuestDelta>,
+    /// What the host did for the spike, if it could be read.
+    #[serde(default)]
+    pub host: Option<HostDelta>,
+}
+
+/// What the host did for one spike: QEMU's page faults (a guest page the host had discarded
+/// faults in again, 4 KiB or 2 MiB at a time) and the host kernel's transparent huge page
+/// faults (host-wide: the spikes run one guest at a time), with the guest RAM block's
+/// resident and huge-page memory after it.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct HostDelta {
+    pub qemu_minflt: u64,
+    pub qemu_majflt: u64,
+    pub thp_fault_alloc: u64,
+    pub thp_fault_fallback: u64,
+    pub ram_rss_mib: f64,
+    pub ram_huge_mib: f64,
 }
 
 /// What the guest's kernel counted during one spike (`/proc/vmstat` and
@@ -210,6 +227,24 @@ fn delta(before: &Counters, after: &Counters) -> GuestDelta {
         compact_stall: d("compact_stall"),
         pgscan_kswapd: d("pgscan_kswapd"),
         pgsteal_kswapd: d("pgsteal_kswapd"),
+    }
+}
+
+/// The host's side of one guest now: QEMU's memory and the host kernel's counters.
+fn host_counters(q: &crate::Qemu) -> Option<(crate::HostMemory, Vmstat)> {
+    let vmstat = std::fs::read_to_string("/proc/vmstat").ok()?;
+    Some((crate::host_memory_of(q.pid(), q.spec.memory)?, parse_vmstat(&vmstat).ok()?))
+}
+
+fn host_delta(before: &(crate::HostMemory, Vmstat), after: &(crate::HostMemory, Vmstat)) -> HostDelta {
+    let d = |k: &str| after.1.get(k).unwrap_or(0).saturating_sub(before.1.get(k).unwrap_or(0));
+    HostDelta {
+        qemu_minflt: after.0.faults.0.saturating_sub(before.0.faults.0),
+        qemu_majflt: after.0.faults.1.saturating_sub(before.0.faults.1),
+        thp_fault_alloc: d("thp_fault_alloc"),
+        thp_fault_fallback: d("thp_fault_fallback"),
+        ram_rss_mib: after.0.ram_rss.0 as f64 / 1024.0,
+        ram_huge_mib: after.0.ram_huge.0 as f64 / 1024.0,
     }
 }
 
@@ -337,12 +372,14 @@ fn measure(a: &SpikeArgs, fleet: &mut Fleet, configs: &[Config], memory: Kib, cp
                         step("balloon", balloon_to(&ctl, memory, Duration::from_secs(60)))?;
                     }
                     let before = guest_counters(&g.q);
+                    let host_before = host_counters(&g.q);
                     let w = one_spike(&g.q, &ctl, shape, a.hold_s)?;
+                    let host = host_before.zip(host_counters(&g.q)).map(|(b, a)| host_delta(&b, &a));
                     let guest = before.zip(guest_counters(&g.q)).map(|(b, a)| delta(&b, &a));
-                    let r = SpikeRecord { qemu_version: version.clone(), config: c, shape, round, cycle, cpus, alloc_s: w.run.alloc_s, reaction_s: w.reaction_s, completed: w.run.completed, start_mib: w.start_mib, peak_mib: w.peak_mib, grown_s: w.grown_s, guest };
+                    let r = SpikeRecord { qemu_version: version.clone(), config: c, shape, round, cycle, cpus, alloc_s: w.run.alloc_s, reaction_s: w.reaction_s, completed: w.run.completed, start_mib: w.start_mib, peak_mib: w.peak_mib, grown_s: w.grown_s, guest, host };
                     let (start_mib, peak_mib) = (r.start_mib, r.peak_mib);
                     println!(
-                        "[spikes]   spike {}: {} s, reaction {}, grown {}, {:.0} -> {:.0} MiB{}{}",
+                        "[spikes]   spike {}: {} s, reaction {}, grown {}, {:.0} -> {:.0} MiB{}{}{}",
                         cycle + 1,
                         r.alloc_s.map_or("-".into(), |s| format!("{s:.2}")),
                         r.reaction_s.map_or("-".into(), |s| format!("{s:.2} s")),
@@ -350,7 +387,8 @@ fn measure(a: &SpikeArgs, fleet: &mut Fleet, configs: &[Config], memory: Kib, cp
                         start_mib,
                         peak_mib,
                         if r.completed { "" } else { ", FAILED" },
-                        r.guest.map_or(String::new(), |g| format!(" (guest: stalled {:.2} s some / {:.2} s full, {} direct reclaims scanning {} pages, {} MiB deflated, {} THP faults, {} fell back to 4 KiB, {} compaction stalls, kswapd scanned {} / reclaimed {} pages)", g.psi_some_s, g.psi_full_s, g.allocstall, g.pgscan_direct, g.balloon_deflate / 256, g.thp_fault_alloc, g.thp_fault_fallback, g.compact_stall, g.pgscan_kswapd, g.pgsteal_kswapd))
+                        r.guest.map_or(String::new(), |g| format!(" (guest: stalled {:.2} s some / {:.2} s full, {} direct reclaims scanning {} pages, {} MiB deflated, {} THP faults, {} fell back to 4 KiB, {} compaction stalls, kswapd scanned {} / reclaimed {} pages)", g.psi_some_s, g.psi_full_s, g.allocstall, g.pgscan_direct, g.balloon_deflate / 256, g.thp_fault_alloc, g.thp_fault_fallback, g.compact_stall, g.pgscan_kswapd, g.pgsteal_kswapd)),
+                        r.host.map_or(String::new(), |h| format!(" (host: QEMU faulted {} times, {} THP faults, {} fell back; guest RAM {:.0} MiB resident, {:.0} MiB of it huge)", h.qemu_minflt + h.qemu_majflt, h.thp_fault_alloc, h.thp_fault_fallback, h.ram_rss_mib, h.ram_huge_mib))
                     );
                     writeln!(sink, "{}", serde_json::to_string(&r).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
                     records.push(r);
@@ -472,6 +510,7 @@ mod tests {
             peak_mib: 2048.0,
             grown_s: None,
             guest: Some(GuestDelta { psi_some_s: 0.5, psi_full_s: 0.25, allocstall: 3, ..Default::default() }),
+            host: None,
         };
         let rs = vec![rec(Config::Fpr, 0, 3.0), rec(Config::Fpr, 1, 2.0), rec(Config::AbStock, 0, 5.0), rec(Config::AbStock, 1, 1.0), rec(Config::AbStock, 2, 3.0)];
         let ooms = vec![OomRecord { qemu_version: "10.0.2".into(), cpus: 1, config: Config::AbStock, oom_kills: 0 }];

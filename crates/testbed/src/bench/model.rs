@@ -54,6 +54,13 @@ pub enum Config {
     /// series' hook, measured beside the default. Not in `make bench`'s default list.
     #[value(name = "ab-patched+fpr-before-reclaim")]
     AbPatchedFprBeforeReclaim,
+    /// As ab-patched+fpr with the balloon's units told to QEMU on the free page reporting
+    /// queue, one range per unit, which QEMU discards whole (the guest booted with
+    /// `virtio_balloon.report_blocks=1`, patch 24; the series' default is the inflate queue,
+    /// a page frame number per 4 KiB page, which splits the host's huge pages). Not in
+    /// `make bench`'s default list.
+    #[value(name = "ab-patched+fpr-report-units")]
+    AbPatchedFprReportUnits,
     /// Free page reporting alone on the patched kernel (no agent): that kernel's bar.
     #[value(name = "fpr-patched")]
     FprPatched,
@@ -113,6 +120,7 @@ impl Config {
             Config::AbPatched => "ab-patched",
             Config::AbPatchedFpr => "ab-patched+fpr",
             Config::AbPatchedFprBeforeReclaim => "ab-patched+fpr-before-reclaim",
+            Config::AbPatchedFprReportUnits => "ab-patched+fpr-report-units",
             Config::NoBalloonPatched => "none-patched",
         }
     }
@@ -133,6 +141,7 @@ impl Config {
             Config::AbPatched => "autoballoon, patched kernel",
             Config::AbPatchedFpr => "autoballoon, patched kernel +FPR +hinting",
             Config::AbPatchedFprBeforeReclaim => "autoballoon, patched kernel +FPR +hinting, hook before reclaim",
+            Config::AbPatchedFprReportUnits => "autoballoon, patched kernel +FPR +hinting, units on the reporting queue",
             Config::NoBalloonPatched => "no balloon, patched kernel",
         }
     }
@@ -153,6 +162,7 @@ impl Config {
             Config::AbPatched => "patched kernel, agent `--backend kernel` (default policy, no host controller); migrated by plain QMP".into(),
             Config::AbPatchedFpr => "as ab-patched with `free-page-reporting=on,free-page-hint=on`".into(),
             Config::AbPatchedFprBeforeReclaim => "as ab-patched+fpr, booted with `virtio_balloon.cache_first=0`: the hook before direct reclaim (the first seed's placement)".into(),
+            Config::AbPatchedFprReportUnits => "as ab-patched+fpr, booted with `virtio_balloon.report_blocks=1`: units told to QEMU as whole ranges on the free page reporting queue, which QEMU discards without splitting the host's huge pages".into(),
             Config::NoBalloonPatched => "patched kernel, balloon never moved, no agent, no free page reporting (the overhead's baseline for the patched rows)".into(),
         }
     }
@@ -171,6 +181,7 @@ impl Config {
             Config::AbPatched => (Patched, false, false, Hook, ""),
             Config::AbPatchedFpr => (Patched, true, true, Hook, ""),
             Config::AbPatchedFprBeforeReclaim => (Patched, true, true, Hook, "virtio_balloon.cache_first=0"),
+            Config::AbPatchedFprReportUnits => (Patched, true, true, Hook, "virtio_balloon.report_blocks=1"),
             Config::FprPatched => (Patched, true, false, NoAgent, ""),
             Config::FprHintPatched => (Patched, true, true, NoAgent, ""),
             Config::FprOrder0Patched => (Patched, true, false, NoAgent, "page_reporting.page_reporting_order=0"),

@@ -48,6 +48,7 @@ fn color(c: Config) -> &'static str {
         Config::AbPatched => "#2ca02c",
         Config::AbPatchedFpr => "#9467bd",
         Config::AbPatchedFprBeforeReclaim => "#c49c94",
+        Config::AbPatchedFprReportUnits => "#f7b6d2",
         Config::NoBalloonPatched => "#bcbd22",
     }
 }
