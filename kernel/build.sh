@@ -3,7 +3,8 @@
 #
 # Build the autoballoon guest kernel (bzImage) from Debian's linux-source-6.12.
 #
-#   kernel/build.sh [patched|stock|debug|kasan|vmem]  build (or fetch from cache) one variant
+#   kernel/build.sh [patched|stock|debug|kasan|vmem|patched-vmem]
+#                                     build (or fetch from cache) one variant
 #   kernel/build.sh --path VARIANT    print where that variant's bzImage is/will be
 #   kernel/build.sh --tree            prepare the source tree only, print its path
 #   kernel/build.sh --kunit [ARGS]    run the KUnit suites of kernel/.kunitconfig
@@ -16,7 +17,8 @@
 # in its own directory (_build-debug) so it does not disturb the others;
 # "kasan" = debug plus kernel/config/kasan.config (generic KASAN), in _build-kasan;
 # "vmem" = stock plus kernel/config/virtio-mem.config (the virtio-mem driver, for
-# measuring the series against it), in _build-vmem.
+# measuring the series against it), in _build-vmem; "patched-vmem" = patched plus
+# the same fragment (the series' balloon beside virtio-mem), in _build-patched-vmem.
 #
 # Layout (nothing of this goes into the repository):
 #   ~/.cache/autoballoon/kernel/src-<version>/         git repo, tag "base" = pristine
@@ -50,7 +52,7 @@ variant_fragments() {
 	case $1 in
 	debug) echo "$HERE/config/debug.config" ;;
 	kasan) printf '%s\n' "$HERE/config/debug.config" "$HERE/config/kasan.config" ;;
-	vmem) echo "$HERE/config/virtio-mem.config" ;;
+	vmem|patched-vmem) echo "$HERE/config/virtio-mem.config" ;;
 	esac
 }
 
@@ -269,10 +271,10 @@ case "${1:-patched}" in
 	ensure_tree
 	echo "$SRC"
 	;;
-patched|stock|debug|kasan|vmem)
+patched|stock|debug|kasan|vmem|patched-vmem)
 	build_variant "${1:-patched}"
 	;;
 *)
-	die "usage: $0 [patched|stock|debug|kasan|vmem] | --path VARIANT | --tree | --kunit [ARGS]"
+	die "usage: $0 [patched|stock|debug|kasan|vmem|patched-vmem] | --path VARIANT | --tree | --kunit [ARGS]"
 	;;
 esac

@@ -17,6 +17,9 @@
 #   make kernel-bench-vmem  the series against virtio-mem (the stock kernel with
 #                        CONFIG_VIRTIO_MEM, kernel/build.sh vmem): spikes, shrinks,
 #                        resident memory, idle migrations (run/bench/virtio-mem.json)
+#   make kernel-test-vmem  the series' balloon beside virtio-mem (the patched kernel
+#                        with CONFIG_VIRTIO_MEM, kernel/build.sh patched-vmem): plug,
+#                        balloon, unplug memory holding units, spike
 #   make kernel-check    identity and ABI fields and checkpatch --strict on
 #                        every patch, and every prefix of the series builds
 #   make kernel-deb      Debian packages of the patched kernel for real guests
@@ -26,7 +29,7 @@
 
 KERNEL_DIR ?= kernel
 
-.PHONY: kernel kernel-stock kernel-kunit kernel-test kernel-test-migrate kernel-test-debug kernel-test-kasan kernel-bench-vmem kernel-check kernel-deb kernel-deb-test
+.PHONY: kernel kernel-stock kernel-kunit kernel-test kernel-test-migrate kernel-test-debug kernel-test-kasan kernel-bench-vmem kernel-test-vmem kernel-check kernel-deb kernel-deb-test
 
 kernel:
 	$(KERNEL_DIR)/build.sh patched
@@ -74,6 +77,14 @@ kernel-bench-vmem: agent
 	vmem=$$(guest/build-image.sh --agent $(AGENT) --vmlinuz "$$($(KERNEL_DIR)/build.sh vmem | tail -1)" --print-dir) && \
 	AUTOBALLOON_PATCHED_IMAGE="$$patched" AUTOBALLOON_VMEM_IMAGE="$$vmem" \
 	  cargo bench --locked -p autoballoon-testbed --bench virtio_mem
+
+# The guest runs under $(AUTOBALLOON_QEMU); its record goes to run/kernel-test/vmem-*.jsonl.
+kernel-test-vmem: agent
+	@patched=$$(guest/build-image.sh --agent $(AGENT) --vmlinuz "$$($(KERNEL_DIR)/build.sh patched-vmem | tail -1)" --print-dir) && \
+	stock=$$(guest/build-image.sh --agent $(AGENT) --vmlinuz "$$($(KERNEL_DIR)/build.sh vmem | tail -1)" --print-dir) && \
+	mkdir -p run/kernel-test && \
+	AUTOBALLOON_PATCHED_VMEM_IMAGE="$$patched" AUTOBALLOON_VMEM_IMAGE="$$stock" AUTOBALLOON_KERNEL_RESULTS="$(CURDIR)/run/kernel-test/vmem-$$(date +%Y%m%d-%H%M%S).jsonl" \
+	  cargo test --locked -p autoballoon-testbed --test kernel_vmem -- --ignored --test-threads=1
 
 kernel-check:
 	$(KERNEL_DIR)/scripts/check-patches.sh
