@@ -335,7 +335,7 @@ pub fn run(a: SpikeArgs) -> Result<(), String> {
             records.extend(result?);
         }
     }
-    let report = report(&a, &records, &ooms);
+    let report = report(&a, &records, &ooms, &host_line());
     println!("{report}");
     if let Some(dir) = &a.results {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -408,11 +408,34 @@ fn med(v: impl Iterator<Item = f64>) -> Option<f64> {
     }
 }
 
+/// Whether a virtio device of this machine (its sysfs `device` and `features` files) is a
+/// balloon with free page reporting (`VIRTIO_BALLOON_F_REPORTING`, bit 5): the machine is
+/// then itself a guest whose free 2 MiB blocks go back to its hypervisor, so memory it
+/// allocates afresh faults in from there, which moves every spike that needs new host
+/// memory (docs/spikes.md, "The host's faults"). Pure.
+pub fn balloon_reports_free_pages(device: &str, features: &str) -> bool {
+    device.trim() == "0x0005" && features.trim().as_bytes().get(5) == Some(&b'1')
+}
+
+/// A line on the host for the report: whether it is such a guest.
+fn host_line() -> String {
+    let nested = std::fs::read_dir("/sys/bus/virtio/devices").into_iter().flatten().flatten().any(|d| {
+        let read = |f: &str| std::fs::read_to_string(d.path().join(f)).unwrap_or_default();
+        balloon_reports_free_pages(&read("device"), &read("features"))
+    });
+    if nested {
+        "The host running these guests is itself a guest with a free-page-reporting balloon: its free 2 MiB blocks go back to its hypervisor, so memory it allocates afresh (QEMU's huge pages after a whole discard) faults in from there, and FPR's spikes with it.".into()
+    } else {
+        "The host has no free-page-reporting balloon of its own.".into()
+    }
+}
+
 /// The report: per QEMU, vCPU count and shape, each configuration's cold and steady-state
 /// spike time as a ratio to FPR alone and to no balloon, and its reaction time. Pure.
-pub fn report(a: &SpikeArgs, records: &[SpikeRecord], ooms: &[OomRecord]) -> String {
+pub fn report(a: &SpikeArgs, records: &[SpikeRecord], ooms: &[OomRecord], host: &str) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "# Spikes: how fast a spike gets its memory\n");
+    let _ = writeln!(s, "{host}\n");
     let _ = writeln!(
         s,
         "Written by `autoballoon-spikebench` (TCG single-threaded, {} MiB guests): per QEMU, vCPU count, shape and round {} spikes {} s apart, each holding its memory {} s; the first spike is the cold one (the guest settled), the others the steady state. `spike` s: its own allocation time (every thread mapped and touched its memory). Reaction: from the spike's start until QMP `actual` rose by 32 MiB; grown: until it had made 90 % of its way to the peak. Ratios are of medians, to FPR alone and to no balloon of the same fleet. OOM kills: the guest's over the whole fleet's run (console and dmesg). Failed: spikes with an allocation that failed or a shell that did not answer.\n",
@@ -515,10 +538,22 @@ mod tests {
         let rs = vec![rec(Config::Fpr, 0, 3.0), rec(Config::Fpr, 1, 2.0), rec(Config::AbStock, 0, 5.0), rec(Config::AbStock, 1, 1.0), rec(Config::AbStock, 2, 3.0)];
         let ooms = vec![OomRecord { qemu_version: "10.0.2".into(), cpus: 1, config: Config::AbStock, oom_kills: 0 }];
         let a = SpikeArgs::try_parse_from_empty();
-        let md = report(&a, &rs, &ooms);
+        let md = report(&a, &rs, &ooms, "The host line.");
+        assert!(md.contains("The host line.\n"), "{md}");
         assert!(md.contains("## QEMU 10.0.2, 1 vCPU, 3 threads × 400 MiB"), "{md}");
         assert!(md.contains("| FPR | 3.00 | 2.00 | 1.00× | – | – | – | 0.50 / 0.25 | 3 | 0 / 0 | 0 | 0 |"), "{md}");
         assert!(md.contains("| autoballoon, stock kernel (+FPR +hinting) | 5.00 | 2.00 | 1.00× |"), "{md}");
+    }
+
+    #[test]
+    fn a_host_balloon_with_free_page_reporting_is_recognised() {
+        // This machine's own virtio devices (sysfs `features`): its balloon (device 0x0005)
+        // offers free page reporting (bit 5); a network device (0x0001) is no balloon.
+        let balloon = include_str!("../fixtures/host-virtio-balloon.features");
+        assert!(balloon_reports_free_pages("0x0005\n", balloon));
+        assert!(!balloon_reports_free_pages("0x0001\n", include_str!("../fixtures/host-virtio-net.features")));
+        assert!(!balloon_reports_free_pages("0x0005", "0110001"), "bit 5 off");
+        assert!(!balloon_reports_free_pages("0x0005", ""));
     }
 
     #[test]
