@@ -12,7 +12,8 @@ mod common;
 
 use autoballoon_core::{Kib, Pages};
 use autoballoon_testbed::guest::{hook_pages_served, hook_stats, named_value, oom_kills, run_spike, virtio_mem_resize, virtio_mem_size};
-use autoballoon_testbed::{wait_for, GuestAgent, VmSpec};
+use autoballoon_qmp::Qmp;
+use autoballoon_testbed::{wait_for, GuestAgent, Qemu, VmSpec};
 use common::kernel::*;
 use serde_json::json;
 use std::time::Duration;
@@ -24,15 +25,27 @@ const DEVICE: Kib = Kib::from_mib_saturating(1024);
 const TARGET: Kib = Kib::from_mib_saturating(256);
 const SPIKE_MIB: u64 = 128;
 
+/// Boots the guest of `image_var` (an image directory's variable) with its virtio-mem
+/// device, nothing plugged yet, and connects to QMP.
+fn boot_with_device(name: &str, image_var: &str) -> (Qemu, Qmp) {
+    let vm = VmSpec { memory: BOOT, virtio_mem: Some(DEVICE), append: "memhp_default_state=online_movable".into(), ..spec(name, GuestAgent::None, true) };
+    let q = boot("kernel_vmem", &image(image_var), vm);
+    let qmp = ctl(&q);
+    (q, qmp)
+}
+
+/// Plugs the whole device and waits until the guest has it.
+fn plug(qmp: &Qmp) {
+    virtio_mem_resize(qmp, DEVICE, Duration::from_secs(120)).expect("QMP").expect("the guest plugs the whole device in 2 min");
+}
+
 /// The stock kernel with virtio-mem (`kernel/build.sh vmem`), no balloon moved: the same
 /// plug, unplug and spike, the baseline for the scenario below.
 #[test]
 #[ignore = "needs the stock kernel with virtio-mem: make kernel-test-vmem"]
 fn stock_virtio_mem_plug_and_unplug() {
-    let vm = VmSpec { memory: BOOT, virtio_mem: Some(DEVICE), append: "memhp_default_state=online_movable".into(), ..spec("stock-vmem", GuestAgent::None, true) };
-    let q = boot("kernel_vmem", &image("AUTOBALLOON_VMEM_IMAGE"), vm);
-    let qmp = ctl(&q);
-    virtio_mem_resize(&qmp, DEVICE, Duration::from_secs(120)).expect("QMP").expect("the guest plugs the whole device in 2 min");
+    let (q, qmp) = boot_with_device("stock-vmem", "AUTOBALLOON_VMEM_IMAGE");
+    plug(&qmp);
     let plugged = meminfo(&q, "MemTotal");
     let unplugged = virtio_mem_resize(&qmp, Kib(0), Duration::from_secs(300)).expect("QMP");
     let after = meminfo(&q, "MemTotal");
@@ -48,12 +61,10 @@ fn stock_virtio_mem_plug_and_unplug() {
 #[test]
 #[ignore = "needs the patched kernel with virtio-mem: make kernel-test-vmem"]
 fn patched_balloon_beside_virtio_mem() {
-    let vm = VmSpec { memory: BOOT, virtio_mem: Some(DEVICE), append: "memhp_default_state=online_movable".into(), ..spec("patched-vmem", GuestAgent::None, true) };
-    let q = boot("kernel_vmem", &image("AUTOBALLOON_PATCHED_VMEM_IMAGE"), vm);
-    let qmp = ctl(&q);
+    let (q, qmp) = boot_with_device("patched-vmem", "AUTOBALLOON_PATCHED_VMEM_IMAGE");
     let pages = |f: &str| read_u64(&q, &format!("{BALLOON_DIR}/{f}"));
     let boot_max = pages("max_pages");
-    virtio_mem_resize(&qmp, DEVICE, Duration::from_secs(120)).expect("QMP").expect("the guest plugs the whole device in 2 min");
+    plug(&qmp);
     let plugged_max = pages("max_pages");
     assert_eq!(plugged_max, boot_max + DEVICE.0 / 4, "max_pages follows the plugged memory (boot {boot_max})");
     // The guest's own target: the balloon takes all but 256 MiB, from the device's
