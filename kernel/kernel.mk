@@ -72,16 +72,19 @@ kernel-test-kasan: agent
 
 # The guests run under $(AUTOBALLOON_QEMU) (default: the system's QEMU); AUTOBALLOON_BENCH_REPS
 # rounds (3): about a minute once the kernels are built (the vmem build: about 10 min cold).
+# The guest image directory of kernel variant $(1) (kernel/build.sh), as a shell command.
+variant_image = guest/build-image.sh --agent $(AGENT) --vmlinuz "$$($(KERNEL_DIR)/build.sh $(1) | tail -1)" --print-dir
+
 kernel-bench-vmem: agent
 	@images=$$(kernel/scripts/images.sh $(AGENT)) && patched=$$(sed -n 1p <<< "$$images") && \
-	vmem=$$(guest/build-image.sh --agent $(AGENT) --vmlinuz "$$($(KERNEL_DIR)/build.sh vmem | tail -1)" --print-dir) && \
+	vmem=$$($(call variant_image,vmem)) && \
 	AUTOBALLOON_PATCHED_IMAGE="$$patched" AUTOBALLOON_VMEM_IMAGE="$$vmem" \
 	  cargo bench --locked -p autoballoon-testbed --bench virtio_mem
 
 # The guest runs under $(AUTOBALLOON_QEMU); its record goes to run/kernel-test/vmem-*.jsonl.
 kernel-test-vmem: agent
-	@patched=$$(guest/build-image.sh --agent $(AGENT) --vmlinuz "$$($(KERNEL_DIR)/build.sh patched-vmem | tail -1)" --print-dir) && \
-	stock=$$(guest/build-image.sh --agent $(AGENT) --vmlinuz "$$($(KERNEL_DIR)/build.sh vmem | tail -1)" --print-dir) && \
+	@patched=$$($(call variant_image,patched-vmem)) && \
+	stock=$$($(call variant_image,vmem)) && \
 	mkdir -p run/kernel-test && \
 	AUTOBALLOON_PATCHED_VMEM_IMAGE="$$patched" AUTOBALLOON_VMEM_IMAGE="$$stock" AUTOBALLOON_KERNEL_RESULTS="$(CURDIR)/run/kernel-test/vmem-$$(date +%Y%m%d-%H%M%S).jsonl" \
 	  cargo test --locked -p autoballoon-testbed --test kernel_vmem -- --ignored --test-threads=1

@@ -174,7 +174,7 @@ fn patched_units_come_back_as_huge_pages() {
         // free page reporting (2 s later) would give it back.
         let backed = std::thread::scope(|scope| {
             let held = scope.spawn(|| q.console.run(&format!("spike {SPIKE_THREADS} {} 3 0 1", spike_mib()), Duration::from_secs(300)));
-            let full = Kib(spike_pages * 4);
+            let full = Pages(spike_pages).to_kib_saturating();
             wait_for(Duration::from_secs(120), Duration::from_millis(50), || host().ram_rss >= full).expect("the spike's memory is backed");
             let backed = host();
             qmp.set_balloon_guest_size(shrunk().to_bytes_saturating().0).expect("QMP balloon");

@@ -66,10 +66,10 @@ fn patched_balloon_beside_virtio_mem() {
     let boot_max = pages("max_pages");
     plug(&qmp);
     let plugged_max = pages("max_pages");
-    assert_eq!(plugged_max, boot_max + DEVICE.0 / 4, "max_pages follows the plugged memory (boot {boot_max})");
+    assert_eq!(plugged_max, boot_max + DEVICE.to_pages_floor().0, "max_pages follows the plugged memory (boot {boot_max})");
     // The guest's own target: the balloon takes all but 256 MiB, from the device's
     // movable memory too.
-    let target = TARGET.0 / 4;
+    let target = TARGET.to_pages_floor().0;
     sh(&q, &format!("echo {target} > {BALLOON_DIR}/target_pages"));
     let shrunk = wait_for(Duration::from_secs(180), Duration::from_millis(200), || pages("current_pages") <= target + 512);
     assert!(shrunk.is_some(), "the balloon left {} pages of the target {target}", pages("current_pages"));
