@@ -132,7 +132,8 @@ impl<P: Policy, B: Balancer> HostLoop<P, B> {
 
     /// One decision step for every VM in the sample. VMs whose interval has not run out
     /// are shown to the balancer at their present size but not moved; VMs the sample
-    /// does not name, or that have no loop, are left alone. Pure.
+    /// does not name, or that have no loop, are left alone, and what the first were last
+    /// asked to hold is taken off the capacity. Pure.
     pub fn tick(&mut self, s: &HostSample) -> Vec<VmTick> {
         for vm in &s.forget {
             if let Some(slot) = self.vms.get_mut(vm) {
@@ -159,8 +160,17 @@ impl<P: Policy, B: Balancer> HostLoop<P, B> {
             claims.push(Claim { vm: *vm, want: p.want(), room: p.room, sample: sample.clone() });
             open.push((claims.len() - 1, p));
         }
-        // 2. The balancer, over all VMs at once.
-        let granted = self.balancer.balance(&s.host, &claims);
+        // 2. The balancer, over all VMs at once. A VM the sample leaves out (its actor is
+        // late, its QEMU slow to answer) still holds the memory last asked of it: that is
+        // not the others' to take.
+        let absent = self
+            .vms
+            .iter()
+            .filter(|(id, _)| !s.vms.iter().any(|(v, _)| v == *id))
+            .filter_map(|(_, slot)| slot.lp.commanded())
+            .fold(Kib::ZERO, Kib::saturating_add);
+        let host = HostView { capacity: s.host.capacity.map(|c| c.saturating_sub(absent)), ..s.host };
+        let granted = self.balancer.balance(&host, &claims);
         // 3. Per VM: the final check (which also keeps the balancer honest), filter, interval.
         let mut out = Vec::with_capacity(open.len());
         for (i, p) in open {

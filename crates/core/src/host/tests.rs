@@ -93,6 +93,22 @@ fn vms_missing_from_the_sample_or_without_a_loop_are_left_alone() {
     assert!(hl.tick(&host(0, None, vec![])).is_empty());
 }
 
+#[test]
+fn a_vm_missing_from_the_sample_keeps_its_memory_out_of_the_capacity() {
+    let mut hl = HostLoop::new(CapGrowth);
+    for i in 0..3 {
+        hl.add_vm(VmId(i), lp());
+    }
+    // All three settle at 400 MiB (336 used + 64) within 1500.
+    let t = targets(&hl.tick(&host(0, Some(1500), (0..3).map(|_| vm(0, 2048, 336)).collect())));
+    assert_eq!(t, vec![Some(400); 3]);
+    // VM 2's sample is late; VM 0 wants 1064. VM 2 still holds 400, so 1500 − 400 − 400
+    // = 700 is all VM 0 may have, not the 1100 the two sampled VMs alone would leave it.
+    let ticks = hl.tick(&host(1, Some(1500), vec![vm(1, 400, 1000), vm(1, 400, 336)]));
+    assert_eq!(ticks[0].tick.outcome.as_ref().unwrap().target, mib(700), "{ticks:?}");
+    assert_eq!(ticks[0].tick.outcome.as_ref().unwrap().limits, vec![Limit::HostShort]);
+}
+
 /// A balancer that answers nonsense: the final check keeps every VM inside its rails.
 struct Liar;
 impl Balancer for Liar {
