@@ -59,16 +59,22 @@ kernel-test-debug: agent
 # (320 MiB of shadow; at 512 the balloon did not get there in 3 min), and the file reads,
 # which need page cache to drop (at 512 the guest kept none: the clean-cache pass reclaimed
 # 3 MiB in 214 stalls and the hook served the rest, as it should with no cache left).
-# Left out: the two CMA scenarios (a 5 GiB guest with sizes of its own, 640 MiB of shadow).
+# The two CMA scenarios (KASAN_CMA_TESTS) boot a 5 GiB guest (640 MiB of shadow): the
+# burst's guest is ballooned to 1152 MiB instead of 512 (AUTOBALLOON_KERNEL_CMA_SHRUNK_MIB),
+# and the balloon keeps 1536 MiB instead of 512 when the two gigantic pages are asked for
+# (AUTOBALLOON_KERNEL_CONTIG_BALLOON_MIB; with 512 both pages found ranges without units).
 KASAN_TESTS ?= patched_kunit patched_floor patched_spike_at patched_guest_target patched_transparent patched_the_same_target \
 	patched_page_poisoning patched_suspend patched_driver_unbind patched_thp patched_two_numa patched_with_free \
 	patched_shows patched_balloon_units patched_balloon_takes
 KASAN_768_TESTS ?= patched_offline patched_file_reads
+KASAN_CMA_TESTS ?= patched_contiguous patched_unmovable_burst
 kernel-test-kasan: agent
 	PATCHED_VARIANT=kasan AUTOBALLOON_KERNEL_SHRUNK_MIB=512 AUTOBALLOON_KERNEL_SPIKE_MIB=256 \
 		$(KERNEL_DIR)/scripts/kernel-test.sh $(AGENT) '$(KASAN_TESTS)'
 	PATCHED_VARIANT=kasan AUTOBALLOON_KERNEL_SHRUNK_MIB=768 AUTOBALLOON_KERNEL_SPIKE_MIB=256 \
 		$(KERNEL_DIR)/scripts/kernel-test.sh $(AGENT) '$(KASAN_768_TESTS)'
+	PATCHED_VARIANT=kasan AUTOBALLOON_KERNEL_CMA_SHRUNK_MIB=1152 AUTOBALLOON_KERNEL_CONTIG_BALLOON_MIB=1536 \
+		$(KERNEL_DIR)/scripts/kernel-test.sh $(AGENT) '$(KASAN_CMA_TESTS)'
 
 # The guests run under $(AUTOBALLOON_QEMU) (default: the system's QEMU); AUTOBALLOON_BENCH_REPS
 # rounds (3): about a minute once the kernels are built (the vmem build: about 10 min cold).

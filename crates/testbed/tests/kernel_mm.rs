@@ -259,8 +259,8 @@ fn boot_with_a_cma_area(test: &str, name: &str) -> (Qemu, Kib) {
 }
 
 /// Contiguous allocations on memory the balloon holds units in: two 1 GiB gigantic pages at
-/// run time in a 5 GiB guest booted with `hugetlb_cma=1G` whose balloon holds 512 MiB,
-/// spread over all of its memory first. The first page comes from the CMA area
+/// run time in a 5 GiB guest booted with `hugetlb_cma=1G` whose balloon holds 512 MiB
+/// (`contig_balloon`), spread over all of its memory first. The first page comes from the CMA area
 /// (`cma_alloc()`), the second from the rest (`alloc_contig_pages()`). The balloon gives
 /// its units in those ranges back (the `released` count) and inflates again elsewhere, to
 /// the size the host asked for.
@@ -270,22 +270,23 @@ fn patched_contiguous_allocations_get_ballooned_units_back() {
     let (q, memory) = boot_with_a_cma_area("kernel_mm_contig", "contig");
     let qmp = ctl(&q);
     let to = |mib: u64| balloon_to(&qmp, Kib::from_mib_saturating(mib), Duration::from_secs(180)).expect("QMP").unwrap_or_else(|| panic!("the balloon did not reach a guest size of {mib} MiB"));
-    // Units everywhere first (1.75 GiB), then 512 MiB of them left.
-    to(3328);
-    to(4608);
+    // Units everywhere first (1.75 GiB), then 512 MiB of them left (`contig_balloon`).
+    let kept = contig_balloon().0 / 1024;
+    to(3328.min(5120 - kept));
+    to(5120 - kept);
     let gigantic = "/sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages";
     sh(&q, &format!("echo 2 > {gigantic}"));
     let huge = read_u64(&q, gigantic);
     // hook_stats mounts debugfs, where the CMA area's counters are too.
     let released = hook_stats(&q).ok().and_then(|s| named_value(&s, "released")).unwrap_or(0);
     let cma_used = read_u64(&q, "/sys/kernel/debug/cma/hugetlb0/used");
-    let back = wait_for(Duration::from_secs(120), Duration::from_millis(200), || qemu_balloon(&qmp, memory).map(|b| mib(b) >= 512.0 - 8.0).unwrap_or(false));
+    let back = wait_for(Duration::from_secs(120), Duration::from_millis(200), || qemu_balloon(&qmp, memory).map(|b| mib(b) >= kept as f64 - 8.0).unwrap_or(false));
     let balloon = qemu_balloon(&qmp, memory).expect("query-balloon");
     record("patched", "contig", json!({ "gigantic_pages": huge, "cma_pages_used": cma_used, "released_pages": released, "balloon_after_mib": mib(balloon) }));
     assert_eq!(huge, 2, "{huge} of 2 gigantic pages allocated ({cma_used} pages from the CMA area)");
     assert_eq!(cma_used, 1 << 18, "the gigantic page did not come from the CMA area");
     assert!(released > 0, "the balloon gave nothing back to the contiguous allocations");
-    assert!(back.is_some(), "the balloon stayed at {:.0} MiB after giving units back (512 asked)", mib(balloon));
+    assert!(back.is_some(), "the balloon stayed at {:.0} MiB after giving units back ({kept} asked)", mib(balloon));
     assert_clean(&q);
 }
 
@@ -293,14 +294,16 @@ fn patched_contiguous_allocations_get_ballooned_units_back() {
 /// which may not use CMA pageblocks). The hook must serve the burst from blocks outside
 /// the area: a CMA unit it frees lands on a free list the burst cannot use, so the guest's
 /// free CMA memory must not grow while the burst takes 768 MiB of a guest ballooned down
-/// to 512 MiB, most of it through the hook.
+/// to 512 MiB (`cma_shrunk`), most of it through the hook.
 #[test]
 #[ignore = "needs the patched kernel: make kernel-test"]
 fn patched_unmovable_burst_leaves_units_in_a_cma_area() {
-    // Ballooned to 512 MiB, the balloon holds units everywhere, the CMA area included.
+    // Ballooned to 512 MiB (`cma_shrunk`), the balloon holds units everywhere, the CMA
+    // area included.
     let (q, _) = boot_with_a_cma_area("kernel_mm_cma", "cma");
     let qmp = ctl(&q);
-    balloon_to(&qmp, Kib::from_mib_saturating(512), Duration::from_secs(180)).expect("QMP").expect("the balloon reaches a 512 MiB guest in 3 min");
+    let shrunk = cma_shrunk();
+    balloon_to(&qmp, shrunk, Duration::from_secs(180)).expect("QMP").unwrap_or_else(|| panic!("the balloon did not reach a {} MiB guest in 3 min", shrunk.0 / 1024));
     let free_cma_mib = || vmstat(&q, "nr_free_cma") / 256;
     let before = free_cma_mib();
     let hook_before = hook_pages_since_boot(&q);

@@ -33,6 +33,21 @@ pub fn shrunk() -> Kib {
     Kib::from_mib_saturating(mib_from_env("AUTOBALLOON_KERNEL_SHRUNK_MIB", 256))
 }
 
+/// The size the CMA scenario's 5 GiB guest is ballooned to before its burst: 512 MiB, or
+/// `$AUTOBALLOON_KERNEL_CMA_SHRUNK_MIB` (`make kernel-test-kasan` sets 1152: 512 MiB beside
+/// the 640 MiB KASAN's shadow takes of 5 GiB).
+pub fn cma_shrunk() -> Kib {
+    Kib::from_mib_saturating(mib_from_env("AUTOBALLOON_KERNEL_CMA_SHRUNK_MIB", 512))
+}
+
+/// What the balloon of the contiguous-allocation scenario's 5 GiB guest keeps when the
+/// gigantic pages are asked for: 512 MiB, or `$AUTOBALLOON_KERNEL_CONTIG_BALLOON_MIB`
+/// (`make kernel-test-kasan` sets 1536: with 512, KASAN's shadow moved the free memory so
+/// that both gigantic pages found ranges without units and nothing was released).
+pub fn contig_balloon() -> Kib {
+    Kib::from_mib_saturating(mib_from_env("AUTOBALLOON_KERNEL_CONTIG_BALLOON_MIB", 512))
+}
+
 /// MiB each of the spike's [`SPIKE_THREADS`] touches: 384 (1.5 GiB in all, six times what
 /// the shrunk guest has), or `$AUTOBALLOON_KERNEL_SPIKE_MIB` (256 under KASAN).
 pub fn spike_mib() -> u64 {
