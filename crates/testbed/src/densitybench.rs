@@ -12,11 +12,11 @@
 //! `density.jsonl` (a record per configuration) and, with `--results`, `DENSITY.md` and
 //! `density.json` there.
 
-use crate::bench::fleet::{spec, Images};
+use crate::bench::fleet::{policy_from_toml, spec, Images};
 use crate::bench::model::{Config, Kernel};
 use crate::bench::stats::median;
 use crate::{rss_of, sparse_disk, step, wait_settled, Qemu, RssSample, RssSampler};
-use autoballoon::config::{Config as CtlConfig, ControllerConfig, LogFormat, PolicyConfig, VmConfig};
+use autoballoon::config::{Config as CtlConfig, ControllerConfig, LogFormat, VmConfig};
 use autoballoon::controller::Controller;
 use autoballoon::log::Logger;
 use autoballoon_core::Kib;
@@ -140,10 +140,7 @@ fn one(a: &DensityArgs, images: &Images, qemu: &std::path::Path, c: Config) -> R
     let version = step("QMP", autoballoon_qmp::Qmp::connect_with_retry(&guests[0].qmp_ctl, Instant::now() + Duration::from_secs(10)))?.version().to_string();
     let ctl = if c.controlled() {
         let vms = guests.iter().enumerate().map(|(i, q)| VmConfig { agent: Some(q.agent.clone()), ..VmConfig::new(&format!("{}-{i}", c.key()), q.qmp.clone()) }).collect();
-        let defaults = match &a.policy {
-            Some(t) => toml::from_str::<PolicyConfig>(t).map_err(|e| format!("--policy: {e}"))?,
-            None => PolicyConfig::default(),
-        };
+        let defaults = a.policy.as_deref().map(policy_from_toml).transpose()?.unwrap_or_default();
         let config = CtlConfig { controller: ControllerConfig::default(), defaults, vms, ..Default::default() };
         config.validate().map_err(|e| e.to_string())?;
         let logger = Logger::new(LogFormat::Text, false).to_file(&out.join("controller.log")).map_err(|e| e.to_string())?;

@@ -13,7 +13,7 @@
 //! guest from its log. Writes `spikes.jsonl` (a record per spike) and, with `--results`,
 //! `SPIKES.md` and `spikes.json` there.
 
-use crate::bench::fleet::{Fleet, Images};
+use crate::bench::fleet::{policy_from_toml, Fleet, Images};
 use crate::bench::model::{Config, QemuLine};
 use crate::bench::stats::{median, percentile};
 use crate::guest::{balloon_to, watch_balloon, SpikeRun};
@@ -76,6 +76,10 @@ pub struct SpikeArgs {
     /// Where SPIKES.md and spikes.json go; none: only the table on stdout.
     #[arg(long)]
     pub results: Option<PathBuf>,
+    /// Policy keys for the controlled configurations instead of the defaults, as TOML of
+    /// the `[defaults]` table (e.g. `'rinse_after_s = 5'`); for experiments.
+    #[arg(long)]
+    pub policy: Option<String>,
 }
 
 /// A spike's shape: threads, each mapping and touching `mib` MiB, as fast as they can or
@@ -315,6 +319,7 @@ pub fn run(a: SpikeArgs) -> Result<(), String> {
     if !configs.contains(&Config::Fpr) {
         return Err("--configs must include fpr: every figure is a ratio to it".into());
     }
+    let policy = a.policy.as_deref().map(policy_from_toml).transpose()?;
     let qemus = if a.qemu.is_empty() { vec![crate::qemu_binary()] } else { a.qemu.clone() };
     let memory = Kib::from_mib_saturating(a.memory_mib);
     std::fs::create_dir_all(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
@@ -327,6 +332,9 @@ pub fn run(a: SpikeArgs) -> Result<(), String> {
             println!("[spikes] booting {} guests ({} MiB, {cpus} vCPU) on {}", configs.len(), a.memory_mib, qemu.display());
             let out = a.out.join(format!("q{qi}-c{cpus}"));
             let mut fleet = Fleet::boot_cpus(QemuLine::System, qemu, &configs, &images, memory, &out, ShrinkSetting::Auto, cpus)?;
+            if let Some(p) = &policy {
+                fleet.restart_controller_with(p.clone())?;
+            }
             let result = measure(&a, &mut fleet, &configs, memory, cpus, &mut sink);
             if result.is_ok() {
                 ooms.extend(fleet.guests.iter().map(|g| OomRecord { qemu_version: fleet.version.clone(), cpus, config: g.config, oom_kills: crate::guest::oom_kills(&g.q) }));
@@ -441,6 +449,9 @@ pub fn report(a: &SpikeArgs, records: &[SpikeRecord], ooms: &[OomRecord], host: 
         "Written by `autoballoon-spikebench` (TCG single-threaded, {} MiB guests): per QEMU, vCPU count, shape and round {} spikes {} s apart, each holding its memory {} s; the first spike is the cold one (the guest settled), the others the steady state. `spike` s: its own allocation time (every thread mapped and touched its memory). Reaction: from the spike's start until QMP `actual` rose by 32 MiB; grown: until it had made 90 % of its way to the peak. Ratios are of medians, to FPR alone and to no balloon of the same fleet. OOM kills: the guest's over the whole fleet's run (console and dmesg). Failed: spikes with an allocation that failed or a shell that did not answer.\n",
         a.memory_mib, a.cycles, a.gap_s, a.hold_s
     );
+    if let Some(p) = &a.policy {
+        let _ = writeln!(s, "The controlled configurations ran with the policy keys `{p}` instead of the defaults.\n");
+    }
     let mut groups: Vec<(String, u32, Shape)> = Vec::new();
     let mut configs: Vec<Config> = Vec::new();
     for r in records {

@@ -1,22 +1,28 @@
-//! Buffer rinse: the free memory a lean guest keeps is given back to the host once it has
-//! settled, and returned to the guest clean.
+//! Rinse: the free memory a guest keeps on top of its need (the buffer, and the headroom of
+//! a recent spike) is given back to the host once the guest has settled, and returned to the
+//! guest clean.
 //!
 //! Why: the buffer (the memory kept free on top of the estimate) is memory the guest has
 //! touched: what a job allocated and freed while the guest was lean. It stays backed in
 //! the host, and free page reporting cannot give it back, because it reports only free
 //! blocks of 2 MiB and the buffer of a guest whose balloon took 4 KiB pages is in smaller
 //! pieces (four guests over a job sequence held a quarter more than with free page
-//! reporting alone, all of it guest memory; docs/spikes.md). A balloon that inflates by the
-//! buffer takes those pieces first (order-0 allocations come from the smallest free
-//! blocks), the host discards them, and deflating right after hands the guest the same
-//! amount of memory the host no longer backs: the guest keeps its buffer, the host stops
-//! paying for it. A migration that starts afterwards does not send it either.
+//! reporting alone, all of it guest memory; docs/spikes.md). The headroom a spike leaves is
+//! memory the spike touched, in the pieces the balloon handed back. A balloon that
+//! inflates by that free memory takes those pieces first (order-0 allocations come from
+//! the smallest free blocks), the host discards them, and deflating right after hands the
+//! guest the same amount of memory the host no longer backs: the guest keeps its free
+//! memory, the host stops paying for it. A migration that starts afterwards does not send
+//! it either.
 //!
 //! The rule, pure (time and the guest's size come with each sample): once the policy's
-//! target has not grown by more than `band` for `after` (shrinks do not count), the target is lowered by the buffer until
-//! the guest's size has come within `band` of the lowered target (a busy guest's balloon
-//! may take more than a tick), or [`MAX_DIP`] at the most; then it is back, and the next
-//! rinse waits for another `after` of steadiness and at least `every` since the last one.
+//! target has not grown by more than `band` for `after` (shrinks do not count), the target
+//! is lowered by the free memory until the guest's size has come within `band` of the
+//! lowered target (a busy guest's balloon may take more than a tick), or [`MAX_DIP`] at the
+//! most; then it is back, and the next rinse waits for another `after` of steadiness and at
+//! least `every` since the last one, and for the target to have grown in between (a guest
+//! that touched nothing since has nothing to rinse). The lowered target never goes below the need, so a
+//! need that grows during a rinse raises it, and ends the rinse once the guest is within it.
 //! Never while a migration runs or is prepared.
 
 use crate::units::Kib;
@@ -51,24 +57,27 @@ pub struct Rinse {
     steady: Option<(Kib, Duration)>,
     /// When the last rinse was.
     last: Option<Duration>,
+    /// The target grew (by more than the band) since the last rinse: the guest touched
+    /// memory since, which another rinse can give back. An idle guest is rinsed once.
+    grown: bool,
     /// A rinse under way: since when.
     dipped: Option<Duration>,
 }
 
 impl Rinse {
-    /// Takes the policy's `target` at `at` (with its `buffer`, and the guest's size
-    /// `current`); returns how much to take off it this tick: the buffer while a rinse is
-    /// under way, else nothing. `busy`: a migration runs or is prepared (no rinse, and the
-    /// steadiness starts again after it).
-    pub fn observe(&mut self, rule: &RinseRule, target: Kib, buffer: Kib, current: Kib, busy: bool, at: Duration) -> Kib {
-        if rule.is_off() || buffer == Kib::ZERO || busy {
-            *self = Rinse { last: self.last, ..Rinse::default() };
+    /// Takes the policy's `target` at `at` (with the `free` memory it keeps on top of the
+    /// need, and the guest's size `current`); returns how much to take off it this tick:
+    /// `free` while a rinse is under way, else nothing. `busy`: a migration runs or is
+    /// prepared (no rinse, and the steadiness starts again after it).
+    pub fn observe(&mut self, rule: &RinseRule, target: Kib, free: Kib, current: Kib, busy: bool, at: Duration) -> Kib {
+        if rule.is_off() || free == Kib::ZERO || busy {
+            *self = Rinse { last: self.last, grown: self.grown, ..Rinse::default() };
             return Kib::ZERO;
         }
         if let Some(since) = self.dipped {
-            let reached = current <= target.saturating_sub(buffer).saturating_add(rule.band);
+            let reached = current <= target.saturating_sub(free).saturating_add(rule.band);
             if !reached && at.saturating_sub(since) < MAX_DIP {
-                return buffer;
+                return free;
             }
             self.dipped = None;
             self.steady = Some((target, at));
@@ -81,17 +90,19 @@ impl Rinse {
                 self.steady = Some((t.min(target), since));
                 since
             }
-            _ => {
+            moved => {
+                self.grown |= moved.is_some();
                 self.steady = Some((target, at));
                 return Kib::ZERO;
             }
         };
         let settled = at.saturating_sub(since) >= rule.after;
-        let due = self.last.is_none_or(|l| at.saturating_sub(l) >= rule.every);
+        let due = self.last.is_none_or(|l| self.grown && at.saturating_sub(l) >= rule.every);
         if settled && due {
             self.dipped = Some(at);
             self.last = Some(at);
-            return buffer;
+            self.grown = false;
+            return free;
         }
         Kib::ZERO
     }
@@ -114,9 +125,12 @@ mod tests {
         assert_eq!(r.observe(&RULE, mib(300), b, mib(290), false, s(21)), b, "the balloon is not there yet: still lowered");
         assert_eq!(r.observe(&RULE, mib(300), b, mib(240), false, s(22)), Kib::ZERO, "reached: back");
         assert_eq!(r.observe(&RULE, mib(300), b, at300, false, s(60)), Kib::ZERO, "not again before `every`");
-        assert_eq!(r.observe(&RULE, mib(300), b, at300, false, s(320)), b, "again after `every`");
-        assert_eq!(r.observe(&RULE, mib(300), b, at300, false, s(325)), b, "never reached ...");
-        assert_eq!(r.observe(&RULE, mib(300), b, at300, false, s(330)), Kib::ZERO, "... back after MAX_DIP");
+        assert_eq!(r.observe(&RULE, mib(300), b, at300, false, s(320)), Kib::ZERO, "nor after it, as the target has not grown since");
+        assert_eq!(r.observe(&RULE, mib(400), b, at300, false, s(330)), Kib::ZERO, "grown: steady again from here");
+        assert_eq!(r.observe(&RULE, mib(300), b, at300, false, s(345)), Kib::ZERO, "a shrink is steady too");
+        assert_eq!(r.observe(&RULE, mib(300), b, at300, false, s(350)), b, "20 s later: again");
+        assert_eq!(r.observe(&RULE, mib(300), b, at300, false, s(355)), b, "never reached ...");
+        assert_eq!(r.observe(&RULE, mib(300), b, at300, false, s(360)), Kib::ZERO, "... back after MAX_DIP");
     }
 
     #[test]

@@ -129,7 +129,10 @@ impl Policy for SwapFree {
             e.cache_kept = kept;
             e.target = e.target.saturating_add(kept).min(s.max);
         }
-        e.rinsed = self.rinse.observe(&self.rinse_rule, e.target, e.buffer, s.guest_size, s.migrating || s.preparing_migration, s.at).min(e.target.saturating_sub(Kib::ONE_PAGE));
+        // What a rinse takes: the free memory kept on top of the need (the buffer and the
+        // headroom), not the page cache kept for reading again.
+        let free = e.buffer.saturating_add(e.headroom);
+        e.rinsed = self.rinse.observe(&self.rinse_rule, e.target, free, s.guest_size, s.migrating || s.preparing_migration, s.at).min(e.target.saturating_sub(Kib::ONE_PAGE));
         e.target = e.target.saturating_sub(e.rinsed);
         Some(Decision { target: e.target, reason: Reason::Estimate(e) })
     }
@@ -259,6 +262,31 @@ mod tests {
         assert_eq!(p.decide(&at(700, 200, true)).unwrap().target, mib(264));
         p.decide(&at(800, 1000, true));
         assert_eq!(p.decide(&Sample { migrating: true, ..at(801, 200, true) }).unwrap().target, mib(264));
+    }
+
+    #[test]
+    fn a_rinse_takes_the_headroom_with_the_buffer() {
+        use std::time::Duration;
+        let mib = Kib::from_mib_saturating;
+        let mut p = SwapFree {
+            headroom_rule: HeadroomRule { hold: Duration::from_secs(600), fade: Duration::from_secs(60) },
+            rinse_rule: RinseRule { after: Duration::from_secs(20), every: Duration::from_secs(600), band: mib(16) },
+            ..SwapFree::new(mib(64))
+        };
+        let at = |secs: u64, size: u64, used: u64| Sample {
+            at: Duration::from_secs(secs),
+            guest_size: mib(size),
+            max: mib(2048),
+            mem: Some(view((size - used) * 1024, 0, 0, 0)),
+            shrink_while_migrating: true,
+            ..Sample::default()
+        };
+        assert_eq!(p.decide(&at(0, 1536, 1000)).unwrap().target, mib(1064), "a spike");
+        assert_eq!(p.decide(&at(2, 1064, 200)).unwrap().target, mib(1064), "freed: 800 MiB kept as headroom");
+        let d = p.decide(&at(22, 1064, 200)).unwrap();
+        assert_eq!(d.target, mib(200), "settled for 20 s: the buffer and the headroom rinsed");
+        assert!(d.reason.to_string().contains("- rinse 864.0 MiB"), "{}", d.reason);
+        assert_eq!(p.decide(&at(24, 210, 200)).unwrap().target, mib(1064), "the balloon got there: all of it back");
     }
 
     #[test]

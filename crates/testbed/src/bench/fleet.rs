@@ -86,9 +86,18 @@ pub struct Fleet {
     pub migration_shrink: ShrinkSetting,
     /// vCPUs of every guest (sources and destinations).
     pub cpus: u32,
+    /// The controller's policy for every controlled guest (the defaults unless
+    /// [`Fleet::restart_controller_with`] set others).
+    policy: PolicyConfig,
 }
 
 const BOOT: Duration = Duration::from_secs(240);
+
+/// The policy keys of a benchmark's `--policy` (TOML of the `[defaults]` table) over the
+/// defaults.
+pub fn policy_from_toml(text: &str) -> Result<PolicyConfig, String> {
+    toml::from_str::<PolicyConfig>(text).map_err(|e| format!("--policy: {e}"))
+}
 
 /// How a configuration's guests are started (sources and destinations alike).
 pub fn spec(config: Config, name: &str, memory: Kib, qemu: &Path) -> VmSpec {
@@ -157,7 +166,7 @@ impl Fleet {
             Some(g) => step("QMP", Qmp::connect_with_retry(&g.q.qmp_ctl, Instant::now() + Duration::from_secs(10)))?.version().to_string(),
             None => String::new(),
         };
-        let mut f = Fleet { line, qemu: qemu.to_path_buf(), version, memory, out: out.to_path_buf(), guests, ctl: None, migration_shrink, cpus };
+        let mut f = Fleet { line, qemu: qemu.to_path_buf(), version, memory, out: out.to_path_buf(), guests, ctl: None, migration_shrink, cpus, policy: PolicyConfig::default() };
         f.start_controller()?;
         Ok(f)
     }
@@ -168,7 +177,7 @@ impl Fleet {
         if vms.is_empty() {
             return Ok(());
         }
-        let config = CtlConfig { controller: ControllerConfig { migration_shrink: self.migration_shrink, ..ControllerConfig::default() }, defaults: PolicyConfig::default(), vms, ..Default::default() };
+        let config = CtlConfig { controller: ControllerConfig { migration_shrink: self.migration_shrink, ..ControllerConfig::default() }, defaults: self.policy.clone(), vms, ..Default::default() };
         config.validate().map_err(|e| e.to_string())?;
         let log = self.out.join(format!("controller-{}.log", self.line_key()));
         let logger = Logger::new(LogFormat::Text, false).to_file(&log).map_err(|e| e.to_string())?;
@@ -245,6 +254,16 @@ impl Fleet {
             vm.command(VmCommand::Retarget { qmp, agent: Some(agent) });
         }
         Ok(())
+    }
+
+    /// Stops the controller and starts it again with `policy` for every controlled guest
+    /// (an experiment's keys instead of the defaults).
+    pub fn restart_controller_with(&mut self, policy: PolicyConfig) -> Result<(), String> {
+        if let Some(ctl) = self.ctl.take() {
+            ctl.stop();
+        }
+        self.policy = policy;
+        self.start_controller()
     }
 
     /// Stops the controller and every guest.
