@@ -64,12 +64,14 @@ pub struct PolicyArgs {
     /// Seconds over which it is then given back [default: 240].
     #[arg(long, value_name = "S")]
     pub refault_fade_s: Option<u64>,
-    /// Seconds the target must not have grown before the buffer is rinsed (lowered by
-    /// it until the balloon got there, so the host discards the free memory the guest
-    /// touched); 0: off [default: 0].
+    /// Seconds the target must not have grown before the free memory kept on top of the
+    /// need (the buffer and a spike's headroom) is rinsed (the target lowered by it until
+    /// the balloon got there, so the host discards the free memory the guest touched);
+    /// 0: off [default: 0].
     #[arg(long, value_name = "S")]
     pub rinse_after_s: Option<u64>,
-    /// The least seconds between two rinses [default: 60].
+    /// The least seconds between two rinses, which also waits for the target to have
+    /// grown since the last one [default: 60].
     #[arg(long, value_name = "S")]
     pub rinse_every_s: Option<u64>,
 }

@@ -67,12 +67,13 @@ pub struct PolicyConfig {
     pub refault_hold_s: u64,
     /// Seconds over which it is then given back, a quarter at a time.
     pub refault_fade_s: u64,
-    /// Seconds a guest's target must not have grown (by more than `dead_band_mib`) before its
-    /// buffer is rinsed: lowered by the buffer until the balloon got there (10 s at most),
-    /// so the host discards the free memory the guest had touched, then given back clean;
-    /// 0: off.
+    /// Seconds a guest's target must not have grown (by more than `dead_band_mib`) before
+    /// the free memory kept on top of its need (the buffer and a spike's headroom) is
+    /// rinsed: the target lowered by it until the balloon got there (10 s at most), so the
+    /// host discards the free memory the guest had touched, then given back clean; 0: off.
     pub rinse_after_s: u64,
-    /// The least seconds between two rinses of one guest.
+    /// The least seconds between two rinses of one guest; a guest is rinsed again only once
+    /// its target grew since the last rinse.
     pub rinse_every_s: u64,
 }
 
