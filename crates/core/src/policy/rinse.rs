@@ -21,9 +21,9 @@
 //! lowered target (a busy guest's balloon may take more than a tick), or [`MAX_DIP`] at the
 //! most; then it is back, and the next rinse waits for another `after` of steadiness and at
 //! least `every` since the last one, and for the target to have grown in between (a guest
-//! that touched nothing since has nothing to rinse). The lowered target never goes below the need, so a
-//! need that grows during a rinse raises it, and ends the rinse once the guest is within it.
-//! Never while a migration runs or is prepared.
+//! that touched nothing since has nothing to rinse). The lowered target never goes below
+//! the need, so a need that grows during a rinse raises it, and ends the rinse once the
+//! guest is within it. Never while a migration runs or is prepared.
 
 use crate::units::Kib;
 use std::time::Duration;
