@@ -76,11 +76,11 @@ kernel-test-kasan: agent
 	PATCHED_VARIANT=kasan AUTOBALLOON_KERNEL_CMA_SHRUNK_MIB=1152 AUTOBALLOON_KERNEL_CONTIG_BALLOON_MIB=1536 \
 		$(KERNEL_DIR)/scripts/kernel-test.sh $(AGENT) '$(KASAN_CMA_TESTS)'
 
-# The guests run under $(AUTOBALLOON_QEMU) (default: the system's QEMU); AUTOBALLOON_BENCH_REPS
-# rounds (3): about a minute once the kernels are built (the vmem build: about 10 min cold).
 # The guest image directory of kernel variant $(1) (kernel/build.sh), as a shell command.
 variant_image = guest/build-image.sh --agent $(AGENT) --vmlinuz "$$($(KERNEL_DIR)/build.sh $(1) | tail -1)" --print-dir
 
+# The guests run under $(AUTOBALLOON_QEMU) (default: the system's QEMU); AUTOBALLOON_BENCH_REPS
+# rounds (3): about a minute once the kernels are built (the vmem build: about 10 min cold).
 kernel-bench-vmem: agent
 	@images=$$(kernel/scripts/images.sh $(AGENT)) && patched=$$(sed -n 1p <<< "$$images") && \
 	vmem=$$($(call variant_image,vmem)) && \

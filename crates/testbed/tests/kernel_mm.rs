@@ -269,24 +269,24 @@ fn boot_with_a_cma_area(test: &str, name: &str) -> (Qemu, Kib) {
 fn patched_contiguous_allocations_get_ballooned_units_back() {
     let (q, memory) = boot_with_a_cma_area("kernel_mm_contig", "contig");
     let qmp = ctl(&q);
-    let to = |mib: u64| balloon_to(&qmp, Kib::from_mib_saturating(mib), Duration::from_secs(180)).expect("QMP").unwrap_or_else(|| panic!("the balloon did not reach a guest size of {mib} MiB"));
+    let to = |size: Kib| balloon_to(&qmp, size, Duration::from_secs(180)).expect("QMP").unwrap_or_else(|| panic!("the balloon did not reach a guest size of {} MiB", size.0 / 1024));
     // Units everywhere first (1.75 GiB), then 512 MiB of them left (`contig_balloon`).
-    let kept = contig_balloon().0 / 1024;
-    to(3328.min(5120 - kept));
-    to(5120 - kept);
+    let kept = contig_balloon();
+    to(memory.saturating_sub(Kib::from_mib_saturating(1792)).min(memory.saturating_sub(kept)));
+    to(memory.saturating_sub(kept));
     let gigantic = "/sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages";
     sh(&q, &format!("echo 2 > {gigantic}"));
     let huge = read_u64(&q, gigantic);
     // hook_stats mounts debugfs, where the CMA area's counters are too.
     let released = hook_stats(&q).ok().and_then(|s| named_value(&s, "released")).unwrap_or(0);
     let cma_used = read_u64(&q, "/sys/kernel/debug/cma/hugetlb0/used");
-    let back = wait_for(Duration::from_secs(120), Duration::from_millis(200), || qemu_balloon(&qmp, memory).map(|b| mib(b) >= kept as f64 - 8.0).unwrap_or(false));
+    let back = wait_for(Duration::from_secs(120), Duration::from_millis(200), || qemu_balloon(&qmp, memory).map(|b| mib(b) >= kept.mib_f64() - 8.0).unwrap_or(false));
     let balloon = qemu_balloon(&qmp, memory).expect("query-balloon");
     record("patched", "contig", json!({ "gigantic_pages": huge, "cma_pages_used": cma_used, "released_pages": released, "balloon_after_mib": mib(balloon) }));
     assert_eq!(huge, 2, "{huge} of 2 gigantic pages allocated ({cma_used} pages from the CMA area)");
     assert_eq!(cma_used, 1 << 18, "the gigantic page did not come from the CMA area");
     assert!(released > 0, "the balloon gave nothing back to the contiguous allocations");
-    assert!(back.is_some(), "the balloon stayed at {:.0} MiB after giving units back ({kept} asked)", mib(balloon));
+    assert!(back.is_some(), "the balloon stayed at {:.0} MiB after giving units back ({} asked)", mib(balloon), kept.0 / 1024);
     assert_clean(&q);
 }
 
