@@ -54,7 +54,7 @@ impl fmt::Display for Reason {
                     write!(f, " + cache kept {} (read again after eviction)", e.cache_kept)?;
                 }
                 if e.rinsed > crate::units::Kib::ZERO {
-                    write!(f, " - rinse {} (the settled guest's buffer given back to the host, back clean once the balloon took it)", e.rinsed)?;
+                    write!(f, " - rinse {} (the settled guest's free memory, buffer and headroom, given back to the host, back clean once the balloon took it)", e.rinsed)?;
                 }
                 Ok(())
             }
