@@ -38,6 +38,8 @@ pub enum EventKind {
     NoticeDropped,
     EventsDropped,
     WorkerPanicked,
+    /// A VM's samples stopped coming: the balancer decides without it (or it is back).
+    SampleStale,
     HostShort,
     /// The `host-need` reclaim mode started or stopped reclaiming for the host.
     Reclaim,
@@ -109,6 +111,7 @@ impl EventKind {
             | EventKind::AgentFlood
             | EventKind::NoticeDropped
             | EventKind::EventsDropped
+            | EventKind::SampleStale
             | EventKind::HostShort => Level::Warn,
             EventKind::Connected
             | EventKind::Retarget
@@ -153,6 +156,7 @@ impl EventKind {
             EventKind::NoticeDropped => "notice_dropped",
             EventKind::EventsDropped => "events_dropped",
             EventKind::WorkerPanicked => "worker_panicked",
+            EventKind::SampleStale => "sample_stale",
             EventKind::HostShort => "host_short",
             EventKind::Reclaim => "reclaim",
             EventKind::Reload => "reload",

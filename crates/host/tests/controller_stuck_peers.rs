@@ -75,6 +75,9 @@ fn qemu_stuck(fault: Fault) {
         let s = d.status("a");
         s.state == VmState::Unreachable && s.errors > 0
     });
+    // Its samples stopped: the decider says once that it balances without it.
+    wait_for(T, "the VM left out of the balancer, logged", || d.log.count("sample_stale") > 0);
+    assert_eq!(d.log.count("sample_stale"), 1, "{}", d.log.text());
     let took = d.stop();
     eprintln!("{fault:?}: stop took {took:?}");
     assert!(took < Duration::from_secs(6), "{fault:?}: stop took {took:?}");

@@ -27,9 +27,18 @@ pub enum ConsoleError {
     /// `{command}` printed {output:?}, not what was expected
     #[error("`{command}` printed {output:?}, not what was expected")]
     Unexpected { command: String, output: String },
-    /// `{command}` did not finish within {after:?}
-    #[error("`{command}` did not finish within {after:?}")]
-    Timeout { command: String, after: Duration },
+    /// `{command}` did not finish within {after:?}; the console's last lines: {tail}
+    #[error("`{command}` did not finish within {after:?}; the console's last lines:\n{tail}")]
+    Timeout { command: String, after: Duration, tail: String },
+}
+
+/// Lines of the console a [`ConsoleError::Timeout`] carries.
+const TIMEOUT_TAIL_LINES: usize = 30;
+
+/// The last `n` lines of `text`.
+fn last_lines(text: &str, n: usize) -> &str {
+    let start = text.trim_end_matches('\n').rmatch_indices('\n').nth(n.saturating_sub(1)).map_or(0, |(i, _)| i + 1);
+    &text[start..]
 }
 
 /// Output of one command and its exit status.
@@ -72,6 +81,12 @@ impl Console {
         self.text.0.lock().unwrap().clone()
     }
 
+    /// The last `lines` lines the guest printed at or after byte `from`.
+    fn tail_from(&self, from: usize, lines: usize) -> String {
+        let text = self.text.0.lock().unwrap();
+        last_lines(text.get(from..).unwrap_or(""), lines).to_string()
+    }
+
     /// Waits until the transcript contains `needle`; returns how long it took.
     pub fn wait_for_text(&self, needle: &str, timeout: Duration) -> Option<Duration> {
         self.wait_from(0, needle, timeout).map(|(t, _)| t)
@@ -96,7 +111,9 @@ impl Console {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let from = self.text.0.lock().unwrap().len();
         self.send_line(&format!("printf '@@%s@@\\n' B{n}; {command}; printf '@@%s:%s@@\\n' E{n} $?"))?;
-        let timeout_err = || ConsoleError::Timeout { command: command.into(), after: timeout };
+        // What the guest printed since the command was sent (a hung task, a stall), for the
+        // error: the test's folder, and with it the console log, is gone after a CI run.
+        let timeout_err = || ConsoleError::Timeout { command: command.into(), after: timeout, tail: self.tail_from(from, TIMEOUT_TAIL_LINES) };
         let deadline = Instant::now() + timeout;
         let (_, b) = self.wait_from(from, &format!("@@B{n}@@\n"), timeout).ok_or_else(timeout_err)?;
         let left = deadline.saturating_duration_since(Instant::now());
@@ -132,12 +149,20 @@ pub fn count_oom_kills(text: &str) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::count_oom_kills;
+    use super::{count_oom_kills, last_lines};
 
     #[test]
     fn counts_kills_not_invocations() {
         let t = "[  5.1] spike invoked oom-killer: gfp_mask=0x140dca\n[  5.2] Out of memory: Killed process 93 (spike) total-vm:1228800kB\n[  5.3] oom_reaper: reaped process 93 (spike)\n";
         assert_eq!(count_oom_kills(t), 1);
         assert_eq!(count_oom_kills("all fine\n"), 0);
+    }
+
+    #[test]
+    fn a_timeout_carries_the_last_lines() {
+        let t = "@@B3@@\n[ 250.1] INFO: task dd:93 blocked for more than 122 seconds.\n[ 250.2] Not tainted\n";
+        assert_eq!(last_lines(t, 2), "[ 250.1] INFO: task dd:93 blocked for more than 122 seconds.\n[ 250.2] Not tainted\n");
+        assert_eq!(last_lines(t, 30), t);
+        assert_eq!(last_lines("", 30), "");
     }
 }

@@ -17,7 +17,7 @@ mod common;
 
 use autoballoon_core::Kib;
 use autoballoon_testbed::guest::{named_value, oom_kills, qemu_balloon};
-use autoballoon_testbed::{sparse_disk, GuestAgent, Qemu, VmSpec};
+use autoballoon_testbed::{filled_disk, GuestAgent, Qemu, VmSpec};
 use common::kernel::*;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -28,11 +28,10 @@ const DISK_MIB: u64 = 768;
 fn boot_with_disk(test: &str, name: &str) -> Qemu {
     // Not in the VM's folder: `boot` makes that afresh.
     let dir = common::vm_dir(test, &format!("{name}-disk"));
-    let disk = sparse_disk(&dir.join("disk.raw"), Kib::from_mib_saturating(DISK_MIB)).unwrap_or_else(|e| panic!("{e}"));
+    // The disk's blocks hold data, not holes QEMU answers without reading; written on the
+    // host (a CI run's guest once took over 600 s to write them itself).
+    let disk = filled_disk(&dir.join("disk.raw"), Kib::from_mib_saturating(DISK_MIB)).unwrap_or_else(|e| panic!("{e}"));
     let q = boot(test, &patched(), VmSpec { disk: Some(disk), ..spec(name, GuestAgent::None, true) });
-    // The disk's blocks hold data, not holes QEMU answers without reading.
-    // 20-30 s on a quiet host; minutes beside other work on the same cores.
-    sh_within(&q, &format!("dd if=/dev/urandom of=/dev/vda bs=1M count={DISK_MIB} conv=fsync 2>/dev/null && echo 3 > /proc/sys/vm/drop_caches"), Duration::from_secs(600));
     // Held open: the last close of a block device drops its page cache.
     q.console.spawn("sleep 100000 </dev/vda >/dev/null 2>&1").unwrap();
     q

@@ -36,6 +36,12 @@ struct Vm {
     size: Kib,
     seen: Option<Instant>,
     refused: RateLimit,
+    /// How old its latest sample was when the last step left it out (older than
+    /// `max_age`): the balancer then keeps what it was last given out of the capacity.
+    left_out: Option<Duration>,
+    /// Whether the log says it is left out (one line when it goes, one when it is back).
+    logged_left_out: bool,
+    stale: RateLimit,
 }
 
 /// The balancer, watched for the metrics: what the VMs wanted together at its last call.
@@ -189,7 +195,9 @@ impl World for QemuHost {
         let mut s = HostSample { at: now - self.started, host: HostView::default(), vms: Vec::new(), forget: Vec::new() };
         for vm in &mut self.vms {
             let Some(o): Option<Observation> = lock(&vm.shared.mailbox).clone() else { continue };
-            if now.saturating_duration_since(o.taken) > self.max_age {
+            let age = now.saturating_duration_since(o.taken);
+            vm.left_out = (age > self.max_age).then_some(age);
+            if vm.left_out.is_some() {
                 continue;
             }
             if o.epoch != vm.epoch {
@@ -245,7 +253,7 @@ impl Decider {
             match c {
                 Change::Add { shared, tx, policy } => {
                     self.hl.add_vm(shared.id, policy.control_loop(self.interval));
-                    self.world.vms.push(Vm { shared, tx, epoch: 0, source: SampleSource::None, used: None, size: Kib::ZERO, seen: None, refused: RateLimit::default() });
+                    self.world.vms.push(Vm { shared, tx, epoch: 0, source: SampleSource::None, used: None, size: Kib::ZERO, seen: None, refused: RateLimit::default(), left_out: None, logged_left_out: false, stale: RateLimit::default() });
                 }
                 Change::Remove(id) => {
                     self.hl.remove_vm(id);
@@ -337,6 +345,7 @@ impl Decider {
                 }
             }
         }
+        self.watch_left_out();
         self.watch_short(&step.sample.host);
         self.watch_reclaim(reclaim);
         self.show_host();
@@ -345,6 +354,24 @@ impl Decider {
             lock(&vm.shared.status).errors += 1;
             let name = vm.shared.name.clone();
             self.log.limited(&mut vm.refused, &name, EventKind::ActuatorFailed, &format!("target not applied: {why}"), &[]);
+        }
+    }
+
+    /// One line when a VM's samples stop coming (its actor stuck behind a slow QEMU, the VM
+    /// unreachable) and the step leaves it out, and one when it is back.
+    fn watch_left_out(&mut self) {
+        let max_age = self.world.max_age;
+        for vm in &mut self.world.vms {
+            if vm.left_out.is_some() == vm.logged_left_out {
+                continue;
+            }
+            vm.logged_left_out = vm.left_out.is_some();
+            let name = vm.shared.name.clone();
+            let msg = match vm.left_out {
+                Some(age) => format!("left out of the balancer: its latest sample is {:.1} s old (more than {:.1} s); what it was last given stays set aside", age.as_secs_f64(), max_age.as_secs_f64()),
+                None => "back in the balancer: a new sample".to_string(),
+            };
+            self.log.limited(&mut vm.stale, &name, EventKind::SampleStale, &msg, &[("left_out", json!(vm.logged_left_out))]);
         }
     }
 
