@@ -123,6 +123,7 @@ unit-test: deps
 	cargo test --locked --workspace --lib --bins
 
 integration-test: image
+	@scripts/check-free-space.sh
 	@$(QEMU10_INSTALL)
 	AUTOBALLOON_IMAGE="$$(cat $(IMAGE_PATH))" cargo test --locked --workspace --tests --doc -- --test-threads=1
 
@@ -171,6 +172,7 @@ calibrate:
 # losing TCG guest writes during migrations (docs/migration.md), which once left a
 # destination with a stale page and a kernel that jumped into it.
 test: image
+	@scripts/check-free-space.sh
 	@$(QEMU10_INSTALL)
 	AUTOBALLOON_IMAGE="$$(cat $(IMAGE_PATH))" cargo test --locked --workspace -- --test-threads=1
 	$(MAKE) packaging-test

@@ -295,7 +295,10 @@ impl Qemu {
                 .args(["-device", "virtio-mem-pci,id=vmem0,memdev=vmem0-mem,requested-size=0"]);
         }
         if let Some(disk) = &spec.disk {
-            cmd.arg("-drive").arg(format!("file={},format=raw,if=none,id=disk0,cache=writeback", disk.display())).args(["-device", "virtio-blk-pci,drive=disk0"]);
+            // An I/O error (the host's disk full) goes to the guest, which reports it, instead
+            // of pausing the VM (QEMU's default for ENOSPC), where a test would wait out
+            // its timeout with no word why.
+            cmd.arg("-drive").arg(format!("file={},format=raw,if=none,id=disk0,cache=writeback,werror=report,rerror=report", disk.display())).args(["-device", "virtio-blk-pci,drive=disk0"]);
         }
         if let Some(port) = spec.incoming_port {
             cmd.args(["-incoming", &format!("tcp:127.0.0.1:{port}")]);
