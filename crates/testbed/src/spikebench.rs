@@ -40,8 +40,8 @@ pub struct SpikeArgs {
     /// $AUTOBALLOON_QEMU, else qemu-system-x86_64].
     #[arg(long, value_delimiter = ',')]
     pub qemu: Vec<PathBuf>,
-    /// Configurations, comma-separated [default: none,fpr,ab-stock, and ab-patched,
-    /// ab-patched+fpr with --patched-image].
+    /// Configurations, comma-separated [default: none,fpr,ab-stock, and fpr-patched (the
+    /// patched rows' bar), ab-patched, ab-patched+fpr with --patched-image].
     #[arg(long, value_delimiter = ',')]
     pub configs: Vec<Config>,
     /// Spike shapes, THREADSxMIB (MiB per thread), or THREADSxMIB@R for a slow ramp of R
@@ -310,7 +310,7 @@ pub fn run(a: SpikeArgs) -> Result<(), String> {
     let configs = if a.configs.is_empty() {
         let mut v = vec![Config::NoBalloon, Config::Fpr, Config::AbStock];
         if images.patched.is_some() {
-            v.extend([Config::AbPatched, Config::AbPatchedFpr]);
+            v.extend([Config::FprPatched, Config::AbPatched, Config::AbPatchedFpr]);
         }
         v
     } else {
