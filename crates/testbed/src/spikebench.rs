@@ -14,7 +14,7 @@
 //! `SPIKES.md` and `spikes.json` there.
 
 use crate::bench::fleet::{policy_from_toml, Fleet, Images};
-use crate::bench::model::{Config, QemuLine};
+use crate::bench::model::{Config, Kernel, QemuLine};
 use crate::bench::stats::{median, percentile};
 use crate::guest::{balloon_to, watch_balloon, SpikeRun};
 use crate::{step, wait_vm_settled};
@@ -80,6 +80,17 @@ pub struct SpikeArgs {
     /// the `[defaults]` table (e.g. `'rinse_after_s = 5'`); for experiments.
     #[arg(long)]
     pub policy: Option<String>,
+    /// Measure nothing: write the report again from the `spikes.json` an earlier run wrote
+    /// (into `--results`, or on stdout), with this version's report.
+    #[arg(long)]
+    pub report_from: Option<PathBuf>,
+}
+
+/// What `spikes.json` holds.
+#[derive(Debug, Serialize, Deserialize)]
+struct Results {
+    spikes: Vec<SpikeRecord>,
+    oom_kills: Vec<OomRecord>,
 }
 
 /// A spike's shape: threads, each mapping and touching `mib` MiB, as fast as they can or
@@ -306,6 +317,11 @@ fn settle(fleet: &Fleet, c: Config, ctl: &Qmp, memory: Kib) -> Result<(), String
 }
 
 pub fn run(a: SpikeArgs) -> Result<(), String> {
+    if let Some(from) = &a.report_from {
+        let text = std::fs::read_to_string(from).map_err(|e| format!("{}: {e}", from.display()))?;
+        let r: Results = serde_json::from_str(&text).map_err(|e| format!("{}: not a spikes.json: {e}", from.display()))?;
+        return write_report(&a, r);
+    }
     let images = Images::load(a.image.as_deref(), a.patched_image.as_deref())?;
     let configs = if a.configs.is_empty() {
         let mut v = vec![Config::NoBalloon, Config::Fpr, Config::AbStock];
@@ -343,12 +359,17 @@ pub fn run(a: SpikeArgs) -> Result<(), String> {
             records.extend(result?);
         }
     }
-    let report = report(&a, &records, &ooms, &host_line());
+    write_report(&a, Results { spikes: records, oom_kills: ooms })
+}
+
+/// Prints the report and, with `--results`, writes SPIKES.md and spikes.json there.
+fn write_report(a: &SpikeArgs, r: Results) -> Result<(), String> {
+    let report = report(a, &r.spikes, &r.oom_kills, &host_line());
     println!("{report}");
     if let Some(dir) = &a.results {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         std::fs::write(dir.join("SPIKES.md"), &report).map_err(|e| e.to_string())?;
-        let json = serde_json::to_string_pretty(&serde_json::json!({ "spikes": records, "oom_kills": ooms })).map_err(|e| e.to_string())?;
+        let json = serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?;
         std::fs::write(dir.join("spikes.json"), json + "\n").map_err(|e| e.to_string())?;
         println!("[spikes] wrote {}/SPIKES.md and spikes.json", dir.display());
     }
@@ -446,7 +467,7 @@ pub fn report(a: &SpikeArgs, records: &[SpikeRecord], ooms: &[OomRecord], host: 
     let _ = writeln!(s, "{host}\n");
     let _ = writeln!(
         s,
-        "Written by `autoballoon-spikebench` (TCG single-threaded, {} MiB guests): per QEMU, vCPU count, shape and round {} spikes {} s apart, each holding its memory {} s; the first spike is the cold one (the guest settled), the others the steady state. `spike` s: its own allocation time (every thread mapped and touched its memory). Reaction: from the spike's start until QMP `actual` rose by 32 MiB; grown: until it had made 90 % of its way to the peak. Ratios are of medians, to FPR alone and to no balloon of the same fleet. OOM kills: the guest's over the whole fleet's run (console and dmesg). Failed: spikes with an allocation that failed or a shell that did not answer.\n",
+        "Written by `autoballoon-spikebench` (TCG single-threaded, {} MiB guests): per QEMU, vCPU count, shape and round {} spikes {} s apart, each holding its memory {} s; the first spike is the cold one (the guest settled), the others the steady state. `spike` s: its own allocation time (every thread mapped and touched its memory). Reaction: from the spike's start until QMP `actual` rose by 32 MiB; grown: until it had made 90 % of its way to the peak. Ratios are of medians, to FPR alone and to no balloon of the same fleet, on the row's own kernel where the fleet has that kernel's bar (FPR and no balloon on the patched kernel for the patched rows). OOM kills: the guest's over the whole fleet's run (console and dmesg). Failed: spikes with an allocation that failed or a shell that did not answer.\n",
         a.memory_mib, a.cycles, a.gap_s, a.hold_s
     );
     if let Some(p) = &a.policy {
@@ -468,7 +489,11 @@ pub fn report(a: &SpikeArgs, records: &[SpikeRecord], ooms: &[OomRecord], host: 
         let mine: Vec<&SpikeRecord> = records.iter().filter(|r| r.qemu_version == version && r.cpus == cpus && r.shape == shape).collect();
         let pick = |c: Config, steady: bool| mine.iter().copied().filter(move |r| r.config == c && (r.cycle > 0) == steady);
         let steady = |c: Config| med(pick(c, true).filter_map(|r| r.alloc_s));
-        let (fpr, none) = (steady(Config::Fpr), steady(Config::NoBalloon));
+        // Each row against the bars of its own kernel, where this fleet has them.
+        let bar = |c: Config, stock: Config, patched: Config| match c.kernel() {
+            Kernel::Patched => steady(patched).or_else(|| steady(stock)),
+            Kernel::Stock => steady(stock),
+        };
         let ratio = |x: Option<f64>, bar: Option<f64>| match (x, bar) {
             (Some(x), Some(b)) if b > 0.0 => format!("{:.2}×", x / b),
             _ => "–".into(),
@@ -496,7 +521,7 @@ pub fn report(a: &SpikeArgs, records: &[SpikeRecord], ooms: &[OomRecord], host: 
             let reclaims = g(|d| d.allocstall as f64).map_or("–".into(), |v| format!("{v:.0}"));
             let n = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.0}"));
             let thp = format!("{} / {}", n(g(|d| d.thp_fault_alloc as f64)), n(g(|d| d.thp_fault_fallback as f64)));
-            let _ = writeln!(s, "| {} | {} | {} | {} | {} | {} | {} | {stalled} | {reclaims} | {thp} | {failed} | {kills} |", c.label(), f(cold), f(st), ratio(st, fpr), ratio(st, none), react, f(grown));
+            let _ = writeln!(s, "| {} | {} | {} | {} | {} | {} | {} | {stalled} | {reclaims} | {thp} | {failed} | {kills} |", c.label(), f(cold), f(st), ratio(st, bar(c, Config::Fpr, Config::FprPatched)), ratio(st, bar(c, Config::NoBalloon, Config::NoBalloonPatched)), react, f(grown));
         }
         let _ = writeln!(s);
     }
@@ -554,6 +579,14 @@ mod tests {
         assert!(md.contains("## QEMU 10.0.2, 1 vCPU, 3 threads × 400 MiB"), "{md}");
         assert!(md.contains("| FPR | 3.00 | 2.00 | 1.00× | – | – | – | 0.50 / 0.25 | 3 | 0 / 0 | 0 | 0 |"), "{md}");
         assert!(md.contains("| autoballoon, stock kernel (+FPR +hinting) | 5.00 | 2.00 | 1.00× |"), "{md}");
+        // A patched row against FPR on the patched kernel once the fleet has it, else stock FPR.
+        let patched = [rec(Config::AbPatchedFpr, 0, 2.0), rec(Config::AbPatchedFpr, 1, 1.0)];
+        let md = report(&a, &[&rs[..], &patched[..]].concat(), &ooms, "");
+        assert!(md.contains("| autoballoon, patched kernel +FPR +hinting | 2.00 | 1.00 | 0.50× |"), "{md}");
+        let bar = [rec(Config::FprPatched, 0, 4.0), rec(Config::FprPatched, 1, 4.0)];
+        let md = report(&a, &[&rs[..], &patched[..], &bar[..]].concat(), &ooms, "");
+        assert!(md.contains("| autoballoon, patched kernel +FPR +hinting | 2.00 | 1.00 | 0.25× |"), "{md}");
+        assert!(md.contains("| FPR, patched kernel | 4.00 | 4.00 | 1.00× |"), "{md}");
     }
 
     #[test]
