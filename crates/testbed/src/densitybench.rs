@@ -13,7 +13,7 @@
 //! `density.json` there.
 
 use crate::bench::fleet::{policy_from_toml, spec, Images};
-use crate::bench::model::{Config, Kernel};
+use crate::bench::model::Config;
 use crate::bench::stats::median;
 use crate::{rss_of, sparse_disk, step, wait_settled, Qemu, RssSample, RssSampler};
 use autoballoon::config::{Config as CtlConfig, ControllerConfig, LogFormat, VmConfig};
@@ -283,10 +283,7 @@ pub fn report(a: &DensityArgs, records: &[DensityRecord]) -> String {
     );
     let get = |c: Config| records.iter().find(|r| r.config == c);
     // Each row against the bars of its own kernel, where this run has them.
-    let bar = |r: &DensityRecord, stock: Config, patched: Config| match r.config.kernel() {
-        Kernel::Patched => get(patched).or_else(|| get(stock)),
-        Kernel::Stock => get(stock),
-    };
+    let bar = |r: &DensityRecord, stock: Config, patched: Config| r.config.bar_of(stock, patched, get);
     let ratio = |x: f64, bar: Option<f64>| match bar {
         Some(b) if b > 0.0 && !x.is_nan() => format!("{:.2}×", x / b),
         _ => "–".into(),

@@ -14,7 +14,7 @@
 //! `SPIKES.md` and `spikes.json` there.
 
 use crate::bench::fleet::{policy_from_toml, Fleet, Images};
-use crate::bench::model::{Config, Kernel, QemuLine};
+use crate::bench::model::{Config, QemuLine};
 use crate::bench::stats::{median, percentile};
 use crate::guest::{balloon_to, watch_balloon, SpikeRun};
 use crate::{step, wait_vm_settled};
@@ -490,10 +490,7 @@ pub fn report(a: &SpikeArgs, records: &[SpikeRecord], ooms: &[OomRecord], host: 
         let pick = |c: Config, steady: bool| mine.iter().copied().filter(move |r| r.config == c && (r.cycle > 0) == steady);
         let steady = |c: Config| med(pick(c, true).filter_map(|r| r.alloc_s));
         // Each row against the bars of its own kernel, where this fleet has them.
-        let bar = |c: Config, stock: Config, patched: Config| match c.kernel() {
-            Kernel::Patched => steady(patched).or_else(|| steady(stock)),
-            Kernel::Stock => steady(stock),
-        };
+        let bar = |c: Config, stock: Config, patched: Config| c.bar_of(stock, patched, steady);
         let ratio = |x: Option<f64>, bar: Option<f64>| match (x, bar) {
             (Some(x), Some(b)) if b > 0.0 => format!("{:.2}×", x / b),
             _ => "–".into(),

@@ -194,6 +194,16 @@ impl Config {
         self.setup().kernel
     }
 
+    /// This row's bar (`stock`, or `patched` for a row on the patched kernel) as `of`
+    /// finds it in a run: a patched row falls back to the stock bar where the run has no
+    /// patched one. The reports divide each row by the bar of its own kernel.
+    pub fn bar_of<T>(self, stock: Config, patched: Config, of: impl Fn(Config) -> Option<T>) -> Option<T> {
+        match self.kernel() {
+            Kernel::Patched => of(patched).or_else(|| of(stock)),
+            Kernel::Stock => of(stock),
+        }
+    }
+
     pub fn fpr(self) -> bool {
         self.setup().fpr
     }
