@@ -11,6 +11,7 @@ mod protect;
 mod run;
 mod source;
 mod trigger;
+mod trim;
 #[cfg(test)]
 mod loop_tests;
 #[cfg(test)]
@@ -97,7 +98,11 @@ pub struct RunArgs {
     /// guest's present size while the balloon gives memory back (docs/guest-agent.md).
     #[arg(long)]
     pub no_overcommit: bool,
-    /// Skip self-protection (oom_score_adj, mlockall) and the overcommit sysctl, for tests on a host.
+    /// The page cache trim (with every backend).
+    #[command(flatten)]
+    pub trim: trim::TrimArgs,
+    /// Skip self-protection (oom_score_adj, mlockall), the overcommit sysctl and the cache
+    /// trim, for tests on a host.
     #[arg(long)]
     pub unprivileged: bool,
     /// Stop after this many samples (0 = run forever).

@@ -11,11 +11,12 @@ use crate::channel::{wait_trigger, Channel};
 use crate::trigger::{PressureTrigger, STALL, WINDOW};
 use crate::logging::{debug, info, log, Level, RateLimited};
 use crate::source::{Migration, ProcSource};
+use crate::trim::Trimmer;
 use crate::{protect, BackendKind, Failure, RunArgs};
 use autoballoon_core::config::PolicyConfig;
 use autoballoon_core::control::{Source, Tick};
 use autoballoon_core::host::{one_vm_step, HostLoop, Independent, OneStep, ONE};
-use autoballoon_core::policy::SwapFree;
+use autoballoon_core::policy::{CacheTrimRule, SwapFree, TrimInput};
 use autoballoon_core::protocol::{encode, AgentMessage, AgentSample, HostMessage, MAX_LINE};
 use autoballoon_core::sample::Sample;
 use autoballoon_core::Kib;
@@ -27,24 +28,25 @@ const ERROR_EVERY: Duration = Duration::from_secs(60);
 /// Runs the agent: a bad command line is a [`Failure::Usage`] (exit 2), anything that
 /// stops it later a [`Failure::Runtime`] (exit 1).
 pub fn run(a: &RunArgs) -> Result<(), Failure> {
-    let policy = check(a).map_err(Failure::Usage)?;
+    let (policy, trim) = check(a).map_err(Failure::Usage)?;
     crate::logging::set_level(if a.verbose { Level::Debug } else { a.log_level });
-    start(a, &policy).map_err(Failure::Runtime)
+    start(a, &policy, trim).map_err(Failure::Runtime)
 }
 
 /// The command line's own errors, before anything is touched.
-fn check(a: &RunArgs) -> Result<PolicyConfig, String> {
+fn check(a: &RunArgs) -> Result<(PolicyConfig, CacheTrimRule), String> {
     let policy = a.policy.config()?;
+    let trim = a.trim.rule()?;
     if a.interval_ms < 10 {
         return Err(format!("invalid value for `--interval-ms`: {} is below 10", a.interval_ms));
     }
     if a.backend == BackendKind::Host && a.port.is_none() {
         return Err("--backend host needs --port (the virtio-serial port to the host)".into());
     }
-    Ok(policy)
+    Ok((policy, trim))
 }
 
-fn start(a: &RunArgs, policy: &PolicyConfig) -> Result<(), String> {
+fn start(a: &RunArgs, policy: &PolicyConfig, trim: CacheTrimRule) -> Result<(), String> {
     if !a.unprivileged {
         protect::protect_self().map_err(|e| format!("cannot protect the agent from the OOM killer: {e}"))?;
         if a.no_overcommit {
@@ -61,6 +63,9 @@ fn start(a: &RunArgs, policy: &PolicyConfig) -> Result<(), String> {
     };
     let tau = Duration::from_millis(a.interval_ms);
     let mut agent = Agent::new(a, ProcSource::new(a.proc_dir.clone(), balloon.clone()), channel);
+    if !a.unprivileged {
+        agent.trimmer = Trimmer::start(&a.trim, trim);
+    }
     if !a.no_pressure_trigger {
         match PressureTrigger::open(&a.proc_dir, STALL, WINDOW) {
             Ok(t) => agent.trigger = Some(t),
@@ -127,6 +132,8 @@ struct Agent<'a> {
     channel: Option<Channel>,
     /// The memory-pressure trigger, if the kernel took one.
     trigger: Option<PressureTrigger>,
+    /// The page cache trim, unless off or the guest has no interface for it.
+    trimmer: Option<Trimmer>,
     /// The guest runs short until then (the trigger fired [`SHORT_FOR`] before).
     short_until: Option<Instant>,
     /// A migration that must not see the balloon shrink started: stop a shrink under way.
@@ -149,6 +156,7 @@ impl<'a> Agent<'a> {
             source,
             channel,
             trigger: None,
+            trimmer: None,
             short_until: None,
             stop_shrinking: false,
             seq: 0,
@@ -168,7 +176,10 @@ impl<'a> Agent<'a> {
         loop {
             self.seq += 1;
             match self.source.sample() {
-                Ok(s) => self.report(&s, None),
+                Ok(s) => {
+                    self.report(&s, None);
+                    self.trim(&s);
+                }
                 Err(e) => self.bad_sample.log(Instant::now(), format_args!("no sample: {e}")),
             }
             if self.done() {
@@ -194,10 +205,12 @@ impl<'a> Agent<'a> {
                 OneStep::Ticked { sample, tick } => {
                     self.log_tick(commanded(&hl), &tick);
                     self.report(&sample, commanded(&hl));
+                    self.trim(&sample);
                     tick.next_in
                 }
                 OneStep::NotDue { sample, next_in } => {
                     self.report(&sample, commanded(&hl));
+                    self.trim(&sample);
                     next_in
                 }
                 OneStep::SourceFailed(e) => {
@@ -256,6 +269,13 @@ impl<'a> Agent<'a> {
             self.bad_host_line.log(now, format_args!("{overlong} lines from the host dropped so far: longer than {MAX_LINE} bytes"));
             self.overlong_logged = overlong;
         }
+    }
+
+    /// The cache trim's step on this sample's signals.
+    fn trim(&mut self, s: &Sample) {
+        let Some(t) = &mut self.trimmer else { return };
+        let input = TrimInput { at: s.at, file_cache: self.source.file_cache(), refaults: s.file_refaults, stalled_us: s.pressure.map(|p| p.some.total_us) };
+        t.step(input, s.mem.is_some_and(|m| m.swap_total > Kib::ZERO));
     }
 
     fn done(&self) -> bool {

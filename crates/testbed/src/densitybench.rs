@@ -78,6 +78,11 @@ pub struct DensityArgs {
     /// the `[defaults]` table (e.g. `'spike_hold_s = 600'`); for experiments.
     #[arg(long)]
     pub policy: Option<String>,
+    /// Arguments added to the guest agent's command line in every configuration with an
+    /// agent (the kernel command line's `autoballoon.agent_extra`), comma-separated (e.g.
+    /// `--cache-trim-percent,0`); for experiments.
+    #[arg(long, allow_hyphen_values = true)]
+    pub agent_extra: Option<String>,
 }
 
 /// One configuration's run.
@@ -103,6 +108,9 @@ pub struct DensityRecord {
     /// The policy keys set instead of the defaults (`--policy`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<String>,
+    /// What `--agent-extra` added to the agent's arguments, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_extra: Option<String>,
 }
 
 impl DensityRecord {
@@ -126,7 +134,10 @@ fn one(a: &DensityArgs, images: &Images, qemu: &std::path::Path, c: Config) -> R
     for i in 0..a.guests {
         let name = format!("{}-{i}", c.key());
         let disk = sparse_disk(&out.join(format!("{name}.raw")), Kib::from_mib_saturating(256))?;
-        let vm = crate::VmSpec { disk: Some(disk), ..spec(c, &name, memory, qemu) };
+        let mut vm = crate::VmSpec { disk: Some(disk), ..spec(c, &name, memory, qemu) };
+        if let (Some(extra), true) = (&a.agent_extra, c.ballooning()) {
+            vm.append = format!("{} autoballoon.agent_extra={extra}", vm.append).trim().to_string();
+        }
         guests.push(step(&format!("starting {name}"), Qemu::start(image, vm, &out))?);
     }
     for q in &guests {
@@ -198,7 +209,8 @@ fn one(a: &DensityArgs, images: &Images, qemu: &std::path::Path, c: Config) -> R
     }
     drop(guests);
     let policy = if c.controlled() { a.policy.clone() } else { None };
-    Ok(DensityRecord { qemu_version: version, config: c, guests: a.guests, mean_mib, peak_mib, settled_mib: mib(settled), runtimes_s: runtimes, oom_kills, ram_mean_mib, ram_peak_mib, policy })
+    let agent_extra = if c.ballooning() { a.agent_extra.clone() } else { None };
+    Ok(DensityRecord { qemu_version: version, config: c, guests: a.guests, mean_mib, peak_mib, settled_mib: mib(settled), runtimes_s: runtimes, oom_kills, ram_mean_mib, ram_peak_mib, policy, agent_extra })
 }
 
 /// Each guest's QEMU RSS over the window, a row per 0.5 s sample: `t_s,guest0,…,total`,
@@ -302,7 +314,7 @@ pub fn report(a: &DensityArgs, records: &[DensityRecord]) -> String {
         let _ = writeln!(
             s,
             "| {} | {:.0} | {:.0} | {} | {:.0} | {} | {} | {} | {done}/{} | {} | {} | {} | {} | {} |",
-            r.policy.as_ref().map_or_else(|| r.config.label().to_string(), |p| format!("{} (`{p}`)", r.config.label())),
+            r.policy.iter().chain(&r.agent_extra).fold(r.config.label().to_string(), |l, x| format!("{l} (`{x}`)")),
             r.settled_mib,
             r.mean_mib,
             ratio(r.mean_mib, fpr.map(|f| f.mean_mib)),
@@ -326,12 +338,12 @@ mod tests {
     use super::*;
 
     fn rec(c: Config, mean: f64, peak: f64, rt: Option<f64>) -> DensityRecord {
-        DensityRecord { qemu_version: "10.0.2".into(), config: c, guests: 2, mean_mib: mean, peak_mib: peak, settled_mib: 500.0, runtimes_s: vec![rt, Some(100.0)], oom_kills: 0, ram_mean_mib: Some(mean / 2.0), ram_peak_mib: None, policy: None }
+        DensityRecord { qemu_version: "10.0.2".into(), config: c, guests: 2, mean_mib: mean, peak_mib: peak, settled_mib: 500.0, runtimes_s: vec![rt, Some(100.0)], oom_kills: 0, ram_mean_mib: Some(mean / 2.0), ram_peak_mib: None, policy: None, agent_extra: None }
     }
 
     #[test]
     fn the_table_has_ratios_to_fpr_and_to_no_balloon() {
-        let a = DensityArgs { image: None, patched_image: None, qemu: None, configs: vec![], guests: 2, memory_mib: 2048, stagger_s: 20, out: "x".into(), results: None, policy: None };
+        let a = DensityArgs { image: None, patched_image: None, qemu: None, configs: vec![], guests: 2, memory_mib: 2048, stagger_s: 20, out: "x".into(), results: None, policy: None, agent_extra: None };
         let rs = [rec(Config::NoBalloon, 4000.0, 4100.0, Some(100.0)), rec(Config::Fpr, 2000.0, 3000.0, Some(110.0)), rec(Config::AbStock, 1400.0, 2400.0, None)];
         let md = report(&a, &rs);
         assert!(md.contains("| 4000 | 2.00× | 4100 | 1.37× | 100.0 | 1.00× | 2/2 | 0 | 2000 | 2.00× | – | – |"), "{md}");
@@ -341,7 +353,7 @@ mod tests {
 
     #[test]
     fn patched_rows_are_compared_with_fpr_on_the_patched_kernel() {
-        let a = DensityArgs { image: None, patched_image: None, qemu: None, configs: vec![], guests: 2, memory_mib: 2048, stagger_s: 20, out: "x".into(), results: None, policy: None };
+        let a = DensityArgs { image: None, patched_image: None, qemu: None, configs: vec![], guests: 2, memory_mib: 2048, stagger_s: 20, out: "x".into(), results: None, policy: None, agent_extra: None };
         let rs = [rec(Config::Fpr, 2000.0, 3000.0, Some(110.0)), rec(Config::FprPatched, 1000.0, 2000.0, Some(100.0)), rec(Config::AbPatchedFpr, 700.0, 1000.0, Some(100.0))];
         let md = report(&a, &rs);
         assert!(md.contains("| 700 | 0.70× | 1000 | 0.50× |"), "against fpr-patched, not fpr: {md}");

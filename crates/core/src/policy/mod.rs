@@ -4,12 +4,14 @@
 //! simulator; only the sources of samples and the actuators differ.
 
 mod cachekeep;
+mod cachetrim;
 mod headroom;
 mod memview;
 mod rinse;
 mod swapfree;
 
 pub use cachekeep::{CacheKeep, CacheKeepRule};
+pub use cachetrim::{CacheTrim, CacheTrimRule, TrimInput, TrimStep};
 pub use headroom::{Headroom, HeadroomRule};
 pub use memview::MemView;
 pub use rinse::{Rinse, RinseRule};

@@ -1,0 +1,217 @@
+//! Cache trim: page cache nobody reads again goes, a little at a time, while nothing says
+//! it is in use.
+//!
+//! Why: the balloon's target counts page cache as available, but nothing makes the guest
+//! drop it. A guest kept at its need plus a headroom (or plus the room its refaults
+//! claimed, [`super::CacheKeep`]) holds the cache of every file it read until memory runs
+//! short, and free page reporting cannot give that back: it is not free. Four guests
+//! that read a 256 MiB file set once held it to the end of their job sequence, with free
+//! page reporting and with autoballoon alike (docs/spikes.md, Density). Evicted, the
+//! cache's pages are free; where they make whole 2 MiB blocks free page reporting returns
+//! them to the host within seconds, and the balloon takes the rest at its next shrink.
+//!
+//! The law is senpai's (proactive reclaim held back by its own feedback), on the kernel's
+//! two signals that cache is in use: file pages read again after eviction
+//! (`workingset_refault_file`) and time stalled on memory (PSI `some`). Each sample, once
+//! neither has risen by more than its tolerance for `calm`, asks the kernel to reclaim
+//! `percent` of the file cache (at most `max_step`, never below `floor`); a rise of either
+//! stops it for another `calm`. A file set still in use is read again after a step,
+//! refaults, and the trim waits: what it cost is a few per cent of the set read again
+//! once per `calm`. The rule is pure: time, the cache's size and the two counters come
+//! with each input; the agent writes the step to the guest's root cgroup
+//! (`memory.reclaim`), which reclaims from the cold end of the LRU.
+
+use crate::units::{Kib, Pages, Percent};
+use std::time::Duration;
+
+/// How much cache a step asks back and what holds it back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheTrimRule {
+    /// The share of the file cache asked back per step; zero: off.
+    pub percent: Percent,
+    /// The most one step asks back.
+    pub max_step: Kib,
+    /// File cache never trimmed below this.
+    pub floor: Kib,
+    /// A trim starts only once the cache is this much above the floor (then goes on down
+    /// to the floor), so a cache that wobbles near its floor is left alone.
+    pub start_above: Kib,
+    /// How long neither signal may have risen before a step.
+    pub calm: Duration,
+    /// Refaulted file memory between two inputs that still counts as calm.
+    pub refault_tolerance: Kib,
+    /// Stalled time between two inputs that still counts as calm.
+    pub stall_tolerance: Duration,
+    /// At most one step per this, however often inputs come.
+    pub every: Duration,
+}
+
+impl CacheTrimRule {
+    pub const OFF: CacheTrimRule =
+        CacheTrimRule { percent: Percent::ZERO, max_step: Kib::ZERO, floor: Kib::ZERO, start_above: Kib::ZERO, calm: Duration::ZERO, refault_tolerance: Kib::ZERO, stall_tolerance: Duration::ZERO, every: Duration::ZERO };
+
+    pub fn is_off(&self) -> bool {
+        self.percent == Percent::ZERO || self.max_step == Kib::ZERO
+    }
+}
+
+/// What one step sees: the time, the guest's file cache (`Active(file) + Inactive(file)`)
+/// and its cumulative counters, each `None` where the guest does not report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TrimInput {
+    pub at: Duration,
+    pub file_cache: Option<Kib>,
+    /// `workingset_refault_file`, pages since boot.
+    pub refaults: Option<u64>,
+    /// PSI memory `some` total, microseconds since boot.
+    pub stalled_us: Option<u64>,
+}
+
+/// Why a step asked for nothing, or what it asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrimStep {
+    /// Reclaim this much file cache now; `first`: the first step of a trim.
+    Trim { amount: Kib, cache: Kib, first: bool },
+    /// A signal rose since the last input: the cache is in use. `after_trim`: the first
+    /// rise since a step.
+    InUse { refaulted: Kib, stalled: Duration, after_trim: bool },
+    /// Calm, but not for long enough yet.
+    Waiting,
+    /// The cache is at its floor (`ended`: a trim just got it there), not far enough above
+    /// it to start one, or not reported; or the rule is off.
+    Nothing { ended: bool },
+}
+
+/// One guest's trim state.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CacheTrim {
+    last_refaults: Option<u64>,
+    last_stalled_us: Option<u64>,
+    /// Since when neither signal rose.
+    calm_since: Option<Duration>,
+    /// When the last step asked for something.
+    last_trim: Option<Duration>,
+    /// A trim is under way (it goes on down to the floor).
+    trimming: bool,
+    /// A step asked for something since the last rise of a signal.
+    trimmed_since_use: bool,
+}
+
+impl CacheTrim {
+    /// The step for `input`.
+    pub fn step(&mut self, rule: &CacheTrimRule, input: TrimInput) -> TrimStep {
+        if rule.is_off() {
+            *self = CacheTrim::default();
+            return TrimStep::Nothing { ended: false };
+        }
+        // A counter that went down is a new boot: a new base, no rise.
+        let rise = |last: Option<u64>, now: Option<u64>| match (last, now) {
+            (Some(l), Some(n)) if n >= l => n - l,
+            _ => 0,
+        };
+        let refaulted = Pages(rise(self.last_refaults, input.refaults)).to_kib_saturating();
+        let stalled = Duration::from_micros(rise(self.last_stalled_us, input.stalled_us));
+        self.last_refaults = input.refaults.or(self.last_refaults);
+        self.last_stalled_us = input.stalled_us.or(self.last_stalled_us);
+        if refaulted > rule.refault_tolerance || stalled > rule.stall_tolerance {
+            self.calm_since = Some(input.at);
+            self.trimming = false;
+            let after_trim = std::mem::take(&mut self.trimmed_since_use);
+            return TrimStep::InUse { refaulted, stalled, after_trim };
+        }
+        let since = *self.calm_since.get_or_insert(input.at);
+        let too_soon = self.last_trim.is_some_and(|l| input.at.saturating_sub(l) < rule.every);
+        if input.at.saturating_sub(since) < rule.calm || too_soon {
+            return TrimStep::Waiting;
+        }
+        let Some(cache) = input.file_cache else { return TrimStep::Nothing { ended: false } };
+        let above = cache.saturating_sub(rule.floor);
+        let amount = rule.percent.of_floor(cache).min(rule.max_step).min(above);
+        if amount < Kib::from_mib_saturating(1) || (!self.trimming && above < rule.start_above) {
+            return TrimStep::Nothing { ended: std::mem::take(&mut self.trimming) };
+        }
+        let first = !self.trimming;
+        (self.trimming, self.trimmed_since_use, self.last_trim) = (true, true, Some(input.at));
+        TrimStep::Trim { amount, cache, first }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::test_units::{mib, s};
+
+    const RULE: CacheTrimRule = CacheTrimRule {
+        percent: Percent::new_saturating(10),
+        max_step: Kib(32 * 1024),
+        floor: Kib(32 * 1024),
+        start_above: Kib(32 * 1024),
+        calm: Duration::from_secs(30),
+        refault_tolerance: Kib(1024),
+        stall_tolerance: Duration::from_millis(10),
+        every: Duration::from_secs(1),
+    };
+
+    fn input(at: u64, cache_mib: u64, refault_pages: u64, stalled_ms: u64) -> TrimInput {
+        TrimInput { at: s(at), file_cache: Some(mib(cache_mib)), refaults: Some(refault_pages), stalled_us: Some(stalled_ms.saturating_mul(1000)) }
+    }
+
+    #[test]
+    fn a_calm_guest_gives_its_cache_a_share_at_a_time_down_to_the_floor() {
+        let mut t = CacheTrim::default();
+        assert_eq!(t.step(&RULE, input(0, 256, 0, 0)), TrimStep::Waiting, "calm from the first input on");
+        assert_eq!(t.step(&RULE, input(29, 256, 0, 0)), TrimStep::Waiting);
+        assert_eq!(t.step(&RULE, input(30, 256, 0, 0)), TrimStep::Trim { amount: Kib(26_214), cache: mib(256), first: true });
+        assert_eq!(t.step(&RULE, input(31, 1000, 0, 0)), TrimStep::Trim { amount: mib(32), cache: mib(1000), first: false }, "at most max_step");
+        assert_eq!(t.step(&RULE, input(32, 40, 0, 0)), TrimStep::Trim { amount: mib(4), cache: mib(40), first: false }, "10 % of 40 MiB");
+        assert_eq!(t.step(&RULE, input(33, 34, 0, 0)), TrimStep::Trim { amount: mib(2), cache: mib(34), first: false }, "never below the floor");
+        assert_eq!(t.step(&RULE, input(34, 32, 0, 0)), TrimStep::Nothing { ended: true }, "at the floor: the trim ends");
+        assert_eq!(t.step(&RULE, input(35, 60, 0, 0)), TrimStep::Nothing { ended: false }, "28 MiB above the floor: not enough to start again");
+        assert_eq!(t.step(&RULE, input(36, 64, 0, 0)), TrimStep::Trim { amount: Kib(6553), cache: mib(64), first: true }, "32 MiB above: a new trim");
+        assert_eq!(t.step(&RULE, TrimInput { file_cache: None, ..input(37, 0, 0, 0) }), TrimStep::Nothing { ended: false }, "no cache figure: no step, the trim goes on at the next");
+    }
+
+    #[test]
+    fn refaults_or_stalls_stop_it_for_another_calm() {
+        let mut t = CacheTrim::default();
+        t.step(&RULE, input(0, 256, 1000, 5));
+        assert!(matches!(t.step(&RULE, input(30, 256, 1000, 5)), TrimStep::Trim { .. }));
+        assert_eq!(t.step(&RULE, input(31, 230, 1000 + 256, 5)), TrimStep::Trim { amount: mib(23), cache: mib(230), first: false }, "1 MiB refaulted is within the tolerance");
+        assert_eq!(t.step(&RULE, input(32, 207, 1256 + 1024, 5)), TrimStep::InUse { refaulted: mib(4), stalled: Duration::ZERO, after_trim: true }, "4 MiB read again");
+        assert_eq!(t.step(&RULE, input(61, 207, 2280, 5)), TrimStep::Waiting);
+        assert!(matches!(t.step(&RULE, input(62, 207, 2280, 5)), TrimStep::Trim { .. }), "calm again for 30 s");
+        assert_eq!(t.step(&RULE, input(63, 190, 2280, 25)), TrimStep::InUse { refaulted: Kib::ZERO, stalled: Duration::from_millis(20), after_trim: true }, "stalled 20 ms");
+        assert_eq!(t.step(&RULE, input(64, 190, 9999, 25)), TrimStep::InUse { refaulted: Kib(30876), stalled: Duration::ZERO, after_trim: false }, "no step since the last rise");
+        assert_eq!(t.step(&RULE, input(92, 190, 2280, 25)), TrimStep::Waiting);
+    }
+
+    #[test]
+    fn hostile_or_reset_counters_do_not_trim_early_or_panic() {
+        let mut t = CacheTrim::default();
+        t.step(&RULE, input(0, 256, 100, 100));
+        assert!(matches!(t.step(&RULE, input(1, 256, u64::MAX, u64::MAX)), TrimStep::InUse { .. }), "a huge rise is a rise");
+        assert_eq!(t.step(&RULE, input(2, 256, 5, 5)), TrimStep::Waiting, "counters that went down: a new base, still waiting");
+        assert_eq!(t.step(&RULE, TrimInput { refaults: None, stalled_us: None, ..input(31, 256, 0, 0) }), TrimStep::Trim { amount: Kib(26_214), cache: mib(256), first: true }, "no counters this time: no rise");
+        assert_eq!(t.step(&RULE, input(1, 256, 5, 5)), TrimStep::Waiting, "time going back counts as no time");
+        let huge = Kib(u64::MAX);
+        assert_eq!(t.step(&RULE, TrimInput { file_cache: Some(huge), ..input(40, 0, 5, 5) }), TrimStep::Trim { amount: mib(32), cache: huge, first: false }, "no overflow");
+    }
+
+    #[test]
+    fn one_step_a_second_however_often_samples_come() {
+        let mut t = CacheTrim::default();
+        t.step(&RULE, input(0, 256, 0, 0));
+        assert!(matches!(t.step(&RULE, input(30, 256, 0, 0)), TrimStep::Trim { .. }));
+        let quarter = TrimInput { at: s(30) + Duration::from_millis(250), ..input(0, 256, 0, 0) };
+        assert_eq!(t.step(&RULE, quarter), TrimStep::Waiting);
+        assert!(matches!(t.step(&RULE, input(31, 256, 0, 0)), TrimStep::Trim { .. }));
+    }
+
+    #[test]
+    fn off_asks_for_nothing_and_forgets() {
+        let mut t = CacheTrim::default();
+        t.step(&RULE, input(0, 256, 0, 0));
+        assert_eq!(t.step(&CacheTrimRule::OFF, input(100, 256, 0, 0)), TrimStep::Nothing { ended: false });
+        assert_eq!(t, CacheTrim::default());
+    }
+}
