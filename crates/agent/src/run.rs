@@ -5,6 +5,8 @@
 //!   to the host if there is a port, then wait for the next tick, the pressure trigger or
 //!   the host's notices.
 //! - `--backend host`: the same source, a report, wait. The host decides; no loop here.
+//!
+//! With every backend, each sample also goes to the page cache trim ([`crate::trim`]).
 
 use crate::backend::{self, Target};
 use crate::channel::{wait_trigger, Channel};
