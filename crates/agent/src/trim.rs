@@ -144,7 +144,7 @@ impl Trimmer {
     /// The trimmer, or `None` with the reason logged once: off by its flags, or no interface.
     pub fn start(a: &TrimArgs, rule: CacheTrimRule) -> Option<Trimmer> {
         if rule.is_off() {
-            info(format_args!("cache trim off (--cache-trim-percent 0)"));
+            info(format_args!("cache trim off (--cache-trim-percent 0 or --cache-trim-max-mib 0)"));
             return None;
         }
         match Reclaimer::open(&a.cgroup_dir) {
