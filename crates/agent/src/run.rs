@@ -66,7 +66,7 @@ fn start(a: &RunArgs, policy: &PolicyConfig, trim: CacheTrimRule) -> Result<(), 
     let tau = Duration::from_millis(a.interval_ms);
     let mut agent = Agent::new(a, ProcSource::new(a.proc_dir.clone(), balloon.clone()), channel);
     if !a.unprivileged {
-        agent.trimmer = Trimmer::start(&a.trim, trim);
+        agent.trimmer = Trimmer::start(&a.trim.cgroup_dir, trim);
     }
     if !a.no_pressure_trigger {
         match PressureTrigger::open(&a.proc_dir, STALL, WINDOW) {

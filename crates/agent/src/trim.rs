@@ -102,22 +102,25 @@ impl Reclaimer {
     /// Reclaims `amount`; with `swap` on, only where the kernel spares anonymous memory.
     pub fn reclaim(&mut self, amount: Kib, swap: bool) -> Result<Reclaimed, TrimError> {
         let bytes = amount.to_bytes_saturating().0;
-        if swap && self.takes_swappiness != Some(false) {
-            match self.write(&format!("{bytes} swappiness=0")) {
-                Err(TrimError::Write { source, .. }) if source.kind() == ErrorKind::InvalidInput && self.takes_swappiness.is_none() => {
-                    self.takes_swappiness = Some(false);
-                    return Err(TrimError::WouldSwap);
-                }
-                r => {
-                    self.takes_swappiness = Some(true);
-                    return r;
-                }
-            }
+        if !swap {
+            return self.write(&bytes.to_string());
         }
-        if swap {
+        if self.takes_swappiness == Some(false) {
             return Err(TrimError::WouldSwap);
         }
-        self.write(&bytes.to_string())
+        let r = self.write(&format!("{bytes} swappiness=0"));
+        match &r {
+            // The first refusal of the argument is the kernel's (before 6.10), not the amount's.
+            Err(TrimError::Write { source, .. }) if source.kind() == ErrorKind::InvalidInput && self.takes_swappiness.is_none() => {
+                self.takes_swappiness = Some(false);
+                Err(TrimError::WouldSwap)
+            }
+            Ok(_) => {
+                self.takes_swappiness = Some(true);
+                r
+            }
+            Err(_) => r,
+        }
     }
 
     fn write(&self, line: &str) -> Result<Reclaimed, TrimError> {
@@ -130,30 +133,38 @@ impl Reclaimer {
     }
 }
 
+/// What the last trim asked back so far, in how many steps, from how much cache.
+#[derive(Debug, Clone, Copy, Default)]
+struct TrimRun {
+    asked: Kib,
+    steps: u32,
+    from: Kib,
+}
+
 /// The trim of one guest: the rule, its state, the interface and its log lines.
 pub struct Trimmer {
     rule: CacheTrimRule,
     state: CacheTrim,
     reclaimer: Reclaimer,
-    /// The last trim: what it asked back so far, in how many steps, from how much cache.
-    run: (Kib, u32, Kib),
+    /// The last trim, for its log lines.
+    run: TrimRun,
     failed: RateLimited,
 }
 
 impl Trimmer {
     /// The trimmer, or `None` with the reason logged once: off by its flags, or no interface.
-    pub fn start(a: &TrimArgs, rule: CacheTrimRule) -> Option<Trimmer> {
+    pub fn start(cgroup_dir: &Path, rule: CacheTrimRule) -> Option<Trimmer> {
         if rule.is_off() {
             info(format_args!("cache trim off (--cache-trim-percent 0 or --cache-trim-max-mib 0)"));
             return None;
         }
-        match Reclaimer::open(&a.cgroup_dir) {
+        match Reclaimer::open(cgroup_dir) {
             Ok(reclaimer) => {
                 info(format_args!(
                     "cache trim: {} of the page cache a second, at most {} a step, down to {}, once no file page was read again and no task stalled for {} s",
                     rule.percent, rule.max_step, rule.floor, rule.calm.as_secs()
                 ));
-                Some(Trimmer { rule, state: CacheTrim::default(), reclaimer, run: (Kib::ZERO, 0, Kib::ZERO), failed: RateLimited::new(Level::Warn, Duration::from_secs(60)) })
+                Some(Trimmer { rule, state: CacheTrim::default(), reclaimer, run: TrimRun::default(), failed: RateLimited::new(Level::Warn, Duration::from_secs(60)) })
             }
             Err(e) => {
                 info(format_args!("cache trim off: {e}"));
@@ -169,29 +180,28 @@ impl Trimmer {
             TrimStep::Trim { amount, cache, first } => {
                 if first {
                     info(format_args!("trimming the page cache ({cache}): no file page read again and no task stalled for {} s", self.rule.calm.as_secs()));
-                    self.run = (Kib::ZERO, 0, cache);
+                    self.run = TrimRun { from: cache, ..TrimRun::default() };
                 }
                 match self.reclaimer.reclaim(amount, swap) {
                     Ok(done) => {
-                        let (total, steps, _) = &mut self.run;
-                        *total = total.saturating_add(amount);
-                        *steps += 1;
+                        self.run.asked = self.run.asked.saturating_add(amount);
+                        self.run.steps += 1;
                         debug(format_args!("cache trim: asked {amount} of {cache} back{}", if done == Reclaimed::Less { ", the kernel found less" } else { "" }));
                     }
                     Err(e) => self.failed.log(Instant::now(), format_args!("cache trim: {e}")),
                 }
             }
             TrimStep::InUse { refaulted, stalled, after_trim: true } => {
-                let (total, steps, from) = self.run;
+                let TrimRun { asked, steps, from } = self.run;
                 info(format_args!(
-                    "cache trim paused: {refaulted} read again, {} ms stalled since the last sample (it had asked {total} back in {steps} steps from {from}); again after {} s calm",
+                    "cache trim paused: {refaulted} read again, {} ms stalled since the last sample (it had asked {asked} back in {steps} steps from {from}); again after {} s calm",
                     stalled.as_millis(),
                     self.rule.calm.as_secs()
                 ));
             }
             TrimStep::Nothing { ended: true } => {
-                let (total, steps, from) = self.run;
-                info(format_args!("cache trim done: asked {total} back in {steps} steps, the cache from {from} to its floor"));
+                let TrimRun { asked, steps, from } = self.run;
+                info(format_args!("cache trim done: asked {asked} back in {steps} steps, the cache from {from} to its floor"));
             }
             TrimStep::InUse { .. } | TrimStep::Waiting | TrimStep::Nothing { ended: false } => {}
         }

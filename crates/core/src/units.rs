@@ -128,10 +128,6 @@ impl Percent {
     pub const ZERO: Percent = Percent(0);
     /// 100 %.
     pub const FULL: Percent = Percent(100);
-    /// `p` %, at most 100.
-    pub const fn new_saturating(p: u64) -> Percent {
-        Percent(if p > 100 { 100 } else { p as u8 })
-    }
     /// `p` %, or `None` above 100.
     pub const fn new_checked(p: u64) -> Option<Percent> {
         if p <= 100 {

@@ -129,13 +129,15 @@ fn one(a: &DensityArgs, images: &Images, qemu: &std::path::Path, c: Config) -> R
     let image = images.of(c.kernel())?;
     let memory = Kib::from_mib_saturating(a.memory_mib);
     let out = a.out.join(c.key());
+    // `--agent-extra` reaches only the configurations that run an agent.
+    let agent_extra = a.agent_extra.clone().filter(|_| c.ballooning());
     std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
     let mut guests = Vec::new();
     for i in 0..a.guests {
         let name = format!("{}-{i}", c.key());
         let disk = sparse_disk(&out.join(format!("{name}.raw")), Kib::from_mib_saturating(256))?;
         let mut vm = crate::VmSpec { disk: Some(disk), ..spec(c, &name, memory, qemu) };
-        if let (Some(extra), true) = (&a.agent_extra, c.ballooning()) {
+        if let Some(extra) = &agent_extra {
             vm.append = format!("{} autoballoon.agent_extra={extra}", vm.append).trim().to_string();
         }
         guests.push(step(&format!("starting {name}"), Qemu::start(image, vm, &out))?);
@@ -209,7 +211,6 @@ fn one(a: &DensityArgs, images: &Images, qemu: &std::path::Path, c: Config) -> R
     }
     drop(guests);
     let policy = if c.controlled() { a.policy.clone() } else { None };
-    let agent_extra = if c.ballooning() { a.agent_extra.clone() } else { None };
     Ok(DensityRecord { qemu_version: version, config: c, guests: a.guests, mean_mib, peak_mib, settled_mib: mib(settled), runtimes_s: runtimes, oom_kills, ram_mean_mib, ram_peak_mib, policy, agent_extra })
 }
 

@@ -7,22 +7,22 @@
 mod common;
 
 use autoballoon_core::Kib;
+use autoballoon_testbed::guest::meminfo_kib;
 use autoballoon_testbed::{host_memory_of, sparse_disk, wait_for, Qemu, VmSpec};
+use common::kernel::sh_within;
 use std::time::Duration;
 
 const DISK_MIB: u64 = 256;
 const MEMORY_MIB: u64 = 1024;
 
 fn sh(q: &Qemu, command: &str) -> String {
-    let out = q.console.run(command, Duration::from_secs(120)).unwrap_or_else(|e| panic!("{command}: {e}"));
-    assert_eq!(out.status, 0, "{command}: {}", out.text);
-    out.text
+    sh_within(q, command, Duration::from_secs(120))
 }
 
 /// The guest's file cache, `Active(file) + Inactive(file)`.
 fn file_cache(q: &Qemu) -> Kib {
-    let text = sh(q, "grep -E '^(Active|Inactive)\\(file\\):' /proc/meminfo");
-    Kib(text.lines().filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok()).sum())
+    let field = |f: &str| meminfo_kib(q, f).unwrap_or_else(|e| panic!("{e}"));
+    Kib(field("Active(file)") + field("Inactive(file)"))
 }
 
 fn agent_log(q: &Qemu) -> String {

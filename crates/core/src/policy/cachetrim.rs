@@ -142,7 +142,7 @@ mod tests {
     use crate::policy::test_units::{mib, s};
 
     const RULE: CacheTrimRule = CacheTrimRule {
-        percent: Percent::new_saturating(10),
+        percent: Percent::new_checked(10).unwrap(),
         max_step: Kib(32 * 1024),
         floor: Kib(32 * 1024),
         start_above: Kib(32 * 1024),
