@@ -105,6 +105,10 @@ pub struct BenchArgs {
     /// The fixed balloon size of the `doo` configuration, MiB.
     #[arg(long, default_value_t = 512)]
     pub fixed_mib: u64,
+    /// Policy keys for the controlled configurations instead of the defaults, as TOML of
+    /// the `[defaults]` table (e.g. `'headroom_while_hinting = true'`); for experiments.
+    #[arg(long)]
+    pub policy: Option<String>,
     /// Sockets, logs and `results.jsonl`.
     #[arg(long, default_value = "run/bench/migration")]
     pub out: PathBuf,
@@ -210,6 +214,7 @@ fn sweep(s: &SweepRun, sizes: &[u64], physical_mib: u64, push: &mut dyn FnMut(Re
 
 pub fn run(a: BenchArgs) -> Result<(), String> {
     let t0 = Instant::now();
+    let policy = a.policy.as_deref().map(fleet::policy_from_toml).transpose()?;
     let quick = a.quick || env_flag("BENCH_QUICK");
     let runs = a.runs.or_else(|| std::env::var("BENCH_RUNS").ok().and_then(|v| v.parse().ok())).unwrap_or(if quick { 1 } else { 2 });
     let mut configs = if a.configs.is_empty() { Config::DEFAULT.to_vec() } else { a.configs.clone() };
@@ -239,6 +244,9 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         kernel_written: sh("date", &["-u", "-r", &a.kernel_json.to_string_lossy(), "+%Y-%m-%d %H:%M UTC"]),
         wall_min: 0.0,
     };
+    if let Some(p) = &a.policy {
+        meta.setup.push(format!("The controlled configurations ran with the policy keys `{p}` instead of the defaults"));
+    }
     let forced = match a.migration_shrink {
         autoballoon::config::ShrinkSetting::Auto => None,
         autoballoon::config::ShrinkSetting::Always => Some("always"),
@@ -330,6 +338,9 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
                     QemuLine::Qemu10 => "qemu10",
                 });
                 let mut fleet = Fleet::boot(*line, qemu, &configs, &images, memory, &dir, a.migration_shrink)?;
+                if let Some(p) = &policy {
+                    fleet.restart_controller_with(p.clone())?;
+                }
                 println!("[bench] {} is QEMU {}", line.label(), fleet.version);
                 let r = (|| -> Result<(), String> {
                     if footprint_here {
