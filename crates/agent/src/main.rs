@@ -12,6 +12,7 @@ mod run;
 mod source;
 mod trigger;
 mod trim;
+mod watch;
 #[cfg(test)]
 mod loop_tests;
 #[cfg(test)]
@@ -88,11 +89,16 @@ pub struct RunArgs {
     /// Where to read procfs from (tests point this at a fixture tree).
     #[arg(long, default_value = "/proc")]
     pub proc_dir: PathBuf,
-    /// No memory-pressure trigger: the guest running short is seen at the next sample
-    /// only (by default a PSI trigger on /proc/pressure/memory wakes the agent within tens
-    /// of milliseconds of a stall; the host then grows the guest at once).
+    /// No memory-pressure trigger: a stall is seen at the next sample only (by default a
+    /// PSI trigger on /proc/pressure/memory wakes the agent within tens of milliseconds of
+    /// a stall; the host then grows the guest at once).
     #[arg(long)]
     pub no_pressure_trigger: bool,
+    /// No commitment watch: memory programs commit is seen at the next sample only (by
+    /// default, while the guest has less than 512 MiB to spare, /proc/meminfo is read every
+    /// 100 ms and the agent samples at once when what programs committed ate 32 MiB of it).
+    #[arg(long)]
+    pub no_commit_watch: bool,
     /// Leave vm.overcommit_memory as the guest has it. By default the agent sets it to 1
     /// at start (and logs the old value), so that a program may allocate beyond the
     /// guest's present size while the balloon gives memory back (docs/guest-agent.md).
@@ -202,6 +208,6 @@ mod help_tests {
         // Clap's own defaults (shown by clap from the same value) and the shared ones.
         assert_eq!(base.policy.config().unwrap(), PolicyConfig::default());
         assert_eq!((base.interval_ms, base.samples, base.backend), (1000, 0, BackendKind::Host));
-        assert!(!base.no_overcommit && !base.unprivileged && !base.no_pressure_trigger);
+        assert!(!base.no_overcommit && !base.unprivileged && !base.no_pressure_trigger && !base.no_commit_watch);
     }
 }

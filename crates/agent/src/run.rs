@@ -14,6 +14,7 @@ use crate::trigger::{PressureTrigger, STALL, WINDOW};
 use crate::logging::{debug, info, log, Level, RateLimited};
 use crate::source::{Migration, ProcSource};
 use crate::trim::Trimmer;
+use crate::watch::{Watch, WATCH_EVERY};
 use crate::{protect, BackendKind, Failure, RunArgs};
 use autoballoon_core::config::PolicyConfig;
 use autoballoon_core::control::{Source, Tick};
@@ -136,8 +137,12 @@ struct Agent<'a> {
     trigger: Option<PressureTrigger>,
     /// The page cache trim, unless off or the guest has no interface for it.
     trimmer: Option<Trimmer>,
-    /// The guest runs short until then (the trigger fired [`SHORT_FOR`] before).
+    /// The guest runs short until then (the trigger fired, or the commitment watch saw
+    /// its margin fall, [`SHORT_FOR`] before).
     short_until: Option<Instant>,
+    /// The commitment watch between samples ([`crate::watch`]), off with
+    /// `--no-commit-watch`.
+    watch: Watch,
     /// A migration that must not see the balloon shrink started: stop a shrink under way.
     stop_shrinking: bool,
     /// Passes through the loop so far.
@@ -160,6 +165,7 @@ impl<'a> Agent<'a> {
             trigger: None,
             trimmer: None,
             short_until: None,
+            watch: Watch::default(),
             stop_shrinking: false,
             seq: 0,
             bad_sample: limited(Level::Warn),
@@ -255,6 +261,9 @@ impl<'a> Agent<'a> {
             let size = if s.max == Kib::ZERO { "size unknown".into() } else { format!("size {}", s.guest_size) };
             debug(format_args!("sample {}: {size}, {mem}, {psi}", self.seq));
         }
+        if !self.args.no_commit_watch {
+            self.watch.after_sample(s.mem.as_ref());
+        }
         let now = Instant::now();
         let running_short = self.short(now);
         let (Some(ch), Some(mem)) = (&mut self.channel, s.mem) else { return };
@@ -289,14 +298,36 @@ impl<'a> Agent<'a> {
         self.short_until.is_some_and(|t| now < t)
     }
 
-    /// Sleeps until the next tick, taking the host's notices meanwhile; returns early when
-    /// the pressure trigger fires (the guest then runs short for [`SHORT_FOR`]).
+    /// Sleeps until the next tick, taking the host's notices meanwhile; returns early on a
+    /// notice, when the pressure trigger fires, or when the commitment watch sees the
+    /// guest's margin fall (the guest then runs short for [`SHORT_FOR`]).
     fn wait(&mut self, next_in: Duration) {
+        let deadline = Instant::now() + next_in;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let watching = self.watch.watching();
+            let slice = if watching { WATCH_EVERY.min(left) } else { left };
+            if self.wait_once(slice) || Instant::now() >= deadline {
+                return;
+            }
+            if watching && self.source.meminfo_view().is_ok_and(|m| self.watch.fell(&m)) {
+                if !self.short(Instant::now()) {
+                    debug(format_args!("the guest's margin fell: programs committed memory; sampling now"));
+                }
+                self.short_until = Some(Instant::now() + SHORT_FOR);
+                return;
+            }
+        }
+    }
+
+    /// One wait of at most `timeout`; whether it ended early (a notice or the trigger).
+    fn wait_once(&mut self, timeout: Duration) -> bool {
         let trigger = self.trigger.as_ref().map(PressureTrigger::fd);
         let woken = match &mut self.channel {
-            Some(ch) => ch.wait_with(next_in, trigger),
-            None => crate::channel::Woken { pressure: wait_trigger(trigger, next_in), ..Default::default() },
+            Some(ch) => ch.wait_with(timeout, trigger),
+            None => crate::channel::Woken { pressure: wait_trigger(trigger, timeout), ..Default::default() },
         };
+        let early = woken.pressure || !woken.messages.is_empty();
         if woken.pressure {
             if !self.short(Instant::now()) {
                 debug(format_args!("memory pressure: tasks stalled on memory; sampling now"));
@@ -320,6 +351,7 @@ impl<'a> Agent<'a> {
                 }
             }
         }
+        early
     }
 }
 

@@ -2,7 +2,7 @@
 //! to back with the balloon [`Backend`]'s view of the guest's size, as one core [`Sample`].
 
 use autoballoon_core::control::Source;
-use autoballoon_core::policy::{accounted_with_balloon, HintHold, MemView};
+use autoballoon_core::policy::MemView;
 use autoballoon_core::procfs::{parse_meminfo, parse_pressure, parse_vmstat, Pressure};
 use autoballoon_core::sample::Sample;
 use crate::backend::{read_text, Backend, FileError};
@@ -30,8 +30,6 @@ pub struct ProcSource {
     migration: Migration,
     balloon: Option<Pages>,
     file_cache: Option<Kib>,
-    /// What free page hinting holds, for a kernel that does not say ([`HintHold`]).
-    hint_hold: HintHold,
 }
 
 /// What the host said of a live migration of this guest.
@@ -46,7 +44,7 @@ pub enum Migration {
 
 impl ProcSource {
     pub fn new(proc_dir: PathBuf, backend: Rc<dyn Backend>) -> ProcSource {
-        ProcSource { proc_dir, backend, start: Instant::now(), migration: Migration::None, balloon: None, file_cache: None, hint_hold: HintHold::default() }
+        ProcSource { proc_dir, backend, start: Instant::now(), migration: Migration::None, balloon: None, file_cache: None }
     }
 
     /// The host's notices: a live migration runs (samples say so until it ends).
@@ -68,6 +66,14 @@ impl ProcSource {
     /// meminfo has both.
     pub fn file_cache(&self) -> Option<Kib> {
         self.file_cache
+    }
+
+    /// `/proc/meminfo` alone, as a memory view: the commitment watch's quick read
+    /// between samples ([`crate::watch`]).
+    pub fn meminfo_view(&self) -> Result<MemView, SourceError> {
+        let text = read_text(&self.proc_dir.join("meminfo"))?;
+        let m = parse_meminfo(&text).map_err(|e| self.parse_error("meminfo", e))?;
+        MemView::from_meminfo(&m).map_err(|e| self.parse_error("meminfo", e))
     }
 
     fn parse_error(&self, file: &str, why: impl ToString) -> SourceError {
@@ -100,14 +106,10 @@ impl Source for ProcSource {
 
         let m = parse_meminfo(&meminfo).map_err(|e| self.parse_error("meminfo", e))?;
         let mut mem = MemView::from_meminfo(&m).map_err(|e| self.parse_error("meminfo", e))?;
-        let vmstat = parse_vmstat(&vmstat).map_err(|e| self.parse_error("vmstat", e))?;
-        // The kernel's own count of what hinting holds (the patched kernel's
-        // `hinted_pages`), else what meminfo lost since the migration started.
-        let total = vmstat.balloon_pages().and_then(|b| accounted_with_balloon(&m, b));
-        let estimated = self.hint_hold.observe(total, self.migrating());
-        if let Some(held) = held_for_hinting.or(estimated) {
+        if let Some(held) = held_for_hinting {
             mem = mem.with_hinted_saturating(held);
         }
+        let vmstat = parse_vmstat(&vmstat).map_err(|e| self.parse_error("vmstat", e))?;
         let pressure: Option<Pressure> = match pressure {
             Some(text) => Some(parse_pressure(&text).map_err(|e| self.parse_error("pressure/memory", e))?),
             None => None,
@@ -153,35 +155,6 @@ mod tests {
         let held = Kib::from_mib_saturating(10);
         assert_eq!((hinted.free, hinted.available), (plain.free.saturating_add(held), plain.available.saturating_add(held)));
         assert_eq!(hinted.committed_as, plain.committed_as);
-    }
-
-    #[test]
-    fn on_a_stock_kernel_what_hinting_holds_is_what_meminfo_lost_since_the_migration_started() {
-        let t = ProcTree::new("source-hint-estimate", "linux-6.1-guest-idle");
-        let vmstat = |balloon: u64| std::fs::write(t.proc.join("vmstat"), format!("balloon_inflate {balloon}\nballoon_deflate 0\n")).unwrap();
-        let free = |kib: u64| {
-            let text = fixture("linux-6.1-guest-idle", "meminfo");
-            let (available, free) = (kib.saturating_sub(67_000), kib);
-            let text = text.replace("MemFree:          942076 kB", &format!("MemFree: {free} kB")).replace("MemAvailable:     875164 kB", &format!("MemAvailable: {available} kB"));
-            std::fs::write(t.proc.join("meminfo"), text).unwrap();
-        };
-        vmstat(0);
-        free(942_076);
-        let mut s = ProcSource::new(t.proc.clone(), Rc::new(HostOwned));
-        let before = s.sample().unwrap().mem.unwrap();
-        s.set_migration(Migration::ShrinkAllowed);
-        // Hinting takes 600 MiB of the free memory: the sample counts it free again.
-        free(942_076 - 600 * 1024);
-        let during = s.sample().unwrap().mem.unwrap();
-        assert_eq!((during.free, during.available), (before.free, before.available));
-        // The host inflates the balloon by 256 MiB from the rest: 600 MiB still held.
-        vmstat(256 * 256);
-        free(942_076 - 856 * 1024);
-        let m = s.sample().unwrap().mem.unwrap();
-        assert_eq!(m.free, Kib(942_076 - 256 * 1024));
-        // Without the balloon's count there is no estimate.
-        std::fs::write(t.proc.join("vmstat"), "oom_kill 0\n").unwrap();
-        assert_eq!(s.sample().unwrap().mem.unwrap().free, Kib(942_076 - 856 * 1024));
     }
 
     #[test]

@@ -60,10 +60,6 @@ pub struct PolicyConfig {
     /// the memory kept goes back to the host within seconds anyway, so it is kept longer.
     /// `spike_hold_s` and `spike_fade_s` both 0 turn this off too.
     pub spike_hold_fpr_s: u64,
-    /// Keep a spike's memory through a migration where the device hints free pages
-    /// (`free-page-hint=on`), instead of shedding it when the migration starts: hinting
-    /// skips it anyway, and a spike during the migration starts on it.
-    pub headroom_while_hinting: bool,
     /// The most room kept for page cache the guest reads again after it was evicted
     /// (its file refaults), MiB; 0: off.
     pub refault_keep_max_mib: u64,
@@ -102,7 +98,6 @@ impl Default for PolicyConfig {
             spike_hold_s: 30,
             spike_fade_s: 60,
             spike_hold_fpr_s: 600,
-            headroom_while_hinting: false,
             refault_keep_max_mib: 512,
             refault_hold_s: 120,
             refault_fade_s: 240,
@@ -160,7 +155,6 @@ impl PolicyConfig {
                     HeadroomRule { hold: Duration::from_secs(self.spike_hold_fpr_s), fade: Duration::from_secs(self.spike_fade_s) }
                 },
                 headroom: Headroom::default(),
-                headroom_while_hinting: self.headroom_while_hinting,
                 cache_keep_rule: CacheKeepRule {
                     max: Kib::from_mib_saturating(self.refault_keep_max_mib),
                     time: HeadroomRule { hold: Duration::from_secs(self.refault_hold_s), fade: Duration::from_secs(self.refault_fade_s) },

@@ -43,3 +43,28 @@ fn spike_grows_the_guest_without_oom() {
         "shrinks back after the spike: {} vs {before}", common::size(vm));
     ctl.stop();
 }
+
+/// A program that maps its memory and touches it slowly stalls late, if at all: with the
+/// pressure trigger off, the agent's commitment watch alone sees the mapping, says the
+/// guest runs short, and the host grows it ahead of the touches; no OOM kill.
+#[test]
+fn a_slow_ramp_is_seen_by_the_commitment_watch() {
+    use autoballoon_testbed::{Qemu, VmSpec};
+    let spec = VmSpec { append: "autoballoon.agent_extra=--no-pressure-trigger".into(), ..VmSpec::new("ramp", Kib::from_mib_saturating(1536)) };
+    let q = Qemu::start(&common::image(), spec, &common::vm_dir("spike_growth_ramp", "ramp")).unwrap_or_else(|e| panic!("{e}"));
+    q.wait_booted(Duration::from_secs(120)).unwrap_or_else(|e| panic!("{e}"));
+    let ctl = common::controller(vec![common::vm_config("ramp", &q)]);
+    let vm = &ctl.vm("ramp").unwrap();
+    assert!(wait_for(Duration::from_secs(60), Duration::from_millis(200), || common::size(vm) <= Kib::from_mib_saturating(384)).is_some(), "shrinks first: {}", common::size(vm));
+    let before = wait_settled(Duration::from_secs(30), || common::size(vm)).expect("settles");
+    let short_before = vm.snapshot().agent.short;
+    // 1 thread x 600 MiB, touched at 100 MiB/s.
+    let out = q.console.run("spike 1 600 1 0 1 ramp=100", Duration::from_secs(240)).expect("the ramp finishes");
+    assert_eq!(out.status, 0, "{}", out.text);
+    assert!(out.text.contains("SPIKE done cycles=1 failed=0"), "spike output: {}", out.text);
+    let link = vm.snapshot().agent;
+    assert!(link.short > short_before, "no report said the guest ran short (the pressure trigger is off: only the watch can): {link:?}");
+    assert_eq!(autoballoon_testbed::guest::oom_kills(&q), 0, "OOM kills");
+    assert!(wait_for(Duration::from_secs(60), Duration::from_millis(200), || common::size(vm) <= before.saturating_add(Kib::from_mib_saturating(128))).is_some(), "shrinks back: {} vs {before}", common::size(vm));
+    ctl.stop();
+}

@@ -6,7 +6,6 @@
 mod cachekeep;
 mod cachetrim;
 mod headroom;
-mod hinthold;
 mod memview;
 mod rinse;
 mod swapfree;
@@ -14,7 +13,6 @@ mod swapfree;
 pub use cachekeep::{CacheKeep, CacheKeepRule};
 pub use cachetrim::{CacheTrim, CacheTrimRule, TrimInput, TrimStep};
 pub use headroom::{Headroom, HeadroomRule};
-pub use hinthold::{accounted_with_balloon, HintHold, HINT_NOISE};
 pub use memview::MemView;
 pub use rinse::{Rinse, RinseRule};
 pub use swapfree::{estimate, Estimate, SwapFree};
