@@ -100,6 +100,9 @@ const MIGRATION_DIVISOR: u32 = 4;
 /// How long after the pressure trigger fired the guest counts as running short: its
 /// reports say so, and the host backend reports every [`SHORT_EVERY`].
 const SHORT_FOR: Duration = Duration::from_secs(1);
+/// How long the guest counts as running short after the commitment watch woke the agent:
+/// the sample it takes at once, not a second of reports.
+const WATCH_SHORT_FOR: Duration = Duration::from_millis(100);
 /// The host backend's reporting interval while the guest runs short: 8 a second, inside
 /// the host's limit of 10 (a spike's commitments reach the host as they grow).
 const SHORT_EVERY: Duration = Duration::from_millis(125);
@@ -314,7 +317,10 @@ impl<'a> Agent<'a> {
                 if !self.short(Instant::now()) {
                     debug(format_args!("the guest's margin fell: programs committed memory; sampling now"));
                 }
-                self.short_until = Some(Instant::now() + SHORT_FOR);
+                // The next sample alone says so (no burst of reports, as after a stall):
+                // samples in the middle of a spike can ask for more than it needs.
+                let until = Instant::now() + WATCH_SHORT_FOR;
+                self.short_until = Some(self.short_until.map_or(until, |t| t.max(until)));
                 return;
             }
         }
