@@ -140,8 +140,8 @@ struct Agent<'a> {
     trigger: Option<PressureTrigger>,
     /// The page cache trim, unless off or the guest has no interface for it.
     trimmer: Option<Trimmer>,
-    /// The guest runs short until then (the trigger fired, or the commitment watch saw
-    /// its margin fall, [`SHORT_FOR`] before).
+    /// The guest runs short until then: [`SHORT_FOR`] after the trigger fired,
+    /// [`WATCH_SHORT_FOR`] after the commitment watch saw its margin fall.
     short_until: Option<Instant>,
     /// The commitment watch between samples ([`crate::watch`]), off with
     /// `--no-commit-watch`.
@@ -302,8 +302,9 @@ impl<'a> Agent<'a> {
     }
 
     /// Sleeps until the next tick, taking the host's notices meanwhile; returns early on a
-    /// notice, when the pressure trigger fires, or when the commitment watch sees the
-    /// guest's margin fall (the guest then runs short for [`SHORT_FOR`]).
+    /// notice, when the pressure trigger fires (the guest then runs short for
+    /// [`SHORT_FOR`]), or when the commitment watch sees the guest's margin fall (for
+    /// [`WATCH_SHORT_FOR`]: the sample taken at once).
     fn wait(&mut self, next_in: Duration) {
         let deadline = Instant::now() + next_in;
         loop {

@@ -106,7 +106,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 512)]
     pub fixed_mib: u64,
     /// Policy keys for the controlled configurations instead of the defaults, as TOML of
-    /// the `[defaults]` table (e.g. `'headroom_while_hinting = true'`); for experiments.
+    /// the `[defaults]` table (e.g. `'rinse_after_s = 5'`); for experiments.
     #[arg(long)]
     pub policy: Option<String>,
     /// Sockets, logs and `results.jsonl`.
