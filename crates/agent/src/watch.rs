@@ -6,9 +6,10 @@
 //! memory. A program that commits memory and touches it at its own pace (a slow ramp), or a
 //! guest whose allocations the patched kernel's hook serves without a stall, stalls late or
 //! never, and was seen at the next once-a-second sample: growth reactions of 0.55-0.91 s on
-//! a 100 MiB/s ramp (docs/spikes.md; 0.08-0.11 s with the watch). The margin — `MemAvailable` less what programs
-//! committed and have not touched yet ([`MemView::overcommitted`]) — falls the moment such a
-//! program maps its memory, before it touches any.
+//! a 100 MiB/s ramp (docs/spikes.md; 0.08-0.11 s with the watch). The margin —
+//! `MemAvailable` less what programs committed and have not touched yet
+//! ([`MemView::overcommitted`]) — falls the moment such a program maps its memory, before
+//! it touches any.
 //!
 //! The rule is pure; the agent's loop reads the file and acts on it.
 

@@ -2,7 +2,7 @@
 //! (deflate-on-oom on; the guest's dmesg is checked).
 mod common;
 
-use autoballoon_testbed::{wait_for, wait_settled};
+use autoballoon_testbed::{wait_for, wait_settled, VmSpec};
 use autoballoon_core::Kib;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -49,10 +49,8 @@ fn spike_grows_the_guest_without_oom() {
 /// guest runs short, and the host grows it ahead of the touches; no OOM kill.
 #[test]
 fn a_slow_ramp_is_seen_by_the_commitment_watch() {
-    use autoballoon_testbed::{Qemu, VmSpec};
     let spec = VmSpec { append: "autoballoon.agent_extra=--no-pressure-trigger".into(), ..VmSpec::new("ramp", Kib::from_mib_saturating(1536)) };
-    let q = Qemu::start(&common::image(), spec, &common::vm_dir("spike_growth_ramp", "ramp")).unwrap_or_else(|e| panic!("{e}"));
-    q.wait_booted(Duration::from_secs(120)).unwrap_or_else(|e| panic!("{e}"));
+    let q = common::kernel::boot("spike_growth_ramp", &common::image(), spec);
     let ctl = common::controller(vec![common::vm_config("ramp", &q)]);
     let vm = &ctl.vm("ramp").unwrap();
     assert!(wait_for(Duration::from_secs(60), Duration::from_millis(200), || common::size(vm) <= Kib::from_mib_saturating(384)).is_some(), "shrinks first: {}", common::size(vm));
