@@ -19,9 +19,14 @@ pub struct TrimArgs {
     /// no task stalled on memory for --cache-trim-calm-s; 0: off.
     #[arg(long, value_name = "PERCENT", default_value_t = 10)]
     pub cache_trim_percent: u64,
-    /// Seconds without refaults or memory stalls before the trim starts, and after each.
-    #[arg(long, value_name = "S", default_value_t = 30)]
+    /// Seconds without refaults or memory stalls before the trim starts, and after each:
+    /// the shortest wait. A trim that took cache read again doubles the wait (up to
+    /// --cache-trim-calm-max-s); one that reached the floor undisturbed halves it.
+    #[arg(long, value_name = "S", default_value_t = 10)]
     pub cache_trim_calm_s: u64,
+    /// The longest wait before a trim, seconds (at least --cache-trim-calm-s).
+    #[arg(long, value_name = "S", default_value_t = 120)]
+    pub cache_trim_calm_max_s: u64,
     /// The most page cache one step reclaims, MiB.
     #[arg(long, value_name = "MIB", default_value_t = 64)]
     pub cache_trim_max_mib: u64,
@@ -44,6 +49,7 @@ impl TrimArgs {
             floor: Kib::from_mib_saturating(self.cache_trim_floor_mib),
             start_above: START_ABOVE,
             calm: Duration::from_secs(self.cache_trim_calm_s),
+            calm_max: Duration::from_secs(self.cache_trim_calm_max_s),
             refault_tolerance: REFAULT_TOLERANCE,
             stall_tolerance: STALL_TOLERANCE,
             every: EVERY,
@@ -161,8 +167,12 @@ impl Trimmer {
         match Reclaimer::open(cgroup_dir) {
             Ok(reclaimer) => {
                 info(format_args!(
-                    "cache trim: {} of the page cache a second, at most {} a step, down to {}, once no file page was read again and no task stalled for {} s",
-                    rule.percent, rule.max_step, rule.floor, rule.calm.as_secs()
+                    "cache trim: {} of the page cache a second, at most {} a step, down to {}, once no file page was read again and no task stalled for {} s (up to {} s after trims that took cache in use)",
+                    rule.percent,
+                    rule.max_step,
+                    rule.floor,
+                    rule.calm.as_secs(),
+                    rule.calm_max.max(rule.calm).as_secs()
                 ));
                 Some(Trimmer { rule, state: CacheTrim::default(), reclaimer, run: TrimRun::default(), failed: RateLimited::new(Level::Warn, Duration::from_secs(60)) })
             }
@@ -179,7 +189,7 @@ impl Trimmer {
         match self.state.step(&self.rule, input) {
             TrimStep::Trim { amount, cache, first } => {
                 if first {
-                    info(format_args!("trimming the page cache ({cache}): no file page read again and no task stalled for {} s", self.rule.calm.as_secs()));
+                    info(format_args!("trimming the page cache ({cache}): no file page read again and no task stalled for {} s", self.state.calm(&self.rule).as_secs()));
                     self.run = TrimRun { from: cache, ..TrimRun::default() };
                 }
                 match self.reclaimer.reclaim(amount, swap) {
@@ -191,17 +201,20 @@ impl Trimmer {
                     Err(e) => self.failed.log(Instant::now(), format_args!("cache trim: {e}")),
                 }
             }
-            TrimStep::InUse { refaulted, stalled, after_trim: true } => {
+            TrimStep::InUse { refaulted, stalled, after_trim: true, calm } => {
                 let TrimRun { asked, steps, from } = self.run;
                 info(format_args!(
                     "cache trim paused: {refaulted} read again, {} ms stalled since the last sample (it had asked {asked} back in {steps} steps from {from}); again after {} s calm",
                     stalled.as_millis(),
-                    self.rule.calm.as_secs()
+                    calm.as_secs()
                 ));
             }
             TrimStep::Nothing { ended: true } => {
                 let TrimRun { asked, steps, from } = self.run;
-                info(format_args!("cache trim done: asked {asked} back in {steps} steps, the cache from {from} to its floor"));
+                info(format_args!(
+                    "cache trim done: asked {asked} back in {steps} steps, the cache from {from} to its floor; the next after {} s calm",
+                    self.state.calm(&self.rule).as_secs()
+                ));
             }
             TrimStep::InUse { .. } | TrimStep::Waiting | TrimStep::Nothing { ended: false } => {}
         }
@@ -213,13 +226,13 @@ mod tests {
     use super::*;
 
     fn args(dir: &Path) -> TrimArgs {
-        TrimArgs { cache_trim_percent: 10, cache_trim_calm_s: 30, cache_trim_max_mib: 64, cache_trim_floor_mib: 32, cgroup_dir: dir.to_path_buf() }
+        TrimArgs { cache_trim_percent: 10, cache_trim_calm_s: 10, cache_trim_calm_max_s: 120, cache_trim_max_mib: 64, cache_trim_floor_mib: 32, cgroup_dir: dir.to_path_buf() }
     }
 
     #[test]
     fn flags_make_the_rule_and_a_bad_percent_names_its_flag() {
         let r = args(Path::new("/x")).rule().unwrap();
-        assert_eq!((r.percent.get(), r.max_step, r.floor, r.calm), (10, Kib::from_mib_saturating(64), Kib::from_mib_saturating(32), Duration::from_secs(30)));
+        assert_eq!((r.percent.get(), r.max_step, r.floor, r.calm, r.calm_max), (10, Kib::from_mib_saturating(64), Kib::from_mib_saturating(32), Duration::from_secs(10), Duration::from_secs(120)));
         let e = TrimArgs { cache_trim_percent: 101, ..args(Path::new("/x")) }.rule().unwrap_err();
         assert!(e.contains("--cache-trim-percent"), "{e}");
         assert!(TrimArgs { cache_trim_percent: 0, ..args(Path::new("/x")) }.rule().unwrap().is_off());

@@ -40,6 +40,10 @@ pub const JOBS: [(&str, &str); 7] = [
     ("idle", "sleep 10"),
 ];
 
+/// Run in each guest once its jobs ended: its memory, its reclaim and balloon counters and
+/// the end of its agent's log.
+const END_STATE: &str = "cat /proc/meminfo; grep -E '^(workingset_refault_file|pgscan|pgsteal|balloon)' /proc/vmstat; tail -n 300 /run/autoballoon-guest.log 2>/dev/null; true";
+
 /// Loads the disk's driver and holds the device open (its last close drops its cache).
 const SETUP: &str = "[ -e /sys/block/vda ] || insmod /lib/modules/autoballoon/extra/virtio_blk.ko; [ -e /sys/block/vda ]";
 
@@ -170,6 +174,7 @@ fn one(a: &DensityArgs, images: &Images, qemu: &std::path::Path, c: Config) -> R
     // Started as the jobs start and finished as the last one ends: its samples are the window.
     let sampler = RssSampler::start_with_ram(pids, Some(memory));
     let stagger = Duration::from_secs(a.stagger_s);
+    let out_dir = &out;
     let runtimes: Vec<Option<f64>> = std::thread::scope(|sc| {
         let hs: Vec<_> = guests
             .iter()
@@ -191,7 +196,12 @@ fn one(a: &DensityArgs, images: &Images, qemu: &std::path::Path, c: Config) -> R
                             }
                         }
                     }
-                    Some(began.elapsed().as_secs_f64())
+                    let took = began.elapsed().as_secs_f64();
+                    // What the guest holds once its jobs ended, and what its agent did: for
+                    // reading a run afterwards (`<config>/<guest>.end.txt`).
+                    let end = q.console.run(END_STATE, Duration::from_secs(60)).map(|o| o.text).unwrap_or_else(|e| e.to_string());
+                    let _ = std::fs::write(out_dir.join(format!("{}-{i}.end.txt", c.key())), end);
+                    Some(took)
                 })
             })
             .collect();

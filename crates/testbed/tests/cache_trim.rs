@@ -47,7 +47,7 @@ fn cache_read_once_is_trimmed_and_cache_in_use_stays() {
     let (read, host_read) = (file_cache(&q), host());
     assert!(read >= Kib::from_mib_saturating(200), "the disk is in the page cache: {read}");
 
-    // Trimmed: 30 s of calm, then 10 % a second down to the 32 MiB floor.
+    // Trimmed: 10 s of calm (the shortest), then 10 % a second down to the 32 MiB floor.
     let floor = Kib::from_mib_saturating(64);
     let trimmed = wait_for(Duration::from_secs(150), Duration::from_secs(2), || file_cache(&q) <= floor);
     assert!(trimmed.is_some(), "the cache was not trimmed: {} (after the read {read}); agent log:\n{}", file_cache(&q), agent_log(&q));

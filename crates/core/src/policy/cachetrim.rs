@@ -16,8 +16,13 @@
 //! neither has risen by more than its tolerance for `calm`, asks the kernel to reclaim
 //! `percent` of the file cache (at most `max_step`, never below `floor`); a rise of either
 //! stops it for another `calm`. A file set still in use is read again after a step,
-//! refaults, and the trim waits: what it cost is a few per cent of the set read again
-//! once per `calm`. The rule is pure: time, the cache's size and the two counters come
+//! refaults, and the trim waits. The wait adapts to the guest's reuse: each time a trim
+//! met a refault (it took cache still in use), the next calm is twice as long, up to
+//! `calm_max`; each trim that reached its floor undisturbed halves it again, down to
+//! `calm`. A file set read again every minute is trimmed and read back twice or three
+//! times, then left alone, where a fixed calm shorter than its period would trim it and
+//! read it back every time; cache nobody reads again goes `calm` after its last use. The
+//! rule is pure: time, the cache's size and the two counters come
 //! with each input; the agent writes the step to the guest's root cgroup
 //! (`memory.reclaim`), which reclaims from the cold end of the LRU.
 
@@ -36,8 +41,11 @@ pub struct CacheTrimRule {
     /// A trim starts only once the cache is this much above the floor (then goes on down
     /// to the floor), so a cache that wobbles near its floor is left alone.
     pub start_above: Kib,
-    /// How long neither signal may have risen before a step.
+    /// How long neither signal may have risen before a step: the shortest calm.
     pub calm: Duration,
+    /// The longest calm: a refault after a step doubles the calm up to this (at least
+    /// `calm`).
+    pub calm_max: Duration,
     /// Refaulted file memory between two inputs that still counts as calm.
     pub refault_tolerance: Kib,
     /// Stalled time between two inputs that still counts as calm.
@@ -48,10 +56,15 @@ pub struct CacheTrimRule {
 
 impl CacheTrimRule {
     pub const OFF: CacheTrimRule =
-        CacheTrimRule { percent: Percent::ZERO, max_step: Kib::ZERO, floor: Kib::ZERO, start_above: Kib::ZERO, calm: Duration::ZERO, refault_tolerance: Kib::ZERO, stall_tolerance: Duration::ZERO, every: Duration::ZERO };
+        CacheTrimRule { percent: Percent::ZERO, max_step: Kib::ZERO, floor: Kib::ZERO, start_above: Kib::ZERO, calm: Duration::ZERO, calm_max: Duration::ZERO, refault_tolerance: Kib::ZERO, stall_tolerance: Duration::ZERO, every: Duration::ZERO };
 
     pub fn is_off(&self) -> bool {
         self.percent == Percent::ZERO || self.max_step == Kib::ZERO
+    }
+
+    /// `calm_max`, never below `calm`.
+    fn longest_calm(&self) -> Duration {
+        self.calm_max.max(self.calm)
     }
 }
 
@@ -73,8 +86,9 @@ pub enum TrimStep {
     /// Reclaim this much file cache now; `first`: the first step of a trim.
     Trim { amount: Kib, cache: Kib, first: bool },
     /// A signal rose since the last input: the cache is in use. `after_trim`: the first
-    /// rise since a step.
-    InUse { refaulted: Kib, stalled: Duration, after_trim: bool },
+    /// rise since a step. `calm`: how long the next calm lasts (doubled where a step
+    /// took cache that was read again).
+    InUse { refaulted: Kib, stalled: Duration, after_trim: bool, calm: Duration },
     /// Calm, but not for long enough yet.
     Waiting,
     /// The cache is at its floor (`ended`: a trim just got it there), not far enough above
@@ -95,9 +109,16 @@ pub struct CacheTrim {
     trimming: bool,
     /// A step asked for something since the last rise of a signal.
     trimmed_since_use: bool,
+    /// The calm in force (`None`: the rule's shortest).
+    calm: Option<Duration>,
 }
 
 impl CacheTrim {
+    /// The calm in force under `rule`: between its `calm` and its `calm_max`.
+    pub fn calm(&self, rule: &CacheTrimRule) -> Duration {
+        self.calm.unwrap_or(rule.calm).clamp(rule.calm, rule.longest_calm())
+    }
+
     /// The step for `input`.
     pub fn step(&mut self, rule: &CacheTrimRule, input: TrimInput) -> TrimStep {
         if rule.is_off() {
@@ -113,22 +134,32 @@ impl CacheTrim {
         let stalled = Duration::from_micros(rise(self.last_stalled_us, input.stalled_us));
         self.last_refaults = input.refaults.or(self.last_refaults);
         self.last_stalled_us = input.stalled_us.or(self.last_stalled_us);
-        if refaulted > rule.refault_tolerance || stalled > rule.stall_tolerance {
+        let refault = refaulted > rule.refault_tolerance;
+        if refault || stalled > rule.stall_tolerance {
             self.calm_since = Some(input.at);
             self.trimming = false;
             let after_trim = std::mem::take(&mut self.trimmed_since_use);
-            return TrimStep::InUse { refaulted, stalled, after_trim };
+            // Only a refault says the step took cache in use; a stall is any pressure.
+            if after_trim && refault {
+                self.calm = Some(self.calm(rule).saturating_mul(2).min(rule.longest_calm()));
+            }
+            return TrimStep::InUse { refaulted, stalled, after_trim, calm: self.calm(rule) };
         }
         let since = *self.calm_since.get_or_insert(input.at);
         let too_soon = self.last_trim.is_some_and(|l| input.at.saturating_sub(l) < rule.every);
-        if input.at.saturating_sub(since) < rule.calm || too_soon {
+        if input.at.saturating_sub(since) < self.calm(rule) || too_soon {
             return TrimStep::Waiting;
         }
         let Some(cache) = input.file_cache else { return TrimStep::Nothing { ended: false } };
         let above = cache.saturating_sub(rule.floor);
         let amount = rule.percent.of_floor(cache).min(rule.max_step).min(above);
         if amount < Kib::from_mib_saturating(1) || (!self.trimming && above < rule.start_above) {
-            return TrimStep::Nothing { ended: std::mem::take(&mut self.trimming) };
+            let ended = std::mem::take(&mut self.trimming);
+            if ended {
+                // Down to the floor with nothing read again: the cache was not in use.
+                self.calm = Some(self.calm(rule) / 2);
+            }
+            return TrimStep::Nothing { ended };
         }
         let first = !self.trimming;
         (self.trimming, self.trimmed_since_use, self.last_trim) = (true, true, Some(input.at));
@@ -147,6 +178,7 @@ mod tests {
         floor: Kib(32 * 1024),
         start_above: Kib(32 * 1024),
         calm: Duration::from_secs(30),
+        calm_max: Duration::from_secs(30),
         refault_tolerance: Kib(1024),
         stall_tolerance: Duration::from_millis(10),
         every: Duration::from_secs(1),
@@ -177,11 +209,11 @@ mod tests {
         t.step(&RULE, input(0, 256, 1000, 5));
         assert!(matches!(t.step(&RULE, input(30, 256, 1000, 5)), TrimStep::Trim { .. }));
         assert_eq!(t.step(&RULE, input(31, 230, 1000 + 256, 5)), TrimStep::Trim { amount: mib(23), cache: mib(230), first: false }, "1 MiB refaulted is within the tolerance");
-        assert_eq!(t.step(&RULE, input(32, 207, 1256 + 1024, 5)), TrimStep::InUse { refaulted: mib(4), stalled: Duration::ZERO, after_trim: true }, "4 MiB read again");
+        assert_eq!(t.step(&RULE, input(32, 207, 1256 + 1024, 5)), TrimStep::InUse { refaulted: mib(4), stalled: Duration::ZERO, after_trim: true, calm: s(30) }, "4 MiB read again");
         assert_eq!(t.step(&RULE, input(61, 207, 2280, 5)), TrimStep::Waiting);
         assert!(matches!(t.step(&RULE, input(62, 207, 2280, 5)), TrimStep::Trim { .. }), "calm again for 30 s");
-        assert_eq!(t.step(&RULE, input(63, 190, 2280, 25)), TrimStep::InUse { refaulted: Kib::ZERO, stalled: Duration::from_millis(20), after_trim: true }, "stalled 20 ms");
-        assert_eq!(t.step(&RULE, input(64, 190, 9999, 25)), TrimStep::InUse { refaulted: Kib(30876), stalled: Duration::ZERO, after_trim: false }, "no step since the last rise");
+        assert_eq!(t.step(&RULE, input(63, 190, 2280, 25)), TrimStep::InUse { refaulted: Kib::ZERO, stalled: Duration::from_millis(20), after_trim: true, calm: s(30) }, "stalled 20 ms");
+        assert_eq!(t.step(&RULE, input(64, 190, 9999, 25)), TrimStep::InUse { refaulted: Kib(30876), stalled: Duration::ZERO, after_trim: false, calm: s(30) }, "no step since the last rise");
         assert_eq!(t.step(&RULE, input(92, 190, 2280, 25)), TrimStep::Waiting);
     }
 
@@ -195,6 +227,39 @@ mod tests {
         assert_eq!(t.step(&RULE, input(1, 256, 5, 5)), TrimStep::Waiting, "time going back counts as no time");
         let huge = Kib(u64::MAX);
         assert_eq!(t.step(&RULE, TrimInput { file_cache: Some(huge), ..input(40, 0, 5, 5) }), TrimStep::Trim { amount: mib(32), cache: huge, first: false }, "no overflow");
+    }
+
+    #[test]
+    fn the_calm_doubles_when_a_trim_took_cache_in_use_and_halves_when_one_went_to_the_floor() {
+        let rule = CacheTrimRule { calm: s(10), calm_max: s(40), ..RULE };
+        let mut t = CacheTrim::default();
+        assert_eq!(t.calm(&rule), s(10));
+        t.step(&rule, input(0, 256, 0, 0));
+        assert!(matches!(t.step(&rule, input(10, 256, 0, 0)), TrimStep::Trim { first: true, .. }), "the shortest calm first");
+        assert_eq!(t.step(&rule, input(11, 230, 1024, 0)), TrimStep::InUse { refaulted: mib(4), stalled: Duration::ZERO, after_trim: true, calm: s(20) }, "read again: twice the calm");
+        assert_eq!(t.step(&rule, input(30, 230, 1024, 0)), TrimStep::Waiting);
+        assert!(matches!(t.step(&rule, input(31, 230, 1024, 0)), TrimStep::Trim { first: true, .. }), "after 20 s");
+        assert!(matches!(t.step(&rule, input(32, 207, 2048, 0)), TrimStep::InUse { calm, .. } if calm == s(40)));
+        assert!(matches!(t.step(&rule, input(33, 207, 2048, 0)), TrimStep::Waiting));
+        assert_eq!(t.step(&rule, input(34, 207, 3072, 0)), TrimStep::InUse { refaulted: mib(4), stalled: Duration::ZERO, after_trim: false, calm: s(40) }, "no step since the last rise: no doubling");
+        assert!(matches!(t.step(&rule, input(74, 207, 3072, 0)), TrimStep::Trim { .. }), "40 s after the last rise");
+        assert!(matches!(t.step(&rule, input(75, 186, 4096, 0)), TrimStep::InUse { calm, .. } if calm == s(40)), "never above calm_max");
+        // A stall after a step is pressure, not reuse: the calm stays.
+        assert!(matches!(t.step(&rule, input(115, 186, 4096, 0)), TrimStep::Trim { .. }));
+        assert!(matches!(t.step(&rule, input(116, 170, 4096, 50)), TrimStep::InUse { after_trim: true, calm, .. } if calm == s(40)));
+        // Down to the floor undisturbed: half the calm.
+        assert!(matches!(t.step(&rule, input(156, 70, 4096, 50)), TrimStep::Trim { .. }));
+        assert!(matches!(t.step(&rule, input(157, 32, 4096, 50)), TrimStep::Nothing { ended: true }));
+        assert_eq!(t.calm(&rule), s(20));
+    }
+
+    #[test]
+    fn a_longest_calm_below_the_shortest_is_the_shortest() {
+        let rule = CacheTrimRule { calm: s(30), calm_max: s(5), ..RULE };
+        let mut t = CacheTrim::default();
+        t.step(&rule, input(0, 256, 0, 0));
+        assert!(matches!(t.step(&rule, input(30, 256, 0, 0)), TrimStep::Trim { .. }));
+        assert!(matches!(t.step(&rule, input(31, 230, 1024, 0)), TrimStep::InUse { calm, .. } if calm == s(30)));
     }
 
     #[test]
