@@ -3,7 +3,8 @@
 //! (no controller: the guest keeps its size, so only the trim can drop its cache) reads a
 //! 256 MiB disk once: the trim takes the cache down to its floor within a minute of calm,
 //! and free page reporting hands the freed memory back to the host. Then the guest reads
-//! the disk again every few seconds: the refaults pause the trim and the cache stays.
+//! the disk again every few seconds: the refaults pause the trim, double its calm, and the
+//! cache stays.
 mod common;
 
 use autoballoon_core::Kib;
@@ -65,6 +66,8 @@ fn cache_read_once_is_trimmed_and_cache_in_use_stays() {
     assert!(kept >= Kib::from_mib_saturating(200), "the cache in use stayed: {kept}; agent log:\n{}", agent_log(&q));
     let log = agent_log(&q);
     assert!(log.contains("cache trim paused"), "the refaults paused the trim:\n{log}");
+    // The trim took cache that was read again: its next calm is twice the shortest.
+    assert!(log.contains("again after 20 s calm"), "a refault after a trim doubles the calm (10 s to 20 s):\n{log}");
     for l in log.lines().filter(|l| l.contains("trim")) {
         eprintln!("agent: {l}");
     }
