@@ -172,7 +172,7 @@ impl Trimmer {
                     rule.max_step,
                     rule.floor,
                     rule.calm.as_secs(),
-                    rule.calm_max.max(rule.calm).as_secs()
+                    rule.longest_calm().as_secs()
                 ));
                 Some(Trimmer { rule, state: CacheTrim::default(), reclaimer, run: TrimRun::default(), failed: RateLimited::new(Level::Warn, Duration::from_secs(60)) })
             }

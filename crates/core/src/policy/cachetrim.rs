@@ -63,7 +63,7 @@ impl CacheTrimRule {
     }
 
     /// `calm_max`, never below `calm`.
-    fn longest_calm(&self) -> Duration {
+    pub fn longest_calm(&self) -> Duration {
         self.calm_max.max(self.calm)
     }
 }
