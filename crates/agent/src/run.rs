@@ -288,7 +288,7 @@ impl<'a> Agent<'a> {
     /// The cache trim's step on this sample's signals.
     fn trim(&mut self, s: &Sample) {
         let Some(t) = &mut self.trimmer else { return };
-        let input = TrimInput { at: s.at, file_cache: self.source.file_cache(), refaults: s.file_refaults, stalled_us: s.pressure.map(|p| p.some.total_us) };
+        let input = TrimInput { at: s.at, file_cache: s.mem.and_then(|m| m.file_cache), refaults: s.file_refaults, stalled_us: s.pressure.map(|p| p.some.total_us) };
         t.step(input, s.mem.is_some_and(|m| m.swap_total > Kib::ZERO));
     }
 

@@ -6,7 +6,7 @@ use autoballoon_core::policy::MemView;
 use autoballoon_core::procfs::{parse_meminfo, parse_pressure, parse_vmstat, Meminfo, Pressure};
 use autoballoon_core::sample::Sample;
 use crate::backend::{read_text, Backend, FileError};
-use autoballoon_core::{Kib, Pages};
+use autoballoon_core::Pages;
 use std::io::ErrorKind;
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -29,7 +29,6 @@ pub struct ProcSource {
     start: Instant,
     migration: Migration,
     balloon: Option<Pages>,
-    file_cache: Option<Kib>,
 }
 
 /// What the host said of a live migration of this guest.
@@ -44,7 +43,7 @@ pub enum Migration {
 
 impl ProcSource {
     pub fn new(proc_dir: PathBuf, backend: Rc<dyn Backend>) -> ProcSource {
-        ProcSource { proc_dir, backend, start: Instant::now(), migration: Migration::None, balloon: None, file_cache: None }
+        ProcSource { proc_dir, backend, start: Instant::now(), migration: Migration::None, balloon: None }
     }
 
     /// The host's notices: a live migration runs (samples say so until it ends).
@@ -60,12 +59,6 @@ impl ProcSource {
     /// `balloon_inflate − balloon_deflate`), if the kernel counts them.
     pub fn balloon(&self) -> Option<Pages> {
         self.balloon
-    }
-
-    /// The guest's file cache at the last sample (`Active(file) + Inactive(file)`), if its
-    /// meminfo has both.
-    pub fn file_cache(&self) -> Option<Kib> {
-        self.file_cache
     }
 
     /// `/proc/meminfo` alone, as a memory view: the commitment watch's quick read
@@ -109,7 +102,7 @@ impl Source for ProcSource {
         let vmstat = read_text(&self.proc_dir.join("vmstat"))?;
         let pressure = self.read_pressure()?;
 
-        let (m, mut mem) = self.parse_meminfo_view(&meminfo)?;
+        let (_, mut mem) = self.parse_meminfo_view(&meminfo)?;
         if let Some(held) = held_for_hinting {
             mem = mem.with_hinted_saturating(held);
         }
@@ -119,7 +112,6 @@ impl Source for ProcSource {
             None => None,
         };
         self.balloon = vmstat.balloon_pages();
-        self.file_cache = m.kib("Active(file)").ok().zip(m.kib("Inactive(file)").ok()).map(|(a, i)| a.saturating_add(i));
         Ok(Sample { at, guest_size, max, target_in_force, mem: Some(mem), migrating: self.migrating(), preparing_migration: false, shrink_while_migrating: self.migration == Migration::ShrinkAllowed, reports_free_pages: false, hints_free_pages: false, pressure, oom_kills: vmstat.oom_kills(), file_refaults: vmstat.file_refaults(), running_short: false })
     }
 }
@@ -127,6 +119,7 @@ impl Source for ProcSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use autoballoon_core::Kib;
     use crate::backend::host::HostOwned;
     use crate::backend::kernel::KernelBalloon;
     use crate::testutil::{fixture, ProcTree};

@@ -218,6 +218,7 @@ pub fn sample(total: Kib, available: Kib, committed: Kib, balloon: Pages) -> Age
         swap_free: Kib(0),
         cached,
         anon_and_shmem: None,
+        file_cache: Some(cached),
     };
     AgentSample {
         seq: 0,

@@ -277,6 +277,7 @@ impl Guest {
             swap_free: self.cfg.swap_total.saturating_sub(self.swapped),
             cached: self.cache,
             anon_and_shmem: Some(self.ram_anon()),
+            file_cache: Some(self.cache),
         }
     }
 

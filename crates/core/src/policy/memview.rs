@@ -20,6 +20,11 @@ pub struct MemView {
     /// guest-stats do not; an older agent does not send it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub anon_and_shmem: Option<Kib>,
+    /// Page cache on the LRU lists, `Active(file) + Inactive(file)` (block device buffers
+    /// too, shmem not), where the report has both: the most the room kept for cache read
+    /// again can hold ([`crate::policy::CacheKeep`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_cache: Option<Kib>,
 }
 
 impl MemView {
@@ -36,6 +41,7 @@ impl MemView {
             swap_free: m.kib("SwapFree")?,
             cached: m.kib("Cached")?,
             anon_and_shmem: m.kib("AnonPages").ok().zip(m.kib("Shmem").ok()).map(|(a, s)| a.saturating_add(s)),
+            file_cache: m.kib("Active(file)").ok().zip(m.kib("Inactive(file)").ok()).map(|(a, i)| a.saturating_add(i)),
         })
     }
 

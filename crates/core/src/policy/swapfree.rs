@@ -127,7 +127,7 @@ impl Policy for SwapFree {
             e.headroom = covered.saturating_sub(need);
             e.target = e.target.saturating_add(e.headroom).min(s.max);
         }
-        let kept = self.cache_keep.observe(&self.cache_keep_rule, s.file_refaults, s.at);
+        let kept = self.cache_keep.observe(&self.cache_keep_rule, s.file_refaults, mem.file_cache, s.at);
         if !s.preparing_migration {
             e.cache_kept = kept;
             e.target = e.target.saturating_add(kept).min(s.max);
