@@ -13,13 +13,13 @@ use crate::channel::{wait_trigger, Channel};
 use crate::trigger::{PressureTrigger, STALL, WINDOW};
 use crate::logging::{debug, info, log, Level, RateLimited};
 use crate::source::{Migration, ProcSource};
-use crate::trim::Trimmer;
+use crate::trim::{TrimFirst, Trimmer};
 use crate::watch::{Watch, WATCH_EVERY};
 use crate::{protect, BackendKind, Failure, RunArgs};
 use autoballoon_core::config::PolicyConfig;
 use autoballoon_core::control::{Source, Tick};
 use autoballoon_core::host::{one_vm_step, HostLoop, Independent, OneStep, ONE};
-use autoballoon_core::policy::{CacheTrimRule, SwapFree, TrimInput};
+use autoballoon_core::policy::{CacheTrimRule, SwapFree};
 use autoballoon_core::protocol::{encode, AgentMessage, AgentSample, HostMessage, MAX_LINE};
 use autoballoon_core::sample::Sample;
 use autoballoon_core::Kib;
@@ -186,11 +186,8 @@ impl<'a> Agent<'a> {
     fn report_only(&mut self, tau: Duration) {
         loop {
             self.seq += 1;
-            match self.source.sample() {
-                Ok(s) => {
-                    self.report(&s, None);
-                    self.trim(&s);
-                }
+            match (TrimFirst { source: &mut self.source, trimmer: self.trimmer.as_mut() }).sample() {
+                Ok(s) => self.report(&s, None),
                 Err(e) => self.bad_sample.log(Instant::now(), format_args!("no sample: {e}")),
             }
             if self.done() {
@@ -212,16 +209,15 @@ impl<'a> Agent<'a> {
             self.seq += 1;
             let short = self.short(Instant::now());
             let commanded = |hl: &HostLoop<SwapFree, Independent>| hl.vm(ONE).and_then(|lp| lp.commanded());
-            let next_in = match one_vm_step(&mut hl, &mut self.source, &mut actuator, short) {
+            let mut source = TrimFirst { source: &mut self.source, trimmer: self.trimmer.as_mut() };
+            let next_in = match one_vm_step(&mut hl, &mut source, &mut actuator, short) {
                 OneStep::Ticked { sample, tick } => {
                     self.log_tick(commanded(&hl), &tick);
                     self.report(&sample, commanded(&hl));
-                    self.trim(&sample);
                     tick.next_in
                 }
                 OneStep::NotDue { sample, next_in } => {
                     self.report(&sample, commanded(&hl));
-                    self.trim(&sample);
                     next_in
                 }
                 OneStep::SourceFailed(e) => {
@@ -283,13 +279,6 @@ impl<'a> Agent<'a> {
             self.bad_host_line.log(now, format_args!("{overlong} lines from the host dropped so far: longer than {MAX_LINE} bytes"));
             self.overlong_logged = overlong;
         }
-    }
-
-    /// The cache trim's step on this sample's signals.
-    fn trim(&mut self, s: &Sample) {
-        let Some(t) = &mut self.trimmer else { return };
-        let input = TrimInput { at: s.at, file_cache: s.mem.and_then(|m| m.file_cache), refaults: s.file_refaults, stalled_us: s.pressure.map(|p| p.some.total_us) };
-        t.step(input, s.mem.is_some_and(|m| m.swap_total > Kib::ZERO));
     }
 
     fn done(&self) -> bool {

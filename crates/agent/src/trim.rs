@@ -4,7 +4,10 @@
 //! own, and the balloon's target (host or agent) counts it as available either way.
 
 use crate::logging::{debug, info, Level, RateLimited};
+use crate::source::{ProcSource, SourceError};
+use autoballoon_core::control::Source;
 use autoballoon_core::policy::{CacheTrim, CacheTrimRule, TrimInput, TrimStep};
+use autoballoon_core::sample::Sample;
 use autoballoon_core::units::Percent;
 use autoballoon_core::Kib;
 use std::io::{ErrorKind, Write};
@@ -30,6 +33,11 @@ pub struct TrimArgs {
     /// The most page cache one step reclaims, MiB.
     #[arg(long, value_name = "MIB", default_value_t = 64)]
     pub cache_trim_max_mib: u64,
+    /// Once the calm has passed, a program's memory committed and not yet touched is met
+    /// from the page cache first: one step reclaims as much as was committed, up to this
+    /// many MiB; 0: only the share.
+    #[arg(long, value_name = "MIB", default_value_t = 256)]
+    pub cache_trim_commit_max_mib: u64,
     /// Page cache never trimmed below this, MiB.
     #[arg(long, value_name = "MIB", default_value_t = 32)]
     pub cache_trim_floor_mib: u64,
@@ -46,6 +54,7 @@ impl TrimArgs {
         Ok(CacheTrimRule {
             percent,
             max_step: Kib::from_mib_saturating(self.cache_trim_max_mib),
+            commit_max_step: Kib::from_mib_saturating(self.cache_trim_commit_max_mib),
             floor: Kib::from_mib_saturating(self.cache_trim_floor_mib),
             start_above: START_ABOVE,
             calm: Duration::from_secs(self.cache_trim_calm_s),
@@ -184,19 +193,24 @@ impl Trimmer {
     }
 
     /// One step on a sample's signals; `swap`: the guest has swap. Logs a line when a
-    /// trim starts, ends or meets a refault or a stall; each step at debug level.
-    pub fn step(&mut self, input: TrimInput, swap: bool) {
+    /// trim starts, ends or meets a refault or a stall; each step at debug level. Returns
+    /// whether the kernel was asked to reclaim.
+    pub fn step(&mut self, input: TrimInput, swap: bool) -> bool {
         match self.state.step(&self.rule, input) {
-            TrimStep::Trim { amount, cache, first } => {
+            TrimStep::Trim { amount, cache, first, committed } => {
                 if first {
                     info(format_args!("trimming the page cache ({cache}): no file page read again and no task stalled for {} s", self.state.calm(&self.rule).as_secs()));
                     self.run = TrimRun { from: cache, ..TrimRun::default() };
+                }
+                if committed > Kib::ZERO {
+                    info(format_args!("cache trim: {amount} of the page cache asked back at once for {committed} committed and not yet touched"));
                 }
                 match self.reclaimer.reclaim(amount, swap) {
                     Ok(done) => {
                         self.run.asked = self.run.asked.saturating_add(amount);
                         self.run.steps += 1;
                         debug(format_args!("cache trim: asked {amount} of {cache} back{}", if done == Reclaimed::Less { ", the kernel found less" } else { "" }));
+                        return true;
                     }
                     Err(e) => self.failed.log(Instant::now(), format_args!("cache trim: {e}")),
                 }
@@ -218,6 +232,35 @@ impl Trimmer {
             }
             TrimStep::InUse { .. } | TrimStep::Waiting | TrimStep::Nothing { ended: false } => {}
         }
+        false
+    }
+}
+
+/// The guest's source with the cache trim on each sample before anything decides on it:
+/// a step's cache is gone from the sample the policy (or the host) sees. The target keeps
+/// room for no more cache than the guest holds ([`autoballoon_core::policy::CacheKeep`]),
+/// so cache trimmed for a commitment is not grown for: the program takes the cache's pages,
+/// which the host already backs, instead of memory the balloon gives back on top.
+pub struct TrimFirst<'a> {
+    pub source: &'a mut ProcSource,
+    pub trimmer: Option<&'a mut Trimmer>,
+}
+
+impl Source for TrimFirst<'_> {
+    type Error = SourceError;
+
+    fn sample(&mut self) -> Result<Sample, SourceError> {
+        let mut s = self.source.sample()?;
+        let Some(t) = self.trimmer.as_deref_mut() else { return Ok(s) };
+        let Some(mem) = s.mem.as_mut() else { return Ok(s) };
+        let input = TrimInput { at: s.at, file_cache: mem.file_cache, committed: Some(mem.overcommitted()), refaults: s.file_refaults, stalled_us: s.pressure.map(|p| p.some.total_us) };
+        if t.step(input, mem.swap_total > Kib::ZERO) {
+            // The reclaim is done when its write returns: the cache as it is now.
+            if let Ok(after) = self.source.meminfo_view() {
+                mem.file_cache = after.file_cache;
+            }
+        }
+        Ok(s)
     }
 }
 
@@ -226,7 +269,7 @@ mod tests {
     use super::*;
 
     fn args(dir: &Path) -> TrimArgs {
-        TrimArgs { cache_trim_percent: 10, cache_trim_calm_s: 10, cache_trim_calm_max_s: 120, cache_trim_max_mib: 64, cache_trim_floor_mib: 32, cgroup_dir: dir.to_path_buf() }
+        TrimArgs { cache_trim_percent: 10, cache_trim_calm_s: 10, cache_trim_calm_max_s: 120, cache_trim_max_mib: 64, cache_trim_commit_max_mib: 256, cache_trim_floor_mib: 32, cgroup_dir: dir.to_path_buf() }
     }
 
     #[test]
@@ -252,5 +295,28 @@ mod tests {
         assert_eq!(r.reclaim(Kib::from_mib_saturating(1), true).unwrap(), Reclaimed::All);
         assert_eq!(std::fs::read_to_string(dir.join("memory.reclaim")).unwrap(), "1048576 swappiness=0");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_trim_runs_on_the_sample_before_anything_decides_on_it() {
+        use crate::backend::kernel::KernelBalloon;
+        use crate::testutil::ProcTree;
+        use std::rc::Rc;
+        // 915 MiB of file cache, 78.1 MiB committed beyond AnonPages + Shmem.
+        let t = ProcTree::new("trim-first", "host-6.18");
+        t.set_kernel(262144, 524288);
+        std::fs::write(t.root.join("memory.reclaim"), "").unwrap();
+        let rule = TrimArgs { cache_trim_calm_s: 0, ..args(&t.root) }.rule().unwrap();
+        let mut trimmer = Trimmer::start(&t.root, rule).unwrap();
+        let mut source = ProcSource::new(t.proc.clone(), Rc::new(KernelBalloon::new(&t.kernel)));
+        let s = TrimFirst { source: &mut source, trimmer: Some(&mut trimmer) }.sample().unwrap();
+        let committed = s.mem.unwrap().overcommitted();
+        assert_eq!(committed, Kib(431492 - 342692 - 8872));
+        let asked = std::fs::read_to_string(t.root.join("memory.reclaim")).unwrap();
+        assert_eq!(asked, (committed.0 * 1024).to_string(), "as much as was committed (more than the 64 MiB share), written before the sample came back");
+        assert_eq!(s.mem.unwrap().file_cache, Some(Kib(937436)), "the cache read again after the step (a fixture: unchanged)");
+        // Without a trimmer the source's sample as it is.
+        let plain = TrimFirst { source: &mut source, trimmer: None }.sample().unwrap();
+        assert_eq!(plain.mem, source.sample().unwrap().mem);
     }
 }

@@ -21,9 +21,23 @@
 //! `calm_max`; each trim that reached its floor undisturbed halves it again, down to
 //! `calm`. A file set read again every minute is trimmed and read back twice or three
 //! times, then left alone, where a fixed calm shorter than its period would trim it and
-//! read it back every time; cache nobody reads again goes `calm` after its last use. The
-//! rule is pure: time, the cache's size and the two counters come
-//! with each input; the agent writes the step to the guest's root cgroup
+//! read it back every time; cache nobody reads again goes `calm` after its last use.
+//!
+//! Cold cache pays for a commitment before the host does. A program that committed memory
+//! it has not touched yet (`Committed_AS` beyond what is resident) is about to take that
+//! much; the estimator grows the guest for it, on top of the cache it holds. Where the
+//! calm has passed (nothing says that cache is in use), a step asks back as much of it as
+//! the commitment, up to `commit_max_step`, at once, and the calm it waits for is half the
+//! one in force (a commitment is the cost of keeping the cache now, not later): the
+//! program then takes the pages the
+//! cache had, which the host already backs, and the guest grows by less. A guest of fixed
+//! size would do the same, its LRU evicting the coldest cache for the new memory; one whose
+//! balloon kept the cache grew by the program's memory and the cache on top (four guests'
+//! peak over the density benchmark was the fill of 800 MiB on top of the file set's
+//! 256 MiB, docs/spikes.md, Density).
+//!
+//! The rule is pure: time, the cache's size, the memory committed and the two counters
+//! come with each input; the agent writes the step to the guest's root cgroup
 //! (`memory.reclaim`), which reclaims from the cold end of the LRU.
 
 use crate::units::{Kib, Pages, Percent};
@@ -36,6 +50,9 @@ pub struct CacheTrimRule {
     pub percent: Percent,
     /// The most one step asks back.
     pub max_step: Kib,
+    /// The most one step asks back for memory committed and not yet touched (zero: a
+    /// commitment asks nothing more than `percent`).
+    pub commit_max_step: Kib,
     /// File cache never trimmed below this.
     pub floor: Kib,
     /// A trim starts only once the cache is this much above the floor (then goes on down
@@ -56,7 +73,7 @@ pub struct CacheTrimRule {
 
 impl CacheTrimRule {
     pub const OFF: CacheTrimRule =
-        CacheTrimRule { percent: Percent::ZERO, max_step: Kib::ZERO, floor: Kib::ZERO, start_above: Kib::ZERO, calm: Duration::ZERO, calm_max: Duration::ZERO, refault_tolerance: Kib::ZERO, stall_tolerance: Duration::ZERO, every: Duration::ZERO };
+        CacheTrimRule { percent: Percent::ZERO, max_step: Kib::ZERO, commit_max_step: Kib::ZERO, floor: Kib::ZERO, start_above: Kib::ZERO, calm: Duration::ZERO, calm_max: Duration::ZERO, refault_tolerance: Kib::ZERO, stall_tolerance: Duration::ZERO, every: Duration::ZERO };
 
     pub fn is_off(&self) -> bool {
         self.percent == Percent::ZERO || self.max_step == Kib::ZERO
@@ -68,12 +85,14 @@ impl CacheTrimRule {
     }
 }
 
-/// What one step sees: the time, the guest's file cache (`Active(file) + Inactive(file)`)
-/// and its cumulative counters, each `None` where the guest does not report it.
+/// What one step sees: the time, the guest's file cache (`Active(file) + Inactive(file)`),
+/// the memory committed and not yet touched ([`super::MemView::overcommitted`]) and its
+/// cumulative counters, each `None` where the guest does not report it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TrimInput {
     pub at: Duration,
     pub file_cache: Option<Kib>,
+    pub committed: Option<Kib>,
     /// `workingset_refault_file`, pages since boot.
     pub refaults: Option<u64>,
     /// PSI memory `some` total, microseconds since boot.
@@ -83,8 +102,9 @@ pub struct TrimInput {
 /// Why a step asked for nothing, or what it asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TrimStep {
-    /// Reclaim this much file cache now; `first`: the first step of a trim.
-    Trim { amount: Kib, cache: Kib, first: bool },
+    /// Reclaim this much file cache now; `first`: the first step of a trim; `committed`:
+    /// the memory committed that made the step larger than `percent` (zero: none did).
+    Trim { amount: Kib, cache: Kib, first: bool, committed: Kib },
     /// A signal rose since the last input: the cache is in use. `after_trim`: the first
     /// rise since a step. `calm`: how long the next calm lasts (doubled where a step
     /// took cache that was read again).
@@ -147,12 +167,19 @@ impl CacheTrim {
         }
         let since = *self.calm_since.get_or_insert(input.at);
         let too_soon = self.last_trim.is_some_and(|l| input.at.saturating_sub(l) < rule.every);
-        if input.at.saturating_sub(since) < self.calm(rule) || too_soon {
+        let cache = input.file_cache.unwrap_or_default();
+        let share = rule.percent.of_floor(cache).min(rule.max_step);
+        let for_commitment = input.committed.unwrap_or_default().min(rule.commit_max_step);
+        // A commitment larger than a step waits half the calm: the cache kept now costs the
+        // host its size on top of the program's memory.
+        let calm = if for_commitment > share { self.calm(rule) / 2 } else { self.calm(rule) };
+        if input.at.saturating_sub(since) < calm || too_soon {
             return TrimStep::Waiting;
         }
         let Some(cache) = input.file_cache else { return TrimStep::Nothing { ended: false } };
         let above = cache.saturating_sub(rule.floor);
-        let amount = rule.percent.of_floor(cache).min(rule.max_step).min(above);
+        let amount = share.max(for_commitment).min(above);
+        let committed = if for_commitment > share { input.committed.unwrap_or_default() } else { Kib::ZERO };
         if amount < Kib::from_mib_saturating(1) || (!self.trimming && above < rule.start_above) {
             let ended = std::mem::take(&mut self.trimming);
             if ended {
@@ -163,7 +190,7 @@ impl CacheTrim {
         }
         let first = !self.trimming;
         (self.trimming, self.trimmed_since_use, self.last_trim) = (true, true, Some(input.at));
-        TrimStep::Trim { amount, cache, first }
+        TrimStep::Trim { amount, cache, first, committed }
     }
 }
 
@@ -175,6 +202,7 @@ mod tests {
     const RULE: CacheTrimRule = CacheTrimRule {
         percent: Percent::new_checked(10).unwrap(),
         max_step: Kib(32 * 1024),
+        commit_max_step: Kib(256 * 1024),
         floor: Kib(32 * 1024),
         start_above: Kib(32 * 1024),
         calm: Duration::from_secs(30),
@@ -185,7 +213,7 @@ mod tests {
     };
 
     fn input(at: u64, cache_mib: u64, refault_pages: u64, stalled_ms: u64) -> TrimInput {
-        TrimInput { at: s(at), file_cache: Some(mib(cache_mib)), refaults: Some(refault_pages), stalled_us: Some(stalled_ms.saturating_mul(1000)) }
+        TrimInput { at: s(at), file_cache: Some(mib(cache_mib)), committed: None, refaults: Some(refault_pages), stalled_us: Some(stalled_ms.saturating_mul(1000)) }
     }
 
     #[test]
@@ -193,13 +221,13 @@ mod tests {
         let mut t = CacheTrim::default();
         assert_eq!(t.step(&RULE, input(0, 256, 0, 0)), TrimStep::Waiting, "calm from the first input on");
         assert_eq!(t.step(&RULE, input(29, 256, 0, 0)), TrimStep::Waiting);
-        assert_eq!(t.step(&RULE, input(30, 256, 0, 0)), TrimStep::Trim { amount: Kib(26_214), cache: mib(256), first: true });
-        assert_eq!(t.step(&RULE, input(31, 1000, 0, 0)), TrimStep::Trim { amount: mib(32), cache: mib(1000), first: false }, "at most max_step");
-        assert_eq!(t.step(&RULE, input(32, 40, 0, 0)), TrimStep::Trim { amount: mib(4), cache: mib(40), first: false }, "10 % of 40 MiB");
-        assert_eq!(t.step(&RULE, input(33, 34, 0, 0)), TrimStep::Trim { amount: mib(2), cache: mib(34), first: false }, "never below the floor");
+        assert_eq!(t.step(&RULE, input(30, 256, 0, 0)), TrimStep::Trim { amount: Kib(26_214), cache: mib(256), first: true, committed: Kib::ZERO });
+        assert_eq!(t.step(&RULE, input(31, 1000, 0, 0)), TrimStep::Trim { amount: mib(32), cache: mib(1000), first: false, committed: Kib::ZERO }, "at most max_step");
+        assert_eq!(t.step(&RULE, input(32, 40, 0, 0)), TrimStep::Trim { amount: mib(4), cache: mib(40), first: false, committed: Kib::ZERO }, "10 % of 40 MiB");
+        assert_eq!(t.step(&RULE, input(33, 34, 0, 0)), TrimStep::Trim { amount: mib(2), cache: mib(34), first: false, committed: Kib::ZERO }, "never below the floor");
         assert_eq!(t.step(&RULE, input(34, 32, 0, 0)), TrimStep::Nothing { ended: true }, "at the floor: the trim ends");
         assert_eq!(t.step(&RULE, input(35, 60, 0, 0)), TrimStep::Nothing { ended: false }, "28 MiB above the floor: not enough to start again");
-        assert_eq!(t.step(&RULE, input(36, 64, 0, 0)), TrimStep::Trim { amount: Kib(6553), cache: mib(64), first: true }, "32 MiB above: a new trim");
+        assert_eq!(t.step(&RULE, input(36, 64, 0, 0)), TrimStep::Trim { amount: Kib(6553), cache: mib(64), first: true, committed: Kib::ZERO }, "32 MiB above: a new trim");
         assert_eq!(t.step(&RULE, TrimInput { file_cache: None, ..input(37, 0, 0, 0) }), TrimStep::Nothing { ended: false }, "no cache figure: no step, the trim goes on at the next");
     }
 
@@ -208,7 +236,7 @@ mod tests {
         let mut t = CacheTrim::default();
         t.step(&RULE, input(0, 256, 1000, 5));
         assert!(matches!(t.step(&RULE, input(30, 256, 1000, 5)), TrimStep::Trim { .. }));
-        assert_eq!(t.step(&RULE, input(31, 230, 1000 + 256, 5)), TrimStep::Trim { amount: mib(23), cache: mib(230), first: false }, "1 MiB refaulted is within the tolerance");
+        assert_eq!(t.step(&RULE, input(31, 230, 1000 + 256, 5)), TrimStep::Trim { amount: mib(23), cache: mib(230), first: false, committed: Kib::ZERO }, "1 MiB refaulted is within the tolerance");
         assert_eq!(t.step(&RULE, input(32, 207, 1256 + 1024, 5)), TrimStep::InUse { refaulted: mib(4), stalled: Duration::ZERO, after_trim: true, calm: s(30) }, "4 MiB read again");
         assert_eq!(t.step(&RULE, input(61, 207, 2280, 5)), TrimStep::Waiting);
         assert!(matches!(t.step(&RULE, input(62, 207, 2280, 5)), TrimStep::Trim { .. }), "calm again for 30 s");
@@ -223,10 +251,10 @@ mod tests {
         t.step(&RULE, input(0, 256, 100, 100));
         assert!(matches!(t.step(&RULE, input(1, 256, u64::MAX, u64::MAX)), TrimStep::InUse { .. }), "a huge rise is a rise");
         assert_eq!(t.step(&RULE, input(2, 256, 5, 5)), TrimStep::Waiting, "counters that went down: a new base, still waiting");
-        assert_eq!(t.step(&RULE, TrimInput { refaults: None, stalled_us: None, ..input(31, 256, 0, 0) }), TrimStep::Trim { amount: Kib(26_214), cache: mib(256), first: true }, "no counters this time: no rise");
+        assert_eq!(t.step(&RULE, TrimInput { refaults: None, stalled_us: None, ..input(31, 256, 0, 0) }), TrimStep::Trim { amount: Kib(26_214), cache: mib(256), first: true, committed: Kib::ZERO }, "no counters this time: no rise");
         assert_eq!(t.step(&RULE, input(1, 256, 5, 5)), TrimStep::Waiting, "time going back counts as no time");
         let huge = Kib(u64::MAX);
-        assert_eq!(t.step(&RULE, TrimInput { file_cache: Some(huge), ..input(40, 0, 5, 5) }), TrimStep::Trim { amount: mib(32), cache: huge, first: false }, "no overflow");
+        assert_eq!(t.step(&RULE, TrimInput { file_cache: Some(huge), ..input(40, 0, 5, 5) }), TrimStep::Trim { amount: mib(32), cache: huge, first: false, committed: Kib::ZERO }, "no overflow");
     }
 
     #[test]
@@ -260,6 +288,22 @@ mod tests {
         t.step(&rule, input(0, 256, 0, 0));
         assert!(matches!(t.step(&rule, input(30, 256, 0, 0)), TrimStep::Trim { .. }));
         assert!(matches!(t.step(&rule, input(31, 230, 1024, 0)), TrimStep::InUse { calm, .. } if calm == s(30)));
+    }
+
+    #[test]
+    fn a_commitment_takes_cold_cache_at_once_up_to_its_size() {
+        let mut t = CacheTrim::default();
+        let with = |at: u64, cache: u64, committed: u64| TrimInput { committed: Some(mib(committed)), ..input(at, cache, 0, 0) };
+        assert_eq!(t.step(&RULE, with(0, 330, 800)), TrimStep::Waiting, "calm from the first input on");
+        assert_eq!(t.step(&RULE, with(14, 330, 800)), TrimStep::Waiting, "within half the calm a commitment changes nothing");
+        assert_eq!(t.step(&RULE, with(14, 330, 10)), TrimStep::Waiting, "a small one waits the whole calm");
+        assert_eq!(t.step(&RULE, with(15, 330, 100)), TrimStep::Trim { amount: mib(100), cache: mib(330), first: true, committed: mib(100) }, "half the calm: as much as was committed");
+        assert_eq!(t.step(&RULE, with(16, 230, 800)), TrimStep::Trim { amount: mib(198), cache: mib(230), first: false, committed: mib(800) }, "never below the floor");
+        assert_eq!(t.step(&RULE, with(17, 1000, 800)), TrimStep::Trim { amount: mib(256), cache: mib(1000), first: false, committed: mib(800) }, "at most commit_max_step");
+        assert_eq!(t.step(&RULE, with(18, 1000, 10)), TrimStep::Waiting, "the share is larger: the whole calm");
+        assert_eq!(t.step(&RULE, with(30, 1000, 10)), TrimStep::Trim { amount: mib(32), cache: mib(1000), first: false, committed: Kib::ZERO }, "then an ordinary step");
+        let off = CacheTrimRule { commit_max_step: Kib::ZERO, ..RULE };
+        assert_eq!(t.step(&off, with(31, 300, 800)), TrimStep::Trim { amount: mib(30), cache: mib(300), first: false, committed: Kib::ZERO }, "commit_max_step zero: the share alone");
     }
 
     #[test]
