@@ -33,9 +33,9 @@ pub struct TrimArgs {
     /// The most page cache one step reclaims, MiB.
     #[arg(long, value_name = "MIB", default_value_t = 64)]
     pub cache_trim_max_mib: u64,
-    /// Once the calm has passed, a program's memory committed and not yet touched is met
-    /// from the page cache first: one step reclaims as much as was committed, up to this
-    /// many MiB; 0: only the share.
+    /// A program's memory committed and not yet touched is met from the page cache first:
+    /// once half the calm has passed, one step reclaims as much as was committed, up to
+    /// this many MiB; 0: only the share, after the whole calm.
     #[arg(long, value_name = "MIB", default_value_t = 256)]
     pub cache_trim_commit_max_mib: u64,
     /// Page cache never trimmed below this, MiB.
