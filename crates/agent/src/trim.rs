@@ -239,8 +239,7 @@ impl Trimmer {
 /// The guest's source with the cache trim on each sample before anything decides on it:
 /// a step's cache is gone from the sample the policy (or the host) sees. The target keeps
 /// room for no more cache than the guest holds ([`autoballoon_core::policy::CacheKeep`]),
-/// so cache trimmed for a commitment is not grown for: the program takes the cache's pages,
-/// which the host already backs, instead of memory the balloon gives back on top.
+/// so the guest is not grown for cache a step for a commitment has just dropped.
 pub struct TrimFirst<'a> {
     pub source: &'a mut ProcSource,
     pub trimmer: Option<&'a mut Trimmer>,
