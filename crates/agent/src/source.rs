@@ -3,7 +3,7 @@
 
 use autoballoon_core::control::Source;
 use autoballoon_core::policy::MemView;
-use autoballoon_core::procfs::{parse_meminfo, parse_pressure, parse_vmstat, Meminfo, Pressure};
+use autoballoon_core::procfs::{parse_meminfo, parse_pressure, parse_vmstat, Pressure};
 use autoballoon_core::sample::Sample;
 use crate::backend::{read_text, Backend, FileError};
 use autoballoon_core::Pages;
@@ -64,14 +64,13 @@ impl ProcSource {
     /// `/proc/meminfo` alone, as a memory view: the commitment watch's quick read
     /// between samples ([`crate::watch`]).
     pub fn meminfo_view(&self) -> Result<MemView, SourceError> {
-        Ok(self.parse_meminfo_view(&read_text(&self.proc_dir.join("meminfo"))?)?.1)
+        self.parse_meminfo_view(&read_text(&self.proc_dir.join("meminfo"))?)
     }
 
-    /// The text of /proc/meminfo parsed, and the memory view in it.
-    fn parse_meminfo_view(&self, text: &str) -> Result<(Meminfo, MemView), SourceError> {
+    /// The memory view in the text of /proc/meminfo.
+    fn parse_meminfo_view(&self, text: &str) -> Result<MemView, SourceError> {
         let m = parse_meminfo(text).map_err(|e| self.parse_error("meminfo", e))?;
-        let view = MemView::from_meminfo(&m).map_err(|e| self.parse_error("meminfo", e))?;
-        Ok((m, view))
+        MemView::from_meminfo(&m).map_err(|e| self.parse_error("meminfo", e))
     }
 
     fn parse_error(&self, file: &str, why: impl ToString) -> SourceError {
@@ -102,7 +101,7 @@ impl Source for ProcSource {
         let vmstat = read_text(&self.proc_dir.join("vmstat"))?;
         let pressure = self.read_pressure()?;
 
-        let (_, mut mem) = self.parse_meminfo_view(&meminfo)?;
+        let mut mem = self.parse_meminfo_view(&meminfo)?;
         if let Some(held) = held_for_hinting {
             mem = mem.with_hinted_saturating(held);
         }
