@@ -173,14 +173,15 @@ impl CacheTrim {
         let for_commitment = input.committed.unwrap_or_default().min(rule.commit_max_step);
         // A commitment larger than a step waits half the calm: the cache kept now costs the
         // host its size on top of the program's memory.
-        let calm = if for_commitment > share { self.calm(rule) / 2 } else { self.calm(rule) };
+        let commits = for_commitment > share;
+        let calm = if commits { self.calm(rule) / 2 } else { self.calm(rule) };
         if input.at.saturating_sub(since) < calm || too_soon {
             return TrimStep::Waiting;
         }
         let Some(cache) = input.file_cache else { return TrimStep::Nothing { ended: false } };
         let above = cache.saturating_sub(rule.floor);
         let amount = share.max(for_commitment).min(above);
-        let committed = if for_commitment > share { input.committed.unwrap_or_default() } else { Kib::ZERO };
+        let committed = if commits { input.committed.unwrap_or_default() } else { Kib::ZERO };
         if amount < Kib::from_mib_saturating(1) || (!self.trimming && above < rule.start_above) {
             let ended = std::mem::take(&mut self.trimming);
             if ended {
