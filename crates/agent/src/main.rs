@@ -99,6 +99,12 @@ pub struct RunArgs {
     /// 100 ms and the agent samples at once when what programs committed ate 32 MiB of it).
     #[arg(long)]
     pub no_commit_watch: bool,
+    /// With --backend kernel, shrink at once. By default a shrink first takes the guest's
+    /// free pieces under 2 MiB in steps under a unit (single 4 KiB pages, from the
+    /// smallest free blocks), which free page reporting cannot give back, then the rest in
+    /// 2 MiB units.
+    #[arg(long)]
+    pub no_pieces_first: bool,
     /// Leave vm.overcommit_memory as the guest has it. By default the agent sets it to 1
     /// at start (and logs the old value), so that a program may allocate beyond the
     /// guest's present size while the balloon gives memory back (docs/guest-agent.md).
