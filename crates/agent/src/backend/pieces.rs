@@ -7,10 +7,10 @@
 //! 2 MiB that the guest's jobs touched and freed stay free in the guest and resident in
 //! the host: some 60 MiB a guest after a job sequence, its idle floor (docs/spikes.md,
 //! *The idle floor*). Asked for less than a unit, the driver takes single 4 KiB pages,
-//! which the page allocator hands out from the smallest free blocks. So a shrink is taken
-//! in steps of [`STEP`] while the steps still take pieces (the free pages in blocks under
-//! 2 MiB, /proc/buddyinfo, fall by at least half a step each time), then the rest at once,
-//! in units. The guest ends at the size the loop asked for either way; only which pages
+//! which the page allocator hands out from the smallest free blocks. So a shrink goes at
+//! once (in units) down to its goal plus the pieces (the free pages in blocks under 2 MiB,
+//! /proc/buddyinfo), then in steps of [`STEP`] while the steps still take pieces (the count
+//! falls by at least half a step each time), then the rest at once. The guest ends at the size the loop asked for either way; only which pages
 //! the balloon holds differs. A growth, or a deflation by the allocator hook, gives units
 //! back first (the driver deflates the largest blocks it holds).
 //!
@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 
 /// One step: under a unit (512 pages), so the driver takes single pages.
 pub const STEP: Pages = Pages(480);
-/// At most this many steps a shrink (225 MiB): the rest goes at once.
-pub const MAX_STEPS: u32 = 120;
+/// At most this many steps a shrink (120 MiB): the rest goes at once.
+pub const MAX_STEPS: u32 = 64;
 /// A step the balloon has not reached by then ends the steps.
 pub const STEP_TIMEOUT: Duration = Duration::from_secs(2);
 /// Blocks under this order are pieces: under 2 MiB.
@@ -57,13 +57,21 @@ pub fn next_after(goal: Kib, written: Kib, taken: Kib, left: Kib, steps: u32) ->
 }
 
 /// The first write of a shrink from `from` (the size the guest is at, or the target in
-/// force if lower) to `goal`, with `pieces` free in blocks under 2 MiB: a step, or the goal.
-pub fn first(from: Kib, goal: Kib, pieces: Kib) -> Kib {
+/// force if lower) to `goal`, with `pieces` free in blocks under 2 MiB, and whether it is a
+/// step (judged by the pieces it takes) rather than the bulk: the goal at once (nothing to
+/// take in steps); the bulk, down to the goal plus the pieces (in units, at once: the steps
+/// then take only the last of the shrink, not delay it); or, when the shrink is no larger
+/// than the pieces, a first step.
+pub fn first(from: Kib, goal: Kib, pieces: Kib) -> (Kib, bool) {
     let step = step_kib();
-    if from.saturating_sub(goal) >= step.saturating_add(step) && pieces >= step {
-        from.saturating_sub(step)
+    if from.saturating_sub(goal) < step.saturating_add(step) || pieces < step {
+        return (goal, false);
+    }
+    let bulk = goal.saturating_add(pieces.min(Kib(step.0.saturating_mul(u64::from(MAX_STEPS)))));
+    if bulk.saturating_add(step) < from {
+        (bulk, false)
     } else {
-        goal
+        (from.saturating_sub(step), true)
     }
 }
 
@@ -76,6 +84,7 @@ struct Shrink {
     at: Instant,
     /// Pieces when that step was written.
     pieces: Kib,
+    /// Steps written so far (0: the bulk, which is not judged by the pieces it takes).
     steps: u32,
     /// What the steps took so far.
     taken: Kib,
@@ -133,7 +142,13 @@ impl PiecesFirst {
         let left = self.pieces().unwrap_or(Kib::ZERO);
         let taken = s.pieces.saturating_sub(left);
         s.taken = s.taken.saturating_add(taken);
-        let next = if reached { next_after(s.goal, s.written, taken, left, s.steps) } else { s.goal };
+        let next = match (reached, s.steps) {
+            (false, _) => s.goal,
+            // The bulk reached: the first step, if two fit above the goal and the pieces
+            // are still there (the bulk is not judged by what it took).
+            (true, 0) => next_after(s.goal, s.written, step_kib(), left, 0),
+            (true, n) => next_after(s.goal, s.written, taken, left, n),
+        };
         self.inner.set_guest_size(next)?;
         if next == s.goal {
             *self.shrink.borrow_mut() = None;
@@ -171,10 +186,10 @@ impl Backend for PiecesFirst {
         let Ok((size, _)) = self.inner.size() else { return self.inner.set_guest_size(goal) };
         let from = self.inner.target_in_force().ok().flatten().map_or(size, |t| t.min(size));
         let pieces = if from > goal { self.pieces().unwrap_or(Kib::ZERO) } else { Kib::ZERO };
-        let write = first(from, goal, pieces);
+        let (write, step) = first(from, goal, pieces);
         self.inner.set_guest_size(write)?;
         if write != goal {
-            *self.shrink.borrow_mut() = Some(Shrink { goal, written: write, at: Instant::now(), pieces, steps: 1, taken: Kib::ZERO });
+            *self.shrink.borrow_mut() = Some(Shrink { goal, written: write, at: Instant::now(), pieces, steps: u32::from(step), taken: Kib::ZERO });
         }
         Ok(())
     }
@@ -206,10 +221,12 @@ mod tests {
     fn steps_go_on_while_they_take_pieces() {
         let step = step_kib();
         assert_eq!(step, Kib(1920));
-        assert_eq!(first(mib(300), mib(200), mib(60)), mib(300).saturating_sub(step), "pieces to take: a step first");
-        assert_eq!(first(mib(300), mib(200), Kib(1000)), mib(200), "fewer pieces than a step: at once");
-        assert_eq!(first(mib(203), mib(200), mib(60)), mib(200), "under two steps: single pages anyway");
-        assert_eq!(first(mib(200), mib(300), mib(60)), mib(300), "a growth: at once");
+        assert_eq!(first(mib(300), mib(200), mib(60)), (mib(260), false), "the bulk in units at once, the pieces' worth left for the steps");
+        assert_eq!(first(mib(300), mib(200), mib(99)), (mib(300).saturating_sub(step), true), "no room for a bulk: a step first");
+        assert_eq!(first(mib(1500), mib(200), mib(500)), (mib(320), false), "at most MAX_STEPS steps' worth left");
+        assert_eq!(first(mib(300), mib(200), Kib(1000)), (mib(200), false), "fewer pieces than a step: at once");
+        assert_eq!(first(mib(203), mib(200), mib(60)), (mib(200), false), "under two steps: single pages anyway");
+        assert_eq!(first(mib(200), mib(300), mib(60)), (mib(300), false), "a growth: at once");
         let w = mib(290);
         assert_eq!(next_after(mib(200), w, step, mib(40), 3), w.saturating_sub(step), "a whole step taken from the pieces");
         assert_eq!(next_after(mib(200), w, Kib(960), mib(40), 3), w.saturating_sub(step), "half a step is still worth it");
@@ -219,12 +236,13 @@ mod tests {
         assert_eq!(next_after(mib(200), mib(203), step, mib(40), 3), mib(200), "the rest is under two steps");
     }
 
-    /// A fake driver: the balloon reaches whatever target is written at once, taking its
-    /// pieces from /proc/buddyinfo's order-0 count while there are some.
+    /// A fake driver: the balloon reaches whatever target is written at once, in units
+    /// while a unit is wanted, else in single pages, which it takes from /proc/buddyinfo's
+    /// order-0 count while there are some.
     fn driver(t: &ProcTree, buddy: &std::path::Path, pieces_pages: &mut u64) {
         let current = t.read(&t.kernel.join("current_pages"));
         let target = std::fs::read_to_string(t.kernel.join("target_pages")).map_or(current, |s| s.trim().parse().unwrap());
-        if target < current {
+        if target < current && current - target < 512 {
             *pieces_pages = pieces_pages.saturating_sub(current - target);
         }
         std::fs::write(t.kernel.join("current_pages"), format!("{target}\n")).unwrap();
@@ -243,7 +261,7 @@ mod tests {
         p.set_guest_size(mib(200)).unwrap();
         assert!(p.under_way());
         assert_eq!(p.target_in_force().unwrap(), Some(mib(200)), "the loop sees its own goal");
-        assert_eq!(t.read(&t.kernel.join("target_pages")), pages(300) - STEP.0, "a step first");
+        assert_eq!(t.read(&t.kernel.join("target_pages")), pages(210), "the bulk first, the pieces' worth left");
         let now = Instant::now();
         let mut ended = None;
         for _ in 0..20 {
@@ -254,8 +272,8 @@ mod tests {
             }
         }
         let e = ended.expect("the steps end");
-        assert!(!e.moved && e.steps == 5, "{e:?}: 10 MiB of pieces, 1.9 MiB a step: five whole steps");
-        assert!(e.taken >= mib(9), "{e:?}");
+        assert!(!e.moved && e.steps == 4, "{e:?}: 10 MiB of pieces, 1.9 MiB a step, the last 2.5 MiB under two steps");
+        assert_eq!(e.taken, Kib(4 * 1920), "{e:?}");
         assert_eq!(t.read(&t.kernel.join("target_pages")), pages(200), "then the goal at once");
         assert!(!p.under_way());
         assert_eq!(p.target_in_force().unwrap(), Some(mib(200)));
@@ -280,6 +298,8 @@ mod tests {
         assert_eq!(t.read(&t.kernel.join("target_pages")), raised, "left where the hook put it");
         assert_eq!(p.target_in_force().unwrap(), Some(Pages(raised).to_kib_saturating()), "and the loop sees it");
         // A growth while steps go on is written at once.
+        t.set_kernel(pages(300), pages(2048));
+        std::fs::write(t.kernel.join("target_pages"), format!("{}\n", pages(300))).unwrap();
         p.set_guest_size(mib(150)).unwrap();
         assert!(p.under_way());
         p.set_guest_size(mib(400)).unwrap();
@@ -299,7 +319,7 @@ mod tests {
         let now = Instant::now();
         assert_eq!(p.poll(now).unwrap(), None, "not reached yet");
         let e = p.poll(now + STEP_TIMEOUT).unwrap().expect("timed out");
-        assert_eq!((e.moved, e.steps), (false, 1));
+        assert_eq!((e.moved, e.steps), (false, 0), "the bulk was not reached");
         assert_eq!(t.read(&t.kernel.join("target_pages")), pages(100));
         std::fs::remove_file(&buddy).unwrap();
         t.set_kernel(pages(300), pages(2048));
