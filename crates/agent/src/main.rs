@@ -8,6 +8,7 @@ mod config;
 mod estimate_cmd;
 mod logging;
 mod protect;
+mod report;
 mod run;
 mod source;
 mod trigger;
@@ -105,6 +106,13 @@ pub struct RunArgs {
     /// 2 MiB units.
     #[arg(long)]
     pub no_pieces_first: bool,
+    /// Free page reporting reports free pieces down to 4 KiB, not only 2 MiB blocks, once
+    /// the guest's memory in use has not grown by 16 MiB for this many seconds (the
+    /// kernel's order again while it grows), so the host gets back what the guest's jobs
+    /// touched and freed in small pieces, and the balloon's buffer; 0: off, the kernel's
+    /// order stays. Needs a balloon device with free-page-reporting=on.
+    #[arg(long, value_name = "S", default_value_t = 10)]
+    pub report_pieces_after_s: u64,
     /// Leave vm.overcommit_memory as the guest has it. By default the agent sets it to 1
     /// at start (and logs the old value), so that a program may allocate beyond the
     /// guest's present size while the balloon gives memory back (docs/guest-agent.md).

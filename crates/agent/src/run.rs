@@ -6,20 +6,22 @@
 //!   the host's notices.
 //! - `--backend host`: the same source, a report, wait. The host decides; no loop here.
 //!
-//! With every backend, each sample also goes to the page cache trim ([`crate::trim`]).
+//! With every backend, each sample also goes to the page cache trim ([`crate::trim`]) and
+//! to free page reporting's order ([`crate::report`]).
 
 use crate::backend::{self, Backend, Target};
 use crate::channel::{wait_trigger, Channel};
 use crate::trigger::{PressureTrigger, STALL, WINDOW};
 use crate::logging::{debug, info, log, Level, RateLimited};
 use crate::source::{Migration, ProcSource};
+use crate::report::FineReporting;
 use crate::trim::{TrimFirst, Trimmer};
 use crate::watch::{Watch, WATCH_EVERY};
 use crate::{protect, BackendKind, Failure, RunArgs};
 use autoballoon_core::config::PolicyConfig;
 use autoballoon_core::control::{Source, Tick};
 use autoballoon_core::host::{one_vm_step, HostLoop, Independent, OneStep, ONE};
-use autoballoon_core::policy::{CacheTrimRule, SwapFree};
+use autoballoon_core::policy::{CacheTrimRule, FineReportRule, SwapFree};
 use autoballoon_core::protocol::{encode, AgentMessage, AgentSample, HostMessage, MAX_LINE};
 use autoballoon_core::sample::Sample;
 use autoballoon_core::Kib;
@@ -69,6 +71,8 @@ fn start(a: &RunArgs, policy: &PolicyConfig, trim: CacheTrimRule) -> Result<(), 
     let mut agent = Agent::new(a, ProcSource::new(a.proc_dir.clone(), balloon.clone()), channel);
     if !a.unprivileged {
         agent.trimmer = Trimmer::start(&a.trim.cgroup_dir, trim);
+        let rule = FineReportRule { after: Duration::from_secs(a.report_pieces_after_s), band: crate::report::BAND };
+        agent.reporting = FineReporting::start(std::path::Path::new("/sys"), rule);
     }
     if !a.no_pressure_trigger {
         match PressureTrigger::open(&a.proc_dir, STALL, WINDOW) {
@@ -144,6 +148,8 @@ struct Agent<'a> {
     trigger: Option<PressureTrigger>,
     /// The page cache trim, unless off or the guest has no interface for it.
     trimmer: Option<Trimmer>,
+    /// Free page reporting's order, unless off or the guest has no reporting device.
+    reporting: Option<FineReporting>,
     /// The guest runs short until then: [`SHORT_FOR`] after the trigger fired,
     /// [`WATCH_SHORT_FOR`] after the commitment watch saw its margin fall.
     short_until: Option<Instant>,
@@ -174,6 +180,7 @@ impl<'a> Agent<'a> {
             channel,
             trigger: None,
             trimmer: None,
+            reporting: None,
             short_until: None,
             watch: Watch::default(),
             stop_shrinking: false,
@@ -271,6 +278,9 @@ impl<'a> Agent<'a> {
         }
         if !self.args.no_commit_watch {
             self.watch.after_sample(s.mem.as_ref());
+        }
+        if let Some(r) = &mut self.reporting {
+            r.after_sample(s);
         }
         let now = Instant::now();
         let running_short = self.short(now);

@@ -42,7 +42,7 @@ pub const JOBS: [(&str, &str); 7] = [
 
 /// Run in each guest once its jobs ended: its memory, its reclaim and balloon counters and
 /// the end of its agent's log.
-const END_STATE: &str = "cat /proc/meminfo /proc/buddyinfo; grep -E '^(workingset_refault_file|pgscan|pgsteal|balloon)' /proc/vmstat; tail -n 300 /run/autoballoon-guest.log 2>/dev/null; true";
+const END_STATE: &str = "cat /proc/meminfo /proc/buddyinfo /proc/pagetypeinfo; grep -E '^(workingset_refault_file|pgscan|pgsteal|balloon)' /proc/vmstat; tail -n 300 /run/autoballoon-guest.log 2>/dev/null; true";
 
 /// Loads the disk's driver and holds the device open (its last close drops its cache).
 const SETUP: &str = "[ -e /sys/block/vda ] || insmod /lib/modules/autoballoon/extra/virtio_blk.ko; [ -e /sys/block/vda ]";

@@ -5,6 +5,7 @@
 
 mod cachekeep;
 mod cachetrim;
+mod finereport;
 mod headroom;
 mod memview;
 mod rinse;
@@ -12,6 +13,7 @@ mod swapfree;
 
 pub use cachekeep::{CacheKeep, CacheKeepRule};
 pub use cachetrim::{CacheTrim, CacheTrimRule, TrimInput, TrimStep};
+pub use finereport::{FineReport, FineReportRule};
 pub use headroom::{Headroom, HeadroomRule};
 pub use memview::MemView;
 pub use rinse::{Rinse, RinseRule};

@@ -1,0 +1,144 @@
+//! Fine reporting in the guest: core's [`FineReport`] decides, this writes free page
+//! reporting's order (`/sys/module/page_reporting/parameters/page_reporting_order`): 0
+//! once the guest has settled, so free pieces down to 4 KiB and the balloon's buffer go
+//! back to the host, and the order the kernel had at the agent's start while the guest's
+//! memory in use grows. With every backend: free page reporting is the guest kernel's, and
+//! the device has it or not (`free-page-reporting=on`); without a reporting device the
+//! order is never changed.
+
+use crate::logging::{info, Level, RateLimited};
+use autoballoon_core::policy::{FineReport, FineReportRule, MemView};
+use autoballoon_core::sample::Sample;
+use autoballoon_core::Kib;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The order reported down to once the guest has settled: single pages.
+pub const FINE_ORDER: u32 = 0;
+/// How far the memory in use may grow and still count as steady.
+pub const BAND: Kib = Kib::from_mib_saturating(16);
+
+/// The parameter's place under `sys`.
+pub fn param_path(sys: &Path) -> PathBuf {
+    sys.join("module/page_reporting/parameters/page_reporting_order")
+}
+
+/// Memory the guest's programs and its page cache hold: what a job's growth raises,
+/// whatever the balloon does (`AnonPages + Shmem + Active(file) + Inactive(file)`, else
+/// `MemTotal − MemAvailable`).
+pub fn in_use(m: &MemView) -> Kib {
+    match (m.anon_and_shmem, m.file_cache) {
+        (Some(a), Some(f)) => a.saturating_add(f),
+        _ => m.total.saturating_sub(m.available),
+    }
+}
+
+/// The order the kernel had, parsed from the parameter's text: `None` where no reporting
+/// device registered (the kernel shows -1) or the text is not an order.
+pub fn parse_order(text: &str) -> Option<u32> {
+    text.trim().parse::<u32>().ok().filter(|&o| o <= 10)
+}
+
+pub struct FineReporting {
+    param: PathBuf,
+    rule: FineReportRule,
+    state: FineReport,
+    /// The kernel's own order, restored while the guest grows.
+    coarse: u32,
+    fine: bool,
+    failed: RateLimited,
+}
+
+impl FineReporting {
+    /// The reporting, or `None` with the reason logged once: off by its flag, no
+    /// parameter, or no reporting device.
+    pub fn start(sys: &Path, rule: FineReportRule) -> Option<FineReporting> {
+        if rule.is_off() {
+            info(format_args!("fine reporting off (--report-pieces-after-s 0)"));
+            return None;
+        }
+        let param = param_path(sys);
+        let Some(coarse) = std::fs::read_to_string(&param).ok().and_then(|t| parse_order(&t)) else {
+            info(format_args!("fine reporting off: {} does not hold an order (no free page reporting device, or a kernel without it)", param.display()));
+            return None;
+        };
+        if coarse <= FINE_ORDER {
+            info(format_args!("fine reporting off: free page reporting already reports down to order {coarse}"));
+            return None;
+        }
+        info(format_args!(
+            "fine reporting: free page reporting down to 4 KiB pieces once the memory in use has not grown by {} for {} s, order {coarse} while it grows",
+            rule.band,
+            rule.after.as_secs()
+        ));
+        Some(FineReporting { param, rule, state: FineReport::default(), coarse, fine: false, failed: RateLimited::new(Level::Warn, Duration::from_secs(60)) })
+    }
+
+    /// Takes a sample; writes the order when it changes (one log line each).
+    pub fn after_sample(&mut self, s: &Sample) {
+        let Some(m) = &s.mem else { return };
+        let used = in_use(m);
+        let fine = self.state.observe(&self.rule, used, s.at);
+        if fine == self.fine {
+            return;
+        }
+        let order = if fine { FINE_ORDER } else { self.coarse };
+        match std::fs::write(&self.param, format!("{order}\n")) {
+            Ok(()) => {
+                self.fine = fine;
+                if fine {
+                    info(format_args!("free page reporting down to 4 KiB pieces (order {order}): memory in use steady at {used} for {} s", self.rule.after.as_secs()));
+                } else {
+                    info(format_args!("free page reporting back to order {order}: memory in use grew to {used}"));
+                }
+            }
+            Err(e) => self.failed.log(Instant::now(), format_args!("cannot write {}: {e}", self.param.display())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::ProcTree;
+
+    #[test]
+    fn the_kernels_order_is_parsed_or_refused() {
+        assert_eq!(parse_order("9\n"), Some(9));
+        assert_eq!(parse_order("-1\n"), None, "no reporting device registered");
+        for bad in ["", "x", "11", "99999999999"] {
+            assert_eq!(parse_order(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_order_follows_the_guests_use() {
+        let t = ProcTree::new("finereport", "linux-6.12-guest-idle");
+        let sys = t.root.join("sys");
+        let param = param_path(&sys);
+        let rule = FineReportRule { after: Duration::from_secs(10), band: BAND };
+        assert!(FineReporting::start(&sys, rule).is_none(), "no parameter");
+        std::fs::create_dir_all(param.parent().unwrap()).unwrap();
+        std::fs::write(&param, "-1\n").unwrap();
+        assert!(FineReporting::start(&sys, rule).is_none(), "no reporting device");
+        std::fs::write(&param, "9\n").unwrap();
+        assert!(FineReporting::start(&sys, FineReportRule::OFF).is_none(), "off");
+        let mut f = FineReporting::start(&sys, rule).expect("on");
+        let mem = MemView::from_meminfo(&autoballoon_core::procfs::parse_meminfo(&crate::testutil::fixture("linux-6.12-guest-idle", "meminfo")).unwrap()).unwrap();
+        let at = |secs: u64, extra_mib: u64| {
+            let mut m = mem;
+            m.anon_and_shmem = m.anon_and_shmem.map(|a| a.saturating_add(Kib::from_mib_saturating(extra_mib)));
+            Sample { at: Duration::from_secs(secs), mem: Some(m), ..Sample::default() }
+        };
+        let order = || std::fs::read_to_string(&param).unwrap().trim().to_string();
+        f.after_sample(&at(0, 0));
+        f.after_sample(&at(5, 0));
+        assert_eq!(order(), "9", "not settled yet");
+        f.after_sample(&at(10, 0));
+        assert_eq!(order(), "0", "settled for 10 s: fine");
+        f.after_sample(&at(11, 100));
+        assert_eq!(order(), "9", "a job grows: the kernel's order again");
+        f.after_sample(&at(21, 0));
+        assert_eq!(order(), "0", "settled again");
+    }
+}
