@@ -100,12 +100,6 @@ pub struct RunArgs {
     /// 100 ms and the agent samples at once when what programs committed ate 32 MiB of it).
     #[arg(long)]
     pub no_commit_watch: bool,
-    /// With --backend kernel, shrink at once. By default a shrink first takes the guest's
-    /// free pieces under 2 MiB in steps under a unit (single 4 KiB pages, from the
-    /// smallest free blocks), which free page reporting cannot give back, then the rest in
-    /// 2 MiB units.
-    #[arg(long)]
-    pub no_pieces_first: bool,
     /// Free page reporting reports free pieces down to 4 KiB, not only 2 MiB blocks, once
     /// the guest's memory in use has not grown by 16 MiB for this many seconds (the
     /// kernel's order again while it grows), so the host gets back what the guest's jobs

@@ -9,7 +9,7 @@
 //! With every backend, each sample also goes to the page cache trim ([`crate::trim`]) and
 //! to free page reporting's order ([`crate::report`]).
 
-use crate::backend::{self, Backend, Target};
+use crate::backend::{self, Target};
 use crate::channel::{wait_trigger, Channel};
 use crate::trigger::{PressureTrigger, STALL, WINDOW};
 use crate::logging::{debug, info, log, Level, RateLimited};
@@ -25,7 +25,6 @@ use autoballoon_core::policy::{CacheTrimRule, FineReportRule, SwapFree};
 use autoballoon_core::protocol::{encode, AgentMessage, AgentSample, HostMessage, MAX_LINE};
 use autoballoon_core::sample::Sample;
 use autoballoon_core::Kib;
-use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 /// How often a repeated error (or the count of dropped samples) is logged at most.
@@ -99,9 +98,6 @@ fn start(a: &RunArgs, policy: &PolicyConfig, trim: CacheTrimRule) -> Result<(), 
     Ok(())
 }
 
-/// How often the balloon is read while a shrink goes on in steps ([`backend::pieces`]).
-const STEP_EVERY: Duration = Duration::from_millis(20);
-
 /// How much faster the host backend reports while a migration of the guest runs.
 const MIGRATION_DIVISOR: u32 = 4;
 
@@ -158,9 +154,7 @@ struct Agent<'a> {
     watch: Watch,
     /// A migration that must not see the balloon shrink started: stop a shrink under way.
     stop_shrinking: bool,
-    /// The balloon the loop sets, for the shrinks it takes in steps between samples
-    /// ([`backend::pieces`]).
-    balloon: Option<Rc<dyn Backend>>,
+
     /// Passes through the loop so far.
     seq: u64,
     bad_sample: RateLimited,
@@ -184,7 +178,6 @@ impl<'a> Agent<'a> {
             short_until: None,
             watch: Watch::default(),
             stop_shrinking: false,
-            balloon: None,
             seq: 0,
             bad_sample: limited(Level::Warn),
             bad_actuator: limited(Level::Error),
@@ -220,7 +213,7 @@ impl<'a> Agent<'a> {
         // included (a wake-up before the interval is up decides only a growth).
         let mut hl = HostLoop::new(Independent);
         hl.add_vm(ONE, policy.control_loop(tau));
-        self.balloon = Some(actuator.0.clone());
+
         loop {
             self.seq += 1;
             let short = self.short(Instant::now());
@@ -318,13 +311,9 @@ impl<'a> Agent<'a> {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let watching = self.watch.watching();
-            let stepping = self.balloon.as_ref().is_some_and(|b| b.stepping());
-            let slice = if stepping { STEP_EVERY.min(left) } else if watching { WATCH_EVERY.min(left) } else { left };
+            let slice = if watching { WATCH_EVERY.min(left) } else { left };
             if self.wait_once(slice) || Instant::now() >= deadline {
                 return;
-            }
-            if stepping {
-                self.drive_steps();
             }
             if watching && self.source.meminfo_view().is_ok_and(|m| self.watch.fell(&m)) {
                 if !self.short(Instant::now()) {
@@ -336,20 +325,6 @@ impl<'a> Agent<'a> {
                 self.short_until = Some(self.short_until.map_or(until, |t| t.max(until)));
                 return;
             }
-        }
-    }
-
-    /// The next step of a shrink taken in steps, once the balloon reached the last.
-    fn drive_steps(&mut self) {
-        let Some(b) = &self.balloon else { return };
-        match b.step(Instant::now()) {
-            Ok(Some(e)) if e.moved => info(format_args!(
-                "shrink towards {}: the target was moved after {} steps under a unit (the allocator hook, or the stop for a migration); {} of free pieces under 2 MiB taken",
-                e.goal, e.steps, e.taken
-            )),
-            Ok(Some(e)) => info(format_args!("shrink towards {}: {} of free pieces under 2 MiB taken in {} steps under a unit, the rest in 2 MiB units", e.goal, e.taken, e.steps)),
-            Ok(None) => {}
-            Err(e) => self.bad_actuator.log(Instant::now(), format_args!("{e} (a shrink in steps; the next tick starts from the guest's size)")),
         }
     }
 

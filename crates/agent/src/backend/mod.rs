@@ -2,8 +2,7 @@
 //! where its target goes. One file per balloon:
 //!
 //! - [`kernel`]: the patched kernel's balloon directory in sysfs (4 KiB pages); the agent runs
-//!   the control loop and the kernel's allocator hook gives memory back by itself. Its
-//!   shrinks take the guest's free pieces under 2 MiB first ([`pieces`]).
+//!   the control loop and the kernel's allocator hook gives memory back by itself.
 //! - [`xen`]: Xen's balloon in sysfs (KiB); the agent runs the control loop.
 //! - [`host`]: a stock kernel: the host owns the balloon and sets it over QMP; the agent
 //!   only reports.
@@ -14,7 +13,6 @@
 mod files;
 pub mod host;
 pub mod kernel;
-pub mod pieces;
 pub mod xen;
 
 pub use files::{read_text, FileError, WriteError};
@@ -48,18 +46,6 @@ pub trait Backend {
         Ok(None)
     }
 
-    /// Whether a shrink goes on in steps that the agent drives between samples
-    /// ([`pieces`]).
-    fn stepping(&self) -> bool {
-        false
-    }
-
-    /// Drives such a shrink: writes its next step once the balloon reached the last one;
-    /// says how the steps ended when they did.
-    fn step(&self, _now: std::time::Instant) -> Result<Option<pieces::Ended>, WriteError> {
-        Ok(None)
-    }
-
     /// Whether the agent runs the control loop on this balloon; if not, the host owns it:
     /// the agent reports and the host decides.
     fn agent_decides(&self) -> bool {
@@ -71,14 +57,7 @@ pub trait Backend {
 pub fn open(a: &RunArgs) -> Result<Rc<dyn Backend>, FileError> {
     Ok(match a.backend {
         BackendKind::Host => Rc::new(host::HostOwned),
-        BackendKind::Kernel => {
-            let balloon: Rc<dyn Backend> = Rc::new(kernel::KernelBalloon::new(&a.kernel_dir.clone().unwrap_or_else(|| kernel::locate(std::path::Path::new("/sys"), &a.proc_dir))));
-            if a.no_pieces_first {
-                balloon
-            } else {
-                Rc::new(pieces::PiecesFirst::new(balloon, &a.proc_dir))
-            }
-        }
+        BackendKind::Kernel => Rc::new(kernel::KernelBalloon::new(&a.kernel_dir.clone().unwrap_or_else(|| kernel::locate(std::path::Path::new("/sys"), &a.proc_dir)))),
         BackendKind::Xen => Rc::new(xen::XenBalloon::open(a.xen_dir.clone(), a.max_kb.map(Kib))?),
     })
 }

@@ -1,14 +1,12 @@
-//! Pure parsers for the kernel's memory reports: /proc/meminfo, /proc/vmstat,
-//! /proc/pressure/memory and /proc/buddyinfo. Each takes the file's text and returns a typed value or a
+//! Pure parsers for the kernel's memory reports: /proc/meminfo, /proc/vmstat and
+//! /proc/pressure/memory. Each takes the file's text and returns a typed value or a
 //! [`ParseError`] naming the offending line; none reads a file or panics on bad input.
 //! Fixtures captured from real kernels live in `crates/core/fixtures/`.
 
-mod buddyinfo;
 mod meminfo;
 mod psi;
 mod vmstat;
 
-pub use buddyinfo::{parse_buddyinfo, BuddyInfo, ZoneFree};
 pub use meminfo::{parse_meminfo, Meminfo, MissingField};
 pub use psi::{parse_pressure, Pressure, PressureLine};
 pub use vmstat::{parse_vmstat, Vmstat};
