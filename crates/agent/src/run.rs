@@ -71,7 +71,7 @@ fn start(a: &RunArgs, policy: &PolicyConfig, trim: CacheTrimRule) -> Result<(), 
     if !a.unprivileged {
         agent.trimmer = Trimmer::start(&a.trim.cgroup_dir, trim);
         let rule = FineReportRule { after: Duration::from_secs(a.report_pieces_after_s), band: crate::report::BAND };
-        agent.reporting = FineReporting::start(std::path::Path::new("/sys"), rule);
+        agent.reporting = FineReporting::start(std::path::Path::new("/sys"), &a.proc_dir, rule);
     }
     if !a.no_pressure_trigger {
         match PressureTrigger::open(&a.proc_dir, STALL, WINDOW) {

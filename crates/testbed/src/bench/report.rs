@@ -49,6 +49,7 @@ fn color(c: Config) -> &'static str {
         Config::AbPatchedFpr => "#9467bd",
         Config::AbPatchedFprBeforeReclaim => "#c49c94",
         Config::AbPatchedFprReportUnits => "#f7b6d2",
+        Config::AbPatchedFprCoarse => "#dbdb8d",
         Config::NoBalloonPatched => "#bcbd22",
     }
 }
