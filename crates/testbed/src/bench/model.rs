@@ -61,11 +61,15 @@ pub enum Config {
     /// `make bench`'s default list.
     #[value(name = "ab-patched+fpr-report-units")]
     AbPatchedFprReportUnits,
-    /// As ab-patched+fpr with the agent's fine reporting off (`--report-pieces-after-s 0`:
-    /// free page reporting stays at the kernel's order 9, 2 MiB blocks, when the guest has
-    /// settled). Not in `make bench`'s default list.
-    #[value(name = "ab-patched+fpr-coarse")]
-    AbPatchedFprCoarse,
+    /// As ab-stock with the agent's fine reporting on (`--report-pieces-after-s 10`). Not
+    /// in `make bench`'s default list.
+    #[value(name = "ab-stock-fine")]
+    AbStockFine,
+    /// As ab-patched+fpr with the agent's fine reporting on (`--report-pieces-after-s 10`:
+    /// free page reporting down to 4 KiB pieces once the guest has settled). Not in `make
+    /// bench`'s default list.
+    #[value(name = "ab-patched+fpr-fine")]
+    AbPatchedFprFine,
     /// Free page reporting alone on the patched kernel (no agent): that kernel's bar.
     #[value(name = "fpr-patched")]
     FprPatched,
@@ -126,7 +130,8 @@ impl Config {
             Config::AbPatchedFpr => "ab-patched+fpr",
             Config::AbPatchedFprBeforeReclaim => "ab-patched+fpr-before-reclaim",
             Config::AbPatchedFprReportUnits => "ab-patched+fpr-report-units",
-            Config::AbPatchedFprCoarse => "ab-patched+fpr-coarse",
+            Config::AbPatchedFprFine => "ab-patched+fpr-fine",
+            Config::AbStockFine => "ab-stock-fine",
             Config::NoBalloonPatched => "none-patched",
         }
     }
@@ -148,7 +153,8 @@ impl Config {
             Config::AbPatchedFpr => "autoballoon, patched kernel +FPR +hinting",
             Config::AbPatchedFprBeforeReclaim => "autoballoon, patched kernel +FPR +hinting, hook before reclaim",
             Config::AbPatchedFprReportUnits => "autoballoon, patched kernel +FPR +hinting, units on the reporting queue",
-            Config::AbPatchedFprCoarse => "autoballoon, patched kernel +FPR +hinting, no fine reporting",
+            Config::AbPatchedFprFine => "autoballoon, patched kernel +FPR +hinting, fine reporting",
+            Config::AbStockFine => "autoballoon, stock kernel (+FPR +hinting), fine reporting",
             Config::NoBalloonPatched => "no balloon, patched kernel",
         }
     }
@@ -170,7 +176,8 @@ impl Config {
             Config::AbPatchedFpr => "as ab-patched with `free-page-reporting=on,free-page-hint=on`".into(),
             Config::AbPatchedFprBeforeReclaim => "as ab-patched+fpr, booted with `virtio_balloon.cache_first=0`: the hook before direct reclaim (the first seed's placement)".into(),
             Config::AbPatchedFprReportUnits => "as ab-patched+fpr, booted with `virtio_balloon.report_blocks=1`: units told to QEMU as whole ranges on the free page reporting queue, which QEMU discards without splitting the host's huge pages".into(),
-            Config::AbPatchedFprCoarse => "as ab-patched+fpr, the agent with `--report-pieces-after-s 0`: free page reporting stays at order 9 (2 MiB blocks) once the guest settled".into(),
+            Config::AbStockFine => "as ab-stock, the agent with `--report-pieces-after-s 10`: free page reporting down to 4 KiB pieces once the guest settled".into(),
+            Config::AbPatchedFprFine => "as ab-patched+fpr, the agent with `--report-pieces-after-s 10`: free page reporting down to 4 KiB pieces once the guest settled".into(),
             Config::NoBalloonPatched => "patched kernel, balloon never moved, no agent, no free page reporting (the overhead's baseline for the patched rows)".into(),
         }
     }
@@ -185,12 +192,13 @@ impl Config {
             Config::Hint => (Stock, false, true, NoAgent, ""),
             Config::FprHint => (Stock, true, true, NoAgent, ""),
             Config::AbStock => (Stock, true, true, Host, ""),
+            Config::AbStockFine => (Stock, true, true, Host, "autoballoon.agent_extra=--report-pieces-after-s,10"),
             Config::AbStockNoFpr => (Stock, false, false, Host, ""),
             Config::AbPatched => (Patched, false, false, Hook, ""),
             Config::AbPatchedFpr => (Patched, true, true, Hook, ""),
             Config::AbPatchedFprBeforeReclaim => (Patched, true, true, Hook, "virtio_balloon.cache_first=0"),
             Config::AbPatchedFprReportUnits => (Patched, true, true, Hook, "virtio_balloon.report_blocks=1"),
-            Config::AbPatchedFprCoarse => (Patched, true, true, Hook, "autoballoon.agent_extra=--report-pieces-after-s,0"),
+            Config::AbPatchedFprFine => (Patched, true, true, Hook, "autoballoon.agent_extra=--report-pieces-after-s,10"),
             Config::FprPatched => (Patched, true, false, NoAgent, ""),
             Config::FprHintPatched => (Patched, true, true, NoAgent, ""),
             Config::FprOrder0Patched => (Patched, true, false, NoAgent, "page_reporting.page_reporting_order=0"),

@@ -49,7 +49,8 @@ fn color(c: Config) -> &'static str {
         Config::AbPatchedFpr => "#9467bd",
         Config::AbPatchedFprBeforeReclaim => "#c49c94",
         Config::AbPatchedFprReportUnits => "#f7b6d2",
-        Config::AbPatchedFprCoarse => "#dbdb8d",
+        Config::AbPatchedFprFine => "#dbdb8d",
+        Config::AbStockFine => "#e377c2",
         Config::NoBalloonPatched => "#bcbd22",
     }
 }
