@@ -11,9 +11,10 @@
 //! unmovable: with no unmovable piece free, each such allocation steals a movable
 //! pageblock and converts it, leaving the rest of it in unmovable pieces that free page
 //! reporting (2 MiB blocks) never reports, compaction cannot merge and the allocator hook
-//! (whole units) cannot serve. A lean guest after a job sequence held 71 unmovable
-//! pageblocks against 7 at boot, 41 MiB free in their pieces and backed by the host
-//! (docs/spikes.md, *The idle floor*).
+//! (whole units) cannot serve. A lean guest after a job sequence held 70-71 unmovable
+//! pageblocks against 7 at boot, 41-51 MiB free in their pieces and backed by the host;
+//! 60 with whole units (the kernel's own unmovable allocations make the rest; docs/
+//! spikes.md, *Free pieces*).
 
 use super::files::{optional, read_pages, write_number};
 use super::{Backend, FileError, WriteError};
