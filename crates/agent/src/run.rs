@@ -154,7 +154,6 @@ struct Agent<'a> {
     watch: Watch,
     /// A migration that must not see the balloon shrink started: stop a shrink under way.
     stop_shrinking: bool,
-
     /// Passes through the loop so far.
     seq: u64,
     bad_sample: RateLimited,
@@ -213,7 +212,6 @@ impl<'a> Agent<'a> {
         // included (a wake-up before the interval is up decides only a growth).
         let mut hl = HostLoop::new(Independent);
         hl.add_vm(ONE, policy.control_loop(tau));
-
         loop {
             self.seq += 1;
             let short = self.short(Instant::now());
