@@ -6,7 +6,7 @@ use crate::control::ControlLoop;
 use crate::guard::GuardRails;
 use crate::interval::{AdaptiveInterval, Interval};
 use crate::outlier::{Filtered, OutlierFilter};
-use crate::policy::{CacheKeep, CacheKeepRule, Headroom, HeadroomRule, Policy, Rinse, RinseRule, SwapFree};
+use crate::policy::{CacheKeep, CacheKeepRule, Headroom, HeadroomRule, Policy, ReportDrain, Rinse, RinseRule, SwapFree};
 use crate::units::Kib;
 use serde::Deserialize;
 use std::time::Duration;
@@ -60,6 +60,12 @@ pub struct PolicyConfig {
     /// the memory kept goes back to the host within seconds anyway, so it is kept longer.
     /// `spike_hold_s` and `spike_fade_s` both 0 turn this off too.
     pub spike_hold_fpr_s: u64,
+    /// The slowest rate, MiB/s, at which free page reporting gives a guest's free memory
+    /// back to the host (2 s after the free, then this much a second): a migration keeps a
+    /// spike's headroom once reporting has had time to give it back at this rate, instead
+    /// of shedding it (shedding writes the balloon's page lists into memory the migration
+    /// sends, where reported memory costs it nothing). 0: a migration always sheds it.
+    pub fpr_drain_mib_s: u64,
     /// The most room kept for page cache the guest reads again after it was evicted
     /// (its file refaults), MiB; 0: off.
     pub refault_keep_max_mib: u64,
@@ -98,6 +104,7 @@ impl Default for PolicyConfig {
             spike_hold_s: 30,
             spike_fade_s: 60,
             spike_hold_fpr_s: 600,
+            fpr_drain_mib_s: 125,
             refault_keep_max_mib: 512,
             refault_hold_s: 120,
             refault_fade_s: 240,
@@ -154,6 +161,7 @@ impl PolicyConfig {
                 } else {
                     HeadroomRule { hold: Duration::from_secs(self.spike_hold_fpr_s), fade: Duration::from_secs(self.spike_fade_s) }
                 },
+                report_drain: ReportDrain { delay: ReportDrain::KERNEL_DELAY, per_s: Kib::from_mib_saturating(self.fpr_drain_mib_s) },
                 headroom: Headroom::default(),
                 cache_keep_rule: CacheKeepRule {
                     max: Kib::from_mib_saturating(self.refault_keep_max_mib),
@@ -202,7 +210,7 @@ impl PolicyConfig {
         for (key, v) in [("buffer_mib", self.buffer_mib), ("migration_buffer_mib", self.migration_buffer_mib), ("cache_buffer_mib", self.cache_buffer_mib), ("min_mib", self.min_mib), ("max_mib", self.max_mib),
                          ("max_shrink_mib_per_tick", self.max_shrink_mib_per_tick), ("dead_band_mib", self.dead_band_mib),
                          ("align_mib", self.align_mib), ("outlier_threshold_mib", self.outlier_threshold_mib),
-                         ("spike_hold_s", self.spike_hold_s), ("spike_fade_s", self.spike_fade_s), ("spike_hold_fpr_s", self.spike_hold_fpr_s), ("refault_keep_max_mib", self.refault_keep_max_mib),
+                         ("spike_hold_s", self.spike_hold_s), ("spike_fade_s", self.spike_fade_s), ("spike_hold_fpr_s", self.spike_hold_fpr_s), ("fpr_drain_mib_s", self.fpr_drain_mib_s), ("refault_keep_max_mib", self.refault_keep_max_mib),
                          ("refault_hold_s", self.refault_hold_s), ("refault_fade_s", self.refault_fade_s), ("rinse_after_s", self.rinse_after_s), ("rinse_every_s", self.rinse_every_s)] {
             if v > 1 << 30 {
                 return bad(key, "must be at most 1073741824 (1 PiB)");

@@ -14,7 +14,7 @@ mod swapfree;
 pub use cachekeep::{CacheKeep, CacheKeepRule};
 pub use cachetrim::{CacheTrim, CacheTrimRule, TrimInput, TrimStep};
 pub use finereport::{FineReport, FineReportRule};
-pub use headroom::{Headroom, HeadroomRule};
+pub use headroom::{Headroom, HeadroomRule, ReportDrain};
 pub use memview::MemView;
 pub use rinse::{Rinse, RinseRule};
 pub use swapfree::{estimate, Estimate, SwapFree};
@@ -52,7 +52,8 @@ impl fmt::Display for Reason {
                 }
                 write!(f, " + buffer {}", e.buffer)?;
                 if e.headroom > crate::units::Kib::ZERO {
-                    write!(f, " + headroom {} (a recent need)", e.headroom)?;
+                    let why = if e.headroom_reported { "a recent need, given back to the host by free page reporting: kept through the migration" } else { "a recent need" };
+                    write!(f, " + headroom {} ({why})", e.headroom)?;
                 }
                 if e.cache_kept > crate::units::Kib::ZERO {
                     write!(f, " + cache kept {} (read again after eviction)", e.cache_kept)?;

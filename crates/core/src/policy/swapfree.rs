@@ -1,4 +1,4 @@
-use super::{CacheKeep, CacheKeepRule, Decision, Headroom, HeadroomRule, MemView, Policy, Reason, Rinse, RinseRule, Sample};
+use super::{CacheKeep, CacheKeepRule, Decision, Headroom, HeadroomRule, MemView, Policy, Reason, ReportDrain, Rinse, RinseRule, Sample};
 use crate::units::Kib;
 
 /// The inputs and result of one run of the swap-free estimator, all in KiB.
@@ -16,6 +16,9 @@ pub struct Estimate {
     /// Kept on top for page cache the guest read again after it was evicted
     /// ([`super::CacheKeep`]); zero from [`estimate`].
     pub cache_kept: Kib,
+    /// The headroom is kept through a running migration because free page reporting has
+    /// given it back to the host already ([`super::ReportDrain`]); false from [`estimate`].
+    pub headroom_reported: bool,
     /// Taken off while a settled guest's buffer is rinsed ([`super::Rinse`]); zero
     /// from [`estimate`].
     pub rinsed: Kib,
@@ -52,6 +55,7 @@ pub fn estimate(mem: &MemView, current: Kib, max: Kib, buffer: Kib) -> Estimate 
         buffer,
         headroom: Kib::ZERO,
         cache_kept: Kib::ZERO,
+        headroom_reported: false,
         rinsed: Kib::ZERO,
     }
 }
@@ -76,6 +80,11 @@ pub struct SwapFree {
     /// (`Sample::reports_free_pages`): the kept memory goes back to the host within
     /// seconds anyway, so it may be kept longer.
     pub headroom_fpr_rule: HeadroomRule,
+    /// How fast free page reporting gives free memory back, at the slowest: a running
+    /// migration keeps a headroom reporting has had time to give back (it costs the
+    /// migration nothing, where shedding it writes the balloon's page lists into memory
+    /// the migration sends). Off: every migration sheds the headroom.
+    pub report_drain: ReportDrain,
     pub headroom: Headroom,
     /// How much room page cache the guest reads again may claim ([`super::CacheKeep`]);
     /// not while a migration is prepared.
@@ -97,6 +106,7 @@ impl SwapFree {
             migration_buffer: Kib::ZERO,
             headroom_rule: HeadroomRule::OFF,
             headroom_fpr_rule: HeadroomRule::OFF,
+            report_drain: ReportDrain::OFF,
             headroom: Headroom::default(),
             cache_keep_rule: CacheKeepRule::OFF,
             cache_keep: CacheKeep::default(),
@@ -122,9 +132,16 @@ impl Policy for SwapFree {
         let covered = if s.migrating { self.headroom.remembered(rule, s.at).max(need) } else { self.headroom.observe(rule, need, s.at) };
         // A migration sheds the headroom, free page hinting or not: hinting does not skip
         // all of it (a 1.2 GiB headroom kept through a migration sent about 100 MiB more
-        // pages whole, 1.55-1.60x what FPR + hinting sent; docs/migration.md).
-        if s.shrink_while_migrating && !s.migrating && !s.preparing_migration && covered > need {
-            e.headroom = covered.saturating_sub(need);
+        // pages whole, 1.55-1.60x what FPR + hinting sent; docs/migration.md). Unless free
+        // page reporting has given it back already: then the host holds none of it and
+        // the migration sends none of it, and shedding it would write the balloon's page
+        // lists (64 bytes of `struct page` for each 4 KiB inflated) into pages it sends.
+        // Kept, never grown back: a migration keeps at most what the guest still holds.
+        let headroom = covered.saturating_sub(need);
+        let reported = s.migrating && s.reports_free_pages && self.headroom.reported(&self.report_drain, headroom, s.at);
+        if s.shrink_while_migrating && !s.preparing_migration && (!s.migrating || reported) {
+            e.headroom = if s.migrating { headroom.min(s.guest_size.saturating_sub(e.target)) } else { headroom };
+            e.headroom_reported = s.migrating && e.headroom > Kib::ZERO;
             e.target = e.target.saturating_add(e.headroom).min(s.max);
         }
         let kept = self.cache_keep.observe(&self.cache_keep_rule, s.file_refaults, mem.file_cache, s.at);
@@ -265,6 +282,41 @@ mod tests {
         assert_eq!(p.decide(&at(700, 200, true)).unwrap().target, mib(264));
         p.decide(&at(800, 1000, true));
         assert_eq!(p.decide(&Sample { migrating: true, ..at(801, 200, true) }).unwrap().target, mib(264));
+    }
+
+    #[test]
+    fn a_migration_keeps_a_headroom_free_page_reporting_gave_back() {
+        use std::time::Duration;
+        let mib = Kib::from_mib_saturating;
+        let long = HeadroomRule { hold: Duration::from_secs(600), fade: Duration::from_secs(60) };
+        let drain = ReportDrain { delay: ReportDrain::KERNEL_DELAY, per_s: mib(100) };
+        let at = |secs: u64, size: u64, used: u64, migrating: bool| Sample {
+            at: Duration::from_secs(secs),
+            guest_size: mib(size),
+            max: mib(2048),
+            mem: Some(view((size - used) * 1024, 0, 0, 0)),
+            shrink_while_migrating: true,
+            reports_free_pages: true,
+            migrating,
+            ..Sample::default()
+        };
+        let mut p = SwapFree { headroom_fpr_rule: long, report_drain: drain, ..SwapFree::new(mib(64)) };
+        assert_eq!(p.decide(&at(0, 1536, 1000, false)).unwrap().target, mib(1064), "a spike");
+        assert_eq!(p.decide(&at(1, 1064, 200, false)).unwrap().target, mib(1064), "freed: 800 MiB of headroom");
+        // 800 MiB at 100 MiB/s after the kernel's 2 s: reported by 10 s after the need.
+        let d = p.decide(&at(9, 1064, 200, true)).unwrap();
+        assert_eq!(d.target, mib(264), "not reported yet: the migration sheds it");
+        let d = p.decide(&at(10, 1064, 200, true)).unwrap();
+        assert_eq!(d.target, mib(1064), "reported: kept through the migration");
+        assert!(d.reason.to_string().contains("given back to the host by free page reporting"), "{}", d.reason);
+        assert_eq!(p.decide(&at(11, 600, 200, true)).unwrap().target, mib(600), "shed already in part: kept, never grown back");
+        assert_eq!(p.decide(&at(12, 264, 200, true)).unwrap().target, mib(264));
+        let mut off = SwapFree { headroom_fpr_rule: long, ..SwapFree::new(mib(64)) };
+        off.decide(&at(0, 1536, 1000, false));
+        assert_eq!(off.decide(&at(100, 1064, 200, true)).unwrap().target, mib(264), "rule off: always shed");
+        let mut stock = SwapFree { headroom_rule: long, report_drain: drain, ..SwapFree::new(mib(64)) };
+        stock.decide(&Sample { reports_free_pages: false, ..at(0, 1536, 1000, false) });
+        assert_eq!(stock.decide(&Sample { reports_free_pages: false, ..at(100, 1064, 200, true) }).unwrap().target, mib(264), "no reporting: shed");
     }
 
     #[test]
