@@ -147,7 +147,7 @@ struct Agent<'a> {
     /// Free page reporting's order, unless off or the guest has no reporting device.
     reporting: Option<FineReporting>,
     /// The guest runs short until then: [`SHORT_FOR`] after the trigger fired,
-    /// [`WATCH_SHORT_FOR`] after the commitment watch saw its margin fall.
+    /// [`WATCH_SHORT_FOR`] after the commitment watch saw its programs' demand grow.
     short_until: Option<Instant>,
     /// The commitment watch between samples ([`crate::watch`]), off with
     /// `--no-commit-watch`.
@@ -302,7 +302,7 @@ impl<'a> Agent<'a> {
 
     /// Sleeps until the next tick, taking the host's notices meanwhile; returns early on a
     /// notice, when the pressure trigger fires (the guest then runs short for
-    /// [`SHORT_FOR`]), or when the commitment watch sees the guest's margin fall (for
+    /// [`SHORT_FOR`]), or when the commitment watch sees the programs' demand grow (for
     /// [`WATCH_SHORT_FOR`]: the sample taken at once).
     fn wait(&mut self, next_in: Duration) {
         let deadline = Instant::now() + next_in;
@@ -313,9 +313,9 @@ impl<'a> Agent<'a> {
             if self.wait_once(slice) || Instant::now() >= deadline {
                 return;
             }
-            if watching && self.source.meminfo_view().is_ok_and(|m| self.watch.fell(&m)) {
+            if watching && self.source.meminfo_view().is_ok_and(|m| self.watch.grew(&m)) {
                 if !self.short(Instant::now()) {
-                    debug(format_args!("the guest's margin fell: programs committed memory; sampling now"));
+                    debug(format_args!("the guest's programs committed or touched memory; sampling now"));
                 }
                 // The next sample alone says so (no burst of reports, as after a stall):
                 // samples in the middle of a spike can ask for more than it needs.

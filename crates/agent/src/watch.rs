@@ -1,15 +1,21 @@
 //! The commitment watch: between samples, while the guest has little memory to spare, the
-//! agent reads `/proc/meminfo` every [`WATCH_EVERY`] and samples at once when the guest's
-//! margin fell by [`DROP`] since the last sample.
+//! agent reads `/proc/meminfo` every [`WATCH_EVERY`] and samples at once when what its
+//! programs hold or were promised ([`demand`]) grew by [`DROP`] since the last sample.
 //!
 //! Why: the pressure trigger ([`crate::trigger`]) wakes the agent only once tasks stall on
 //! memory. A program that commits memory and touches it at its own pace (a slow ramp), or a
 //! guest whose allocations the patched kernel's hook serves without a stall, stalls late or
 //! never, and was seen at the next once-a-second sample: growth reactions of 0.55-0.91 s on
-//! a 100 MiB/s ramp (docs/spikes.md; 0.08-0.11 s with the watch). The margin —
-//! `MemAvailable` less what programs committed and have not touched yet
-//! ([`MemView::overcommitted`]) — falls the moment such a program maps its memory, before
-//! it touches any.
+//! a 100 MiB/s ramp (docs/spikes.md; 0.08-0.11 s with the watch). What programs were
+//! promised (`Committed_AS`) grows the moment such a program maps its memory, before it
+//! touches any.
+//!
+//! Not the margin itself (`MemAvailable` less what is committed and not touched): it falls
+//! too when free page hinting holds the guest's free pages during a migration, or while
+//! the balloon takes memory the host asked back, and a sample that says "running short"
+//! then lets the host grow the guest in the middle of a migration for a need nobody has
+//! (seen on QEMU 10: a hinted migration's shed followed by a growth of 857 MiB half a second
+//! later, docs/migration.md).
 //!
 //! The rule is pure; the agent's loop reads the file and acts on it.
 
@@ -22,7 +28,7 @@ pub const WATCH_EVERY: Duration = Duration::from_millis(100);
 /// The guest is watched while its margin at the last sample was below this: a guest with
 /// more to spare absorbs what a program commits without growing.
 pub const WATCH_BELOW: Kib = Kib::from_mib_saturating(512);
-/// A fall of the margin since the last sample that is worth sampling at once.
+/// A growth of the programs' demand since the last sample that is worth sampling at once.
 pub const DROP: Kib = Kib::from_mib_saturating(32);
 
 /// What the guest can still give its programs: `MemAvailable − overcommitted`.
@@ -30,7 +36,16 @@ pub fn margin(m: &MemView) -> Kib {
     m.available.saturating_sub(m.overcommitted())
 }
 
-/// The margin at the last sample, if the guest is watched after it.
+/// What the guest's programs hold or were promised: their resident memory (`AnonPages +
+/// Shmem`, or `Active + Inactive` where meminfo has no `AnonPages`) plus what they
+/// committed and have not touched. Free page hinting and the balloon move `MemAvailable`,
+/// not this.
+pub fn demand(m: &MemView) -> Kib {
+    m.anon_and_shmem.unwrap_or_else(|| m.active.saturating_add(m.inactive)).saturating_add(m.overcommitted())
+}
+
+/// The demand at the last sample, if the guest is watched after it (its margin was
+/// below [`WATCH_BELOW`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Watch {
     last: Option<Kib>,
@@ -39,16 +54,16 @@ pub struct Watch {
 impl Watch {
     /// Takes the last sample's view (none: not watched).
     pub fn after_sample(&mut self, m: Option<&MemView>) {
-        self.last = m.map(margin).filter(|&k| k < WATCH_BELOW);
+        self.last = m.filter(|m| margin(m) < WATCH_BELOW).map(demand);
     }
 
     pub fn watching(&self) -> bool {
         self.last.is_some()
     }
 
-    /// Whether the margin `now` fell far enough since the last sample to sample at once.
-    pub fn fell(&self, now: &MemView) -> bool {
-        self.last.is_some_and(|last| margin(now).saturating_add(DROP) <= last)
+    /// Whether the demand `now` grew far enough since the last sample to sample at once.
+    pub fn grew(&self, now: &MemView) -> bool {
+        self.last.is_some_and(|last| demand(now) >= last.saturating_add(DROP))
     }
 }
 
@@ -66,10 +81,20 @@ mod tests {
         let mut w = Watch::default();
         w.after_sample(Some(&view(80, 200, 190)));
         assert!(w.watching(), "70 MiB to spare: watched");
-        assert!(!w.fell(&view(80, 200, 190)), "nothing changed");
-        assert!(!w.fell(&view(70, 210, 200)), "10 MiB less: not worth a sample");
-        assert!(w.fell(&view(80, 1400, 190)), "1.2 GiB mapped, none of it touched yet");
-        assert!(w.fell(&view(30, 200, 240)), "50 MiB touched: a slow ramp");
+        assert!(!w.grew(&view(80, 200, 190)), "nothing changed");
+        assert!(!w.grew(&view(70, 210, 200)), "10 MiB less: not worth a sample");
+        assert!(w.grew(&view(80, 1400, 190)), "1.2 GiB mapped, none of it touched yet");
+        assert!(w.grew(&view(30, 200, 240)), "50 MiB touched: a slow ramp");
+    }
+
+    #[test]
+    fn hinting_and_the_balloon_taking_memory_are_no_reason_to_sample() {
+        let mut w = Watch::default();
+        w.after_sample(Some(&view(150, 200, 190)));
+        assert!(w.watching());
+        assert!(!w.grew(&view(0, 200, 190)), "free page hinting holds every free page");
+        assert!(!w.grew(&view(40, 200, 190)), "the balloon took 110 MiB");
+        assert!(w.grew(&view(0, 400, 190)), "a program mapped 200 MiB while hinting held the rest");
     }
 
     #[test]
@@ -77,7 +102,7 @@ mod tests {
         let mut w = Watch::default();
         w.after_sample(Some(&view(1800, 200, 190)));
         assert!(!w.watching());
-        assert!(!w.fell(&view(0, 2000, 190)), "not watched: the next sample sees it");
+        assert!(!w.grew(&view(0, 2000, 190)), "not watched: the next sample sees it");
         w.after_sample(None);
         assert!(!w.watching(), "no view: not watched");
     }
