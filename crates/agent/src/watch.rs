@@ -1,6 +1,6 @@
 //! The commitment watch: between samples, while the guest has little memory to spare, the
 //! agent reads `/proc/meminfo` every [`WATCH_EVERY`] and samples at once when what its
-//! programs hold or were promised ([`demand`]) grew by [`DROP`] since the last sample.
+//! programs hold or were promised ([`MemView::demand`]) grew by [`DROP`] since the last sample.
 //!
 //! Why: the pressure trigger ([`crate::trigger`]) wakes the agent only once tasks stall on
 //! memory. A program that commits memory and touches it at its own pace (a slow ramp), or a
@@ -36,14 +36,6 @@ pub fn margin(m: &MemView) -> Kib {
     m.available.saturating_sub(m.overcommitted())
 }
 
-/// What the guest's programs hold or were promised: their resident memory (`AnonPages +
-/// Shmem`, or `Active + Inactive` where meminfo has no `AnonPages`) plus what they
-/// committed and have not touched. Free page hinting and the balloon move `MemAvailable`,
-/// not this.
-pub fn demand(m: &MemView) -> Kib {
-    m.anon_and_shmem.unwrap_or_else(|| m.active.saturating_add(m.inactive)).saturating_add(m.overcommitted())
-}
-
 /// The demand at the last sample, if the guest is watched after it (its margin was
 /// below [`WATCH_BELOW`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -54,7 +46,7 @@ pub struct Watch {
 impl Watch {
     /// Takes the last sample's view (none: not watched).
     pub fn after_sample(&mut self, m: Option<&MemView>) {
-        self.last = m.filter(|m| margin(m) < WATCH_BELOW).map(demand);
+        self.last = m.filter(|m| margin(m) < WATCH_BELOW).map(MemView::demand);
     }
 
     pub fn watching(&self) -> bool {
@@ -63,7 +55,7 @@ impl Watch {
 
     /// Whether the demand `now` grew far enough since the last sample to sample at once.
     pub fn grew(&self, now: &MemView) -> bool {
-        self.last.is_some_and(|last| demand(now) >= last.saturating_add(DROP))
+        self.last.is_some_and(|last| now.demand() >= last.saturating_add(DROP))
     }
 }
 

@@ -6,7 +6,7 @@ use crate::control::ControlLoop;
 use crate::guard::GuardRails;
 use crate::interval::{AdaptiveInterval, Interval};
 use crate::outlier::{Filtered, OutlierFilter};
-use crate::policy::{CacheKeep, CacheKeepRule, Headroom, HeadroomRule, Policy, ReportDrain, Rinse, RinseRule, SwapFree};
+use crate::policy::{CacheKeep, CacheKeepRule, Headroom, HeadroomRule, Policy, ReportDrain, Rinse, RinseRule, Steady, SwapFree};
 use crate::units::Kib;
 use serde::Deserialize;
 use std::time::Duration;
@@ -162,6 +162,8 @@ impl PolicyConfig {
                     HeadroomRule { hold: Duration::from_secs(self.spike_hold_fpr_s), fade: Duration::from_secs(self.spike_fade_s) }
                 },
                 report_drain: ReportDrain { delay: ReportDrain::KERNEL_DELAY, per_s: Kib::from_mib_saturating(self.fpr_drain_mib_s) },
+                steady: Steady::default(),
+                steady_band: Kib::from_mib_saturating(self.dead_band_mib),
                 headroom: Headroom::default(),
                 cache_keep_rule: CacheKeepRule {
                     max: Kib::from_mib_saturating(self.refault_keep_max_mib),

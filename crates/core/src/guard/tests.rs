@@ -198,6 +198,11 @@ fn hinting_during_a_migration_holds_growth_unless_the_guest_runs_short() {
     assert_eq!(apply(&r, &mut st, &hinted(false), 1064, mib(1000)), Verdict::Hold(Hold::Hinting));
     // A guest that stalls grows: hinting hands its pages back under pressure.
     assert_eq!(set(apply(&r, &mut st, &hinted(true), 1064, mib(1000))), mib(1064));
+    // Running short while its programs hold less than it has: the shed met hinting's
+    // held pages; held. Programs that mapped more than it has: grown.
+    let programs = |demand: u64| Sample { mem: Some(crate::policy::MemView { committed_as: mib(demand), anon_and_shmem: Some(mib(demand / 2)), ..Default::default() }), ..hinted(true) };
+    assert_eq!(apply(&r, &mut st, &programs(150), 1064, mib(263)), Verdict::Hold(Hold::Hinting));
+    assert_eq!(set(apply(&r, &mut st, &programs(1300), 1364, mib(263))), mib(1364));
     // Shrinking is the migration's rule, as without hinting.
     assert_eq!(set(apply(&r, &mut st, &hinted(false), 600, mib(1000))), mib(600));
     // Without a migration, or on a device that does not hint, nothing changes.

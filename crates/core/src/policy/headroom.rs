@@ -86,6 +86,37 @@ impl ReportDrain {
     }
 }
 
+/// How long a guest has been still: its need and its size each within `band` of the last
+/// sample's, with no gap of more than [`Steady::MAX_GAP`] between samples. Memory the
+/// guest freed can be no older than that, so free page reporting had at least that long
+/// to give it back (a spike inside the headroom, or one the loop did not see, restarts it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Steady {
+    since: Option<Duration>,
+    last: Option<(Duration, Kib, Kib)>,
+}
+
+impl Steady {
+    /// A longer gap between samples (a paused loop, a stale agent) says nothing of what the
+    /// guest did meanwhile.
+    pub const MAX_GAP: Duration = Duration::from_secs(5);
+
+    /// Takes a sample's time, need and guest size.
+    pub fn observe(&mut self, at: Duration, need: Kib, size: Kib, band: Kib) {
+        let near = |a: Kib, b: Kib| a.saturating_sub(b) <= band && b.saturating_sub(a) <= band;
+        let still = self.last.is_some_and(|(t, n, z)| at.saturating_sub(t) <= Self::MAX_GAP && near(n, need) && near(z, size));
+        if !still {
+            self.since = Some(at);
+        }
+        self.last = Some((at, need, size));
+    }
+
+    /// How long the guest has been still at `at` (zero before any sample).
+    pub fn for_how_long(&self, at: Duration) -> Duration {
+        self.since.map_or(Duration::ZERO, |t| at.saturating_sub(t))
+    }
+}
+
 /// The remembered need of one VM.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Headroom {
@@ -97,13 +128,6 @@ impl Headroom {
     pub fn remembered(&self, rule: &HeadroomRule, at: Duration) -> Kib {
         let Some((need, since)) = self.peak else { return Kib::ZERO };
         rule.faded(need, since, at)
-    }
-
-    /// Whether free page reporting has had time, by `at`, to give back the `headroom` this
-    /// remembered need keeps above today's need: the need was last seen long enough ago.
-    pub fn reported(&self, drain: &ReportDrain, headroom: Kib, at: Duration) -> bool {
-        let (Some((_, since)), Some(after)) = (self.peak, drain.drained_after(headroom)) else { return false };
-        at.saturating_sub(since) >= after
     }
 
     /// Takes the need at `at` and returns what the target covers: the larger of it and
@@ -153,19 +177,28 @@ mod tests {
     }
 
     #[test]
-    fn a_headroom_counts_as_reported_once_reporting_had_time_for_it() {
+    fn reporting_drains_after_its_delay_at_its_rate() {
         let drain = ReportDrain { delay: ReportDrain::KERNEL_DELAY, per_s: mib(125) };
         assert_eq!(drain.drained_after(mib(1250)), Some(s(12)), "2 s, then 10 s at 125 MiB/s");
         assert_eq!(ReportDrain::OFF.drained_after(mib(1)), None);
-        let mut h = Headroom::default();
-        assert!(!h.reported(&drain, mib(1250), s(100)), "nothing remembered");
-        h.observe(&RULE, mib(1400), s(0));
-        h.observe(&RULE, mib(150), s(3));
-        assert!(!h.reported(&drain, mib(1250), s(11)));
-        assert!(h.reported(&drain, mib(1250), s(12)), "counted from when the need was last seen");
-        assert!(!h.reported(&ReportDrain::OFF, mib(1250), s(1000)), "off: never");
-        h.observe(&RULE, mib(1400), s(20));
-        assert!(!h.reported(&drain, mib(1250), s(30)), "the need came back: counted again");
+    }
+
+    #[test]
+    fn a_guest_is_still_while_its_need_and_size_stay_and_samples_come() {
+        let band = mib(16);
+        let mut st = Steady::default();
+        assert_eq!(st.for_how_long(s(5)), Duration::ZERO, "no sample yet");
+        st.observe(s(0), mib(200), mib(1500), band);
+        st.observe(s(1), mib(210), mib(1500), band);
+        st.observe(s(2), mib(200), mib(1490), band);
+        assert_eq!(st.for_how_long(s(2)), s(2), "within the band");
+        st.observe(s(3), mib(900), mib(1500), band);
+        st.observe(s(4), mib(200), mib(1500), band);
+        assert_eq!(st.for_how_long(s(10)), s(6), "a spike inside the headroom: from its free");
+        st.observe(s(5), mib(200), mib(2048), band);
+        assert_eq!(st.for_how_long(s(6)), s(1), "the size moved");
+        st.observe(s(20), mib(200), mib(2048), band);
+        assert_eq!(st.for_how_long(s(20)), Duration::ZERO, "no sample for 15 s: anything may have happened");
     }
 
     #[test]

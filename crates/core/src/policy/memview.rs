@@ -70,8 +70,21 @@ impl MemView {
     /// allocated 800 MiB there was met in 20 MiB steps as it touched its memory (the
     /// density benchmark's `fill`, 12 s) instead of at once.
     pub fn overcommitted(&self) -> Kib {
-        let resident = self.anon_and_shmem.unwrap_or_else(|| self.active.saturating_add(self.inactive));
-        self.committed_as.saturating_sub(resident.saturating_add(self.swapped()))
+        self.committed_as.saturating_sub(self.resident().saturating_add(self.swapped()))
+    }
+
+    /// The programs' resident memory: `AnonPages + Shmem`, or `Active + Inactive` (page
+    /// cache included) where meminfo has no `AnonPages`.
+    fn resident(&self) -> Kib {
+        self.anon_and_shmem.unwrap_or_else(|| self.active.saturating_add(self.inactive))
+    }
+
+    /// What the guest's programs hold or were promised: their resident memory plus what
+    /// they committed and have not touched. Unlike `MemAvailable` it does not move when
+    /// free page hinting holds the free pages during a migration or the balloon takes
+    /// memory; the guest kernel's own memory (slab, page tables) is not in it.
+    pub fn demand(&self) -> Kib {
+        self.resident().saturating_add(self.overcommitted())
     }
 }
 

@@ -14,7 +14,7 @@ mod swapfree;
 pub use cachekeep::{CacheKeep, CacheKeepRule};
 pub use cachetrim::{CacheTrim, CacheTrimRule, TrimInput, TrimStep};
 pub use finereport::{FineReport, FineReportRule};
-pub use headroom::{Headroom, HeadroomRule, ReportDrain};
+pub use headroom::{Headroom, HeadroomRule, ReportDrain, Steady};
 pub use memview::MemView;
 pub use rinse::{Rinse, RinseRule};
 pub use swapfree::{estimate, Estimate, SwapFree};

@@ -1,4 +1,4 @@
-use super::{CacheKeep, CacheKeepRule, Decision, Headroom, HeadroomRule, MemView, Policy, Reason, ReportDrain, Rinse, RinseRule, Sample};
+use super::{CacheKeep, CacheKeepRule, Decision, Headroom, HeadroomRule, MemView, Policy, Reason, ReportDrain, Rinse, RinseRule, Sample, Steady};
 use crate::units::Kib;
 
 /// The inputs and result of one run of the swap-free estimator, all in KiB.
@@ -85,6 +85,10 @@ pub struct SwapFree {
     /// migration nothing, where shedding it writes the balloon's page lists into memory
     /// the migration sends). Off: every migration sheds the headroom.
     pub report_drain: ReportDrain,
+    /// How long the guest has been still before a migration (what reporting had time for).
+    pub steady: Steady,
+    /// The band within which the need and size count as still (the rails' dead band).
+    pub steady_band: Kib,
     pub headroom: Headroom,
     /// How much room page cache the guest reads again may claim ([`super::CacheKeep`]);
     /// not while a migration is prepared.
@@ -107,6 +111,8 @@ impl SwapFree {
             headroom_rule: HeadroomRule::OFF,
             headroom_fpr_rule: HeadroomRule::OFF,
             report_drain: ReportDrain::OFF,
+            steady: Steady::default(),
+            steady_band: Kib::from_mib_saturating(16),
             headroom: Headroom::default(),
             cache_keep_rule: CacheKeepRule::OFF,
             cache_keep: CacheKeep::default(),
@@ -138,7 +144,13 @@ impl Policy for SwapFree {
         // lists (64 bytes of `struct page` for each 4 KiB inflated) into pages it sends.
         // Kept, never grown back: a migration keeps at most what the guest still holds.
         let headroom = covered.saturating_sub(need);
-        let reported = s.migrating && s.reports_free_pages && self.headroom.reported(&self.report_drain, headroom, s.at);
+        // While a migration runs, hinting's held pages move the need: stillness is what
+        // the guest showed before it.
+        if !s.migrating {
+            self.steady.observe(s.at, need, s.guest_size, self.steady_band);
+        }
+        let drained = self.report_drain.drained_after(headroom).is_some_and(|d| self.steady.for_how_long(s.at) >= d);
+        let reported = s.migrating && s.reports_free_pages && drained;
         if s.shrink_while_migrating && !s.preparing_migration && (!s.migrating || reported) {
             e.headroom = if s.migrating { headroom.min(s.guest_size.saturating_sub(e.target)) } else { headroom };
             e.headroom_reported = s.migrating && e.headroom > Kib::ZERO;
@@ -303,14 +315,26 @@ mod tests {
         let mut p = SwapFree { headroom_fpr_rule: long, report_drain: drain, ..SwapFree::new(mib(64)) };
         assert_eq!(p.decide(&at(0, 1536, 1000, false)).unwrap().target, mib(1064), "a spike");
         assert_eq!(p.decide(&at(1, 1064, 200, false)).unwrap().target, mib(1064), "freed: 800 MiB of headroom");
-        // 800 MiB at 100 MiB/s after the kernel's 2 s: reported by 10 s after the need.
-        let d = p.decide(&at(9, 1064, 200, true)).unwrap();
-        assert_eq!(d.target, mib(264), "not reported yet: the migration sheds it");
+        // 800 MiB at 100 MiB/s after the kernel's 2 s: reported 10 s after the guest was
+        // last seen to move (its size fell with the free at 1 s).
+        p.decide(&at(5, 1064, 200, false));
+        p.decide(&at(9, 1064, 200, false));
         let d = p.decide(&at(10, 1064, 200, true)).unwrap();
+        assert_eq!(d.target, mib(264), "not reported yet: the migration sheds it");
+        let d = p.decide(&at(11, 1064, 200, true)).unwrap();
         assert_eq!(d.target, mib(1064), "reported: kept through the migration");
         assert!(d.reason.to_string().contains("given back to the host by free page reporting"), "{}", d.reason);
-        assert_eq!(p.decide(&at(11, 600, 200, true)).unwrap().target, mib(600), "shed already in part: kept, never grown back");
-        assert_eq!(p.decide(&at(12, 264, 200, true)).unwrap().target, mib(264));
+        assert_eq!(p.decide(&at(12, 600, 200, true)).unwrap().target, mib(600), "shed already in part: kept, never grown back");
+        assert_eq!(p.decide(&at(13, 264, 200, true)).unwrap().target, mib(264));
+        // A spike inside the headroom: its memory is fresh though the headroom is old.
+        p.decide(&at(95, 1064, 200, false));
+        p.decide(&at(99, 1064, 200, false));
+        p.decide(&at(100, 1064, 700, false));
+        p.decide(&at(101, 1064, 200, false));
+        assert_eq!(p.decide(&at(105, 1064, 200, true)).unwrap().target, mib(264), "4 s after the spike inside it: shed");
+        // Unseen: a loop that did not sample for a while knows nothing of the free memory.
+        p.decide(&at(300, 1064, 200, false));
+        assert_eq!(p.decide(&at(301, 1064, 200, true)).unwrap().target, mib(264), "after a gap: shed");
         let mut off = SwapFree { headroom_fpr_rule: long, ..SwapFree::new(mib(64)) };
         off.decide(&at(0, 1536, 1000, false));
         assert_eq!(off.decide(&at(100, 1064, 200, true)).unwrap().target, mib(264), "rule off: always shed");
