@@ -97,7 +97,8 @@ pub struct RunArgs {
     pub no_pressure_trigger: bool,
     /// No commitment watch: memory programs commit is seen at the next sample only (by
     /// default, while the guest has less than 512 MiB to spare, /proc/meminfo is read every
-    /// 100 ms and the agent samples at once when what programs committed ate 32 MiB of it).
+    /// 100 ms and the agent samples at once when what programs hold or committed grew by
+    /// 32 MiB).
     #[arg(long)]
     pub no_commit_watch: bool,
     /// Free page reporting reports free pieces down to 4 KiB, not only 2 MiB blocks, once
