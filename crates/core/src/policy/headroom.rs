@@ -103,8 +103,7 @@ impl Steady {
 
     /// Takes a sample's time, need and guest size.
     pub fn observe(&mut self, at: Duration, need: Kib, size: Kib, band: Kib) {
-        let near = |a: Kib, b: Kib| a.saturating_sub(b) <= band && b.saturating_sub(a) <= band;
-        let still = self.last.is_some_and(|(t, n, z)| at.saturating_sub(t) <= Self::MAX_GAP && near(n, need) && near(z, size));
+        let still = self.last.is_some_and(|(t, n, z)| at.saturating_sub(t) <= Self::MAX_GAP && n.abs_diff(need) <= band && z.abs_diff(size) <= band);
         if !still {
             self.since = Some(at);
         }

@@ -142,16 +142,15 @@ impl Policy for SwapFree {
         // page reporting has given it back already: then the host holds none of it and
         // the migration sends none of it, and shedding it would write the balloon's page
         // lists (64 bytes of `struct page` for each 4 KiB inflated) into pages it sends.
-        // Kept, never grown back: a migration keeps at most what the guest still holds.
         let headroom = covered.saturating_sub(need);
         // While a migration runs, hinting's held pages move the need: stillness is what
         // the guest showed before it.
         if !s.migrating {
             self.steady.observe(s.at, need, s.guest_size, self.steady_band);
         }
-        let drained = self.report_drain.drained_after(headroom).is_some_and(|d| self.steady.for_how_long(s.at) >= d);
-        let reported = s.migrating && s.reports_free_pages && drained;
+        let reported = s.migrating && s.reports_free_pages && self.report_drain.drained_after(headroom).is_some_and(|d| self.steady.for_how_long(s.at) >= d);
         if s.shrink_while_migrating && !s.preparing_migration && (!s.migrating || reported) {
+            // Kept, never grown back: a migration keeps at most what the guest still holds.
             e.headroom = if s.migrating { headroom.min(s.guest_size.saturating_sub(e.target)) } else { headroom };
             e.headroom_reported = s.migrating && e.headroom > Kib::ZERO;
             e.target = e.target.saturating_add(e.headroom).min(s.max);
