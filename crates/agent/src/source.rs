@@ -3,7 +3,7 @@
 
 use autoballoon_core::control::Source;
 use autoballoon_core::policy::MemView;
-use autoballoon_core::procfs::{parse_meminfo, parse_pressure, parse_vmstat, Pressure};
+use autoballoon_core::procfs::{parse_buddyinfo, parse_meminfo, parse_pressure, parse_vmstat, Pressure};
 use autoballoon_core::sample::Sample;
 use crate::backend::{read_text, Backend, FileError};
 use autoballoon_core::Pages;
@@ -79,7 +79,12 @@ impl ProcSource {
 
     /// /proc/pressure/memory; `None` if the kernel has no PSI.
     fn read_pressure(&self) -> Result<Option<String>, SourceError> {
-        let path = self.proc_dir.join("pressure/memory");
+        self.read_optional("pressure/memory")
+    }
+
+    /// A file under the proc directory that a kernel may not have; `None` if it has not.
+    fn read_optional(&self, file: &str) -> Result<Option<String>, SourceError> {
+        let path = self.proc_dir.join(file);
         match std::fs::read_to_string(&path) {
             Ok(text) => Ok(Some(text)),
             Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::Unsupported) => Ok(None),
@@ -100,8 +105,12 @@ impl Source for ProcSource {
         let held_for_hinting = self.backend.held_for_hinting()?;
         let vmstat = read_text(&self.proc_dir.join("vmstat"))?;
         let pressure = self.read_pressure()?;
+        let buddyinfo = self.read_optional("buddyinfo")?;
 
         let mut mem = self.parse_meminfo_view(&meminfo)?;
+        if let Some(text) = buddyinfo {
+            mem = mem.with_buddyinfo(&parse_buddyinfo(&text).map_err(|e| self.parse_error("buddyinfo", e))?);
+        }
         if let Some(held) = held_for_hinting {
             mem = mem.with_hinted_saturating(held);
         }
@@ -122,6 +131,21 @@ mod tests {
     use crate::backend::host::HostOwned;
     use crate::backend::kernel::KernelBalloon;
     use crate::testutil::{fixture, ProcTree};
+
+    #[test]
+    fn free_memory_in_hintings_blocks_comes_from_buddyinfo_where_there_is_one() {
+        let t = ProcTree::new("source-buddyinfo", "linux-6.1-guest-ballooned");
+        t.set_kernel(77824, 524288);
+        let mut s = ProcSource::new(t.proc.clone(), Rc::new(KernelBalloon::new(&t.kernel)));
+        let x = s.sample().unwrap().mem.unwrap();
+        assert_eq!(x.free_in_hint_blocks, Some(Kib::from_mib_saturating(124)), "31 blocks of 4 MiB in DMA32");
+        assert!(x.free_in_hint_blocks.unwrap() < x.free);
+        std::fs::remove_file(t.proc.join("buddyinfo")).unwrap();
+        assert_eq!(s.sample().unwrap().mem.unwrap().free_in_hint_blocks, None, "no buddyinfo: unknown");
+        std::fs::write(t.proc.join("buddyinfo"), "Node 0, zone DMA32 x\n").unwrap();
+        let e = s.sample().unwrap_err().to_string();
+        assert!(e.contains("buddyinfo"), "{e}");
+    }
 
     #[test]
     fn a_sample_is_the_three_files_and_the_kernel_size() {

@@ -31,6 +31,11 @@ impl ProcTree {
         for (file, src) in [("meminfo", "meminfo"), ("vmstat", "vmstat"), ("pressure/memory", "pressure-memory")] {
             std::fs::write(t.proc.join(file), fixture(from, src)).unwrap();
         }
+        // Not every fixture has it (nor every kernel: the agent reads it where it is).
+        let buddyinfo = format!("{}/../core/fixtures/{from}/buddyinfo", env!("CARGO_MANIFEST_DIR"));
+        if let Ok(text) = std::fs::read_to_string(buddyinfo) {
+            std::fs::write(t.proc.join("buddyinfo"), text).unwrap();
+        }
         t
     }
 

@@ -66,6 +66,12 @@ pub struct PolicyConfig {
     /// of shedding it (shedding writes the balloon's page lists into memory the migration
     /// sends, where reported memory costs it nothing). 0: a migration always sheds it.
     pub fpr_drain_mib_s: u64,
+    /// A migration with free page hinting that starts once the guest has been still this
+    /// many seconds keeps as much of a spike's headroom as lay in hinting's whole (4 MiB)
+    /// free blocks before it began, which it skips anyway; the rest, the free pieces it
+    /// would send, is shed. Sooner after a free, hinting misses much of it. 0: only a
+    /// headroom free page reporting gave back is kept (`fpr_drain_mib_s`).
+    pub hinted_keep_after_s: u64,
     /// The most room kept for page cache the guest reads again after it was evicted
     /// (its file refaults), MiB; 0: off.
     pub refault_keep_max_mib: u64,
@@ -105,6 +111,7 @@ impl Default for PolicyConfig {
             spike_fade_s: 60,
             spike_hold_fpr_s: 600,
             fpr_drain_mib_s: 125,
+            hinted_keep_after_s: 3,
             refault_keep_max_mib: 512,
             refault_hold_s: 120,
             refault_fade_s: 240,
@@ -164,6 +171,8 @@ impl PolicyConfig {
                 report_drain: ReportDrain { delay: ReportDrain::KERNEL_DELAY, per_s: Kib::from_mib_saturating(self.fpr_drain_mib_s) },
                 steady: Steady::default(),
                 steady_band: Kib::from_mib_saturating(self.dead_band_mib),
+                hinted_keep_after: if self.hinted_keep_after_s == 0 { None } else { Some(Duration::from_secs(self.hinted_keep_after_s)) },
+                hintable_before: None,
                 headroom: Headroom::default(),
                 cache_keep_rule: CacheKeepRule {
                     max: Kib::from_mib_saturating(self.refault_keep_max_mib),
@@ -212,7 +221,7 @@ impl PolicyConfig {
         for (key, v) in [("buffer_mib", self.buffer_mib), ("migration_buffer_mib", self.migration_buffer_mib), ("cache_buffer_mib", self.cache_buffer_mib), ("min_mib", self.min_mib), ("max_mib", self.max_mib),
                          ("max_shrink_mib_per_tick", self.max_shrink_mib_per_tick), ("dead_band_mib", self.dead_band_mib),
                          ("align_mib", self.align_mib), ("outlier_threshold_mib", self.outlier_threshold_mib),
-                         ("spike_hold_s", self.spike_hold_s), ("spike_fade_s", self.spike_fade_s), ("spike_hold_fpr_s", self.spike_hold_fpr_s), ("fpr_drain_mib_s", self.fpr_drain_mib_s), ("refault_keep_max_mib", self.refault_keep_max_mib),
+                         ("spike_hold_s", self.spike_hold_s), ("spike_fade_s", self.spike_fade_s), ("spike_hold_fpr_s", self.spike_hold_fpr_s), ("fpr_drain_mib_s", self.fpr_drain_mib_s), ("hinted_keep_after_s", self.hinted_keep_after_s), ("refault_keep_max_mib", self.refault_keep_max_mib),
                          ("refault_hold_s", self.refault_hold_s), ("refault_fade_s", self.refault_fade_s), ("rinse_after_s", self.rinse_after_s), ("rinse_every_s", self.rinse_every_s)] {
             if v > 1 << 30 {
                 return bad(key, "must be at most 1073741824 (1 PiB)");

@@ -219,6 +219,7 @@ pub fn sample(total: Kib, available: Kib, committed: Kib, balloon: Pages) -> Age
         cached,
         anon_and_shmem: None,
         file_cache: Some(cached),
+        free_in_hint_blocks: None,
     };
     AgentSample {
         seq: 0,

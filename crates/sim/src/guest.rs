@@ -278,6 +278,8 @@ impl Guest {
             cached: self.cache,
             anon_and_shmem: Some(self.ram_anon()),
             file_cache: Some(self.cache),
+            // The model has no buddy allocator (and no free page hinting).
+            free_in_hint_blocks: None,
         }
     }
 

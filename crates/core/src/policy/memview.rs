@@ -1,4 +1,4 @@
-use crate::procfs::{Meminfo, MissingField};
+use crate::procfs::{Buddyinfo, Meminfo, MissingField};
 use crate::units::Kib;
 use serde::{Deserialize, Serialize};
 
@@ -25,6 +25,11 @@ pub struct MemView {
     /// again can hold ([`crate::policy::CacheKeep`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file_cache: Option<Kib>,
+    /// Free memory in blocks that free page hinting takes whole (order 10, 4 MiB, outside
+    /// the DMA zone: /proc/buddyinfo), where the agent reads it: what a migration with
+    /// hinting skips. The rest of `free` lies in smaller pieces, which it sends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub free_in_hint_blocks: Option<Kib>,
 }
 
 impl MemView {
@@ -42,6 +47,7 @@ impl MemView {
             cached: m.kib("Cached")?,
             anon_and_shmem: m.kib("AnonPages").ok().zip(m.kib("Shmem").ok()).map(|(a, s)| a.saturating_add(s)),
             file_cache: m.kib("Active(file)").ok().zip(m.kib("Inactive(file)").ok()).map(|(a, i)| a.saturating_add(i)),
+            free_in_hint_blocks: None,
         })
     }
 
@@ -49,10 +55,16 @@ impl MemView {
     /// as free and available again: hinting takes the guest's free memory while a
     /// migration runs and gives it back when it ends or when the guest runs short, and
     /// meanwhile `MemFree` and `MemAvailable` leave it out, though the guest needs no more
-    /// than before. Capped at `total`.
+    /// than before. The held blocks are hinting's whole blocks, so they count there too.
+    /// Capped at `total`.
     pub fn with_hinted_saturating(self, held: Kib) -> MemView {
         let add = |v: Kib| v.saturating_add(held).min(self.total);
-        MemView { free: add(self.free), available: add(self.available), ..self }
+        MemView { free: add(self.free), available: add(self.available), free_in_hint_blocks: self.free_in_hint_blocks.map(add), ..self }
+    }
+
+    /// The view with the free memory in hinting's blocks read from /proc/buddyinfo.
+    pub fn with_buddyinfo(self, b: &Buddyinfo) -> MemView {
+        MemView { free_in_hint_blocks: Some(b.free_in_blocks_saturating(Buddyinfo::HINT_ORDER).to_kib_saturating()), ..self }
     }
 
     /// Memory in swap: `SwapTotal − SwapFree` (0 without swap).
@@ -95,9 +107,11 @@ mod tests {
 
     #[test]
     fn pages_held_for_hinting_count_as_free_and_available() {
-        let v = MemView { total: Kib(2000), free: Kib(30), available: Kib(100), cached: Kib(70), ..Default::default() };
+        let v = MemView { total: Kib(2000), free: Kib(30), available: Kib(100), cached: Kib(70), free_in_hint_blocks: Some(Kib(8)), ..Default::default() };
         let h = v.with_hinted_saturating(Kib(1500));
         assert_eq!((h.free, h.available, h.cached, h.total), (Kib(1530), Kib(1600), Kib(70), Kib(2000)));
+        assert_eq!(h.free_in_hint_blocks, Some(Kib(1508)), "held blocks are whole blocks");
+        assert_eq!(MemView { free_in_hint_blocks: None, ..v }.with_hinted_saturating(Kib(1500)).free_in_hint_blocks, None, "unknown stays unknown");
         assert_eq!(v.with_hinted_saturating(Kib::MAX).available, Kib(2000), "never above the total");
         assert_eq!(v.with_hinted_saturating(Kib::ZERO), v);
     }

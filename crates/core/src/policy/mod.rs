@@ -17,7 +17,7 @@ pub use finereport::{FineReport, FineReportRule};
 pub use headroom::{Headroom, HeadroomRule, ReportDrain, Steady};
 pub use memview::MemView;
 pub use rinse::{Rinse, RinseRule};
-pub use swapfree::{estimate, Estimate, SwapFree};
+pub use swapfree::{estimate, Estimate, KeptThrough, SwapFree};
 /// Policies see the sample type of [`crate::sample`].
 pub use crate::sample::Sample;
 
@@ -52,7 +52,11 @@ impl fmt::Display for Reason {
                 }
                 write!(f, " + buffer {}", e.buffer)?;
                 if e.headroom > crate::units::Kib::ZERO {
-                    let why = if e.headroom_reported { "a recent need, given back to the host by free page reporting: kept through the migration" } else { "a recent need" };
+                    let why = match e.headroom_kept {
+                        KeptThrough::No => "a recent need",
+                        KeptThrough::Reported => "a recent need, given back to the host by free page reporting: kept through the migration",
+                        KeptThrough::Hinted => "a recent need, free in whole blocks that free page hinting skips: kept through the migration",
+                    };
                     write!(f, " + headroom {} ({why})", e.headroom)?;
                 }
                 if e.cache_kept > crate::units::Kib::ZERO {

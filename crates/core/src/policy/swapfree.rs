@@ -1,5 +1,6 @@
 use super::{CacheKeep, CacheKeepRule, Decision, Headroom, HeadroomRule, MemView, Policy, Reason, ReportDrain, Rinse, RinseRule, Sample, Steady};
 use crate::units::Kib;
+use std::time::Duration;
 
 /// The inputs and result of one run of the swap-free estimator, all in KiB.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,9 +17,9 @@ pub struct Estimate {
     /// Kept on top for page cache the guest read again after it was evicted
     /// ([`super::CacheKeep`]); zero from [`estimate`].
     pub cache_kept: Kib,
-    /// The headroom is kept through a running migration because free page reporting has
-    /// given it back to the host already ([`super::ReportDrain`]); false from [`estimate`].
-    pub headroom_reported: bool,
+    /// Why the headroom is kept through a running migration; [`KeptThrough::No`] from
+    /// [`estimate`].
+    pub headroom_kept: KeptThrough,
     /// Taken off while a settled guest's buffer is rinsed ([`super::Rinse`]); zero
     /// from [`estimate`].
     pub rinsed: Kib,
@@ -55,9 +56,23 @@ pub fn estimate(mem: &MemView, current: Kib, max: Kib, buffer: Kib) -> Estimate 
         buffer,
         headroom: Kib::ZERO,
         cache_kept: Kib::ZERO,
-        headroom_reported: false,
+        headroom_kept: KeptThrough::No,
         rinsed: Kib::ZERO,
     }
+}
+
+/// Why a headroom stays through a running migration instead of being shed at its start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum KeptThrough {
+    /// No migration runs, or it sheds the headroom.
+    #[default]
+    No,
+    /// Free page reporting has given it back to the host already ([`super::ReportDrain`]):
+    /// the migration sends none of it.
+    Reported,
+    /// It lay in whole blocks of free page hinting before the migration began
+    /// ([`MemView::free_in_hint_blocks`]): the migration skips them.
+    Hinted,
 }
 
 /// The per-VM continuous swap-free policy: the estimator on every fresh sample.
@@ -89,6 +104,16 @@ pub struct SwapFree {
     pub steady: Steady,
     /// The band within which the need and size count as still (the rails' dead band).
     pub steady_band: Kib,
+    /// A migration with free page hinting that starts once the guest has been still this
+    /// long keeps as much of the headroom as lay in hinting's whole blocks before it
+    /// began, which it skips; shedding that part would write the balloon's page lists into
+    /// memory it sends, and the balloon takes the smallest free pieces first, those
+    /// hinting cannot skip. Sooner after a free hinting misses much of it (measured:
+    /// docs/migration.md). `None`: only a reported headroom is kept.
+    pub hinted_keep_after: Option<Duration>,
+    /// The guest's free memory in hinting's whole blocks at its last sample before the
+    /// running migration (while one runs, hinting holds those blocks).
+    pub hintable_before: Option<Kib>,
     pub headroom: Headroom,
     /// How much room page cache the guest reads again may claim ([`super::CacheKeep`]);
     /// not while a migration is prepared.
@@ -113,6 +138,8 @@ impl SwapFree {
             report_drain: ReportDrain::OFF,
             steady: Steady::default(),
             steady_band: Kib::from_mib_saturating(16),
+            hinted_keep_after: None,
+            hintable_before: None,
             headroom: Headroom::default(),
             cache_keep_rule: CacheKeepRule::OFF,
             cache_keep: CacheKeep::default(),
@@ -143,16 +170,25 @@ impl Policy for SwapFree {
         // the migration sends none of it, and shedding it would write the balloon's page
         // lists (64 bytes of `struct page` for each 4 KiB inflated) into pages it sends.
         let headroom = covered.saturating_sub(need);
-        // While a migration runs, hinting's held pages move the need: stillness is what
-        // the guest showed before it.
+        // While a migration runs, hinting's held pages move the need and hold its whole
+        // blocks: stillness and those blocks are what the guest showed before it.
         if !s.migrating {
             self.steady.observe(s.at, need, s.guest_size, self.steady_band);
+            self.hintable_before = mem.free_in_hint_blocks;
         }
-        let reported = s.migrating && s.reports_free_pages && self.report_drain.drained_after(headroom).is_some_and(|d| self.steady.for_how_long(s.at) >= d);
-        if s.shrink_while_migrating && !s.preparing_migration && (!s.migrating || reported) {
+        let (kept, why) = if !s.migrating {
+            (headroom, KeptThrough::No)
+        } else if s.reports_free_pages && self.report_drain.drained_after(headroom).is_some_and(|d| self.steady.for_how_long(s.at) >= d) {
+            (headroom, KeptThrough::Reported)
+        } else if s.hints_free_pages && self.hinted_keep_after.is_some_and(|t| self.steady.for_how_long(s.at) >= t) {
+            (headroom.min(self.hintable_before.unwrap_or(Kib::ZERO)), KeptThrough::Hinted)
+        } else {
+            (Kib::ZERO, KeptThrough::No)
+        };
+        if s.shrink_while_migrating && !s.preparing_migration {
             // Kept, never grown back: a migration keeps at most what the guest still holds.
-            e.headroom = if s.migrating { headroom.min(s.guest_size.saturating_sub(e.target)) } else { headroom };
-            e.headroom_reported = s.migrating && e.headroom > Kib::ZERO;
+            e.headroom = if s.migrating { kept.min(s.guest_size.saturating_sub(e.target)) } else { kept };
+            e.headroom_kept = if e.headroom > Kib::ZERO { why } else { KeptThrough::No };
             e.target = e.target.saturating_add(e.headroom).min(s.max);
         }
         let kept = self.cache_keep.observe(&self.cache_keep_rule, s.file_refaults, mem.file_cache, s.at);
@@ -297,7 +333,6 @@ mod tests {
 
     #[test]
     fn a_migration_keeps_a_headroom_free_page_reporting_gave_back() {
-        use std::time::Duration;
         let mib = Kib::from_mib_saturating;
         let long = HeadroomRule { hold: Duration::from_secs(600), fade: Duration::from_secs(60) };
         let drain = ReportDrain { delay: ReportDrain::KERNEL_DELAY, per_s: mib(100) };
@@ -340,6 +375,47 @@ mod tests {
         let mut stock = SwapFree { headroom_rule: long, report_drain: drain, ..SwapFree::new(mib(64)) };
         stock.decide(&Sample { reports_free_pages: false, ..at(0, 1536, 1000, false) });
         assert_eq!(stock.decide(&Sample { reports_free_pages: false, ..at(100, 1064, 200, true) }).unwrap().target, mib(264), "no reporting: shed");
+    }
+
+    #[test]
+    fn a_hinted_migration_keeps_the_headroom_in_hintings_whole_blocks_once_the_guest_is_still() {
+        let mib = Kib::from_mib_saturating;
+        let long = HeadroomRule { hold: Duration::from_secs(600), fade: Duration::from_secs(60) };
+        // 1 GiB guest of which 200 MiB used; `whole` MiB of the free memory in 4 MiB blocks.
+        let at = |secs: u64, size: u64, used: u64, whole: u64, migrating: bool| Sample {
+            at: Duration::from_secs(secs),
+            guest_size: mib(size),
+            max: mib(2048),
+            mem: Some(MemView { free_in_hint_blocks: Some(mib(whole)), ..view((size - used) * 1024, 0, 0, 0) }),
+            shrink_while_migrating: true,
+            hints_free_pages: true,
+            migrating,
+            ..Sample::default()
+        };
+        let policy = || SwapFree { headroom_rule: long, hinted_keep_after: Some(Duration::from_secs(3)), ..SwapFree::new(mib(64)) };
+        let mut p = policy();
+        assert_eq!(p.decide(&at(0, 1536, 1000, 0, false)).unwrap().target, mib(1064), "a spike");
+        p.decide(&at(1, 1064, 200, 700, false));
+        // While the migration runs hinting holds the blocks: the guest shows none whole.
+        let d = p.decide(&at(5, 1064, 200, 0, true)).unwrap();
+        assert_eq!(d.target, mib(264 + 700), "700 of the 800 MiB headroom lay in whole blocks: kept; the pieces shed");
+        assert!(matches!(d.reason, Reason::Estimate(e) if e.headroom == mib(700) && e.headroom_kept == KeptThrough::Hinted), "{:?}", d.reason);
+        assert!(d.reason.to_string().contains("free in whole blocks that free page hinting skips"), "{}", d.reason);
+        assert_eq!(p.decide(&at(6, 1064, 200, 0, true)).unwrap().target, mib(964), "not shed later for what hinting holds");
+        assert_eq!(p.decide(&at(7, 900, 200, 0, true)).unwrap().target, mib(900), "shed already in part: never grown back");
+        // Too soon after the free: hinting misses much of it, and the headroom is shed.
+        let mut p = policy();
+        p.decide(&at(0, 1536, 1000, 0, false));
+        p.decide(&at(1, 1064, 200, 800, false));
+        assert_eq!(p.decide(&at(2, 1064, 200, 0, true)).unwrap().target, mib(264), "still for 1 s: shed");
+        // Without hinting, or with the rule off, as before.
+        for (hints, after) in [(false, Some(Duration::from_secs(3))), (true, None)] {
+            let mut p = SwapFree { hinted_keep_after: after, ..policy() };
+            let h = |s: Sample| Sample { hints_free_pages: hints, ..s };
+            p.decide(&h(at(0, 1536, 1000, 0, false)));
+            p.decide(&h(at(1, 1064, 200, 800, false)));
+            assert_eq!(p.decide(&h(at(10, 1064, 200, 0, true))).unwrap().target, mib(264), "hinting {hints}, rule {after:?}: shed");
+        }
     }
 
     #[test]

@@ -1,12 +1,14 @@
-//! Pure parsers for the kernel's memory reports: /proc/meminfo, /proc/vmstat and
-//! /proc/pressure/memory. Each takes the file's text and returns a typed value or a
+//! Pure parsers for the kernel's memory reports: /proc/meminfo, /proc/vmstat,
+//! /proc/pressure/memory and /proc/buddyinfo. Each takes the file's text and returns a typed value or a
 //! [`ParseError`] naming the offending line; none reads a file or panics on bad input.
 //! Fixtures captured from real kernels live in `crates/core/fixtures/`.
 
+mod buddyinfo;
 mod meminfo;
 mod psi;
 mod vmstat;
 
+pub use buddyinfo::{parse_buddyinfo, Buddyinfo, Zone};
 pub use meminfo::{parse_meminfo, Meminfo, MissingField};
 pub use psi::{parse_pressure, Pressure, PressureLine};
 pub use vmstat::{parse_vmstat, Vmstat};
@@ -55,5 +57,11 @@ pub(crate) mod fixtures {
         }
         out.sort();
         out
+    }
+
+    /// The fixture file `name` of crates/core/fixtures/`dir`/; panics (tests only) if missing.
+    pub fn read(dir: &str, name: &str) -> String {
+        let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(dir).join(name);
+        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
     }
 }

@@ -99,7 +99,8 @@ pub fn check_sample(s: &AgentSample, configured: Kib) -> Result<AgentView, Rejec
     let resident = m.active.checked_add(m.inactive).unwrap_or(Kib::MAX);
     let anon = m.anon_and_shmem.unwrap_or_default();
     let file = m.file_cache.unwrap_or_default();
-    for (field, value) in [("MemFree", m.free), ("MemAvailable", m.available), ("Cached", m.cached), ("Active + Inactive", resident), ("AnonPages + Shmem", anon), ("Active(file) + Inactive(file)", file)] {
+    let whole = m.free_in_hint_blocks.unwrap_or_default();
+    for (field, value) in [("MemFree", m.free), ("MemAvailable", m.available), ("Cached", m.cached), ("Active + Inactive", resident), ("AnonPages + Shmem", anon), ("Active(file) + Inactive(file)", file), ("free in hinting's blocks", whole)] {
         if value > m.total {
             return Err(Rejected::AboveTotal { field, value, total: m.total });
         }
@@ -158,6 +159,7 @@ mod tests {
             (|s| s.mem.inactive = Kib::MAX, "Active + Inactive"),
             (|s| s.mem.anon_and_shmem = Some(Kib::MAX), "AnonPages + Shmem"),
             (|s| s.mem.file_cache = Some(mib(1901)), "Active(file) + Inactive(file)"),
+            (|s| s.mem.free_in_hint_blocks = Some(mib(1901)), "free in hinting's blocks"),
             (|s| s.mem.swap_free = mib(1), "SwapFree"),
             (|s| s.target = Some(Kib::MAX), "target"),
             (|s| s.pressure = Some(Pressure { some: PressureLine { avg10: f64::NAN, ..Default::default() }, full: None }), "pressure"),
