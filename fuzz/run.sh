@@ -42,7 +42,9 @@ for f in "$ROOT"/crates/qmp/tests/fixtures/*.qmp.log; do
 done
 if [ -d corpus/procfs ]; then
     for d in "$ROOT"/crates/core/fixtures/*/; do
-        for f in meminfo vmstat pressure-memory; do cp "$d/$f" "corpus/procfs/$(basename "$d")-$f"; done
+        for f in meminfo vmstat pressure-memory buddyinfo; do
+            if [ -e "$d/$f" ]; then cp "$d/$f" "corpus/procfs/$(basename "$d")-$f"; fi
+        done
     done
 fi
 [ -d corpus/libvirt ] && cp "$ROOT"/crates/host/fixtures/libvirt/* corpus/libvirt/ && cp "$ROOT"/docs/examples/*.xml corpus/libvirt/
