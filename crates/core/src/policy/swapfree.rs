@@ -163,12 +163,13 @@ impl Policy for SwapFree {
         // next migration sends.
         let rule = if s.reports_free_pages { &self.headroom_fpr_rule } else { &self.headroom_rule };
         let covered = if s.migrating { self.headroom.remembered(rule, s.at).max(need) } else { self.headroom.observe(rule, need, s.at) };
-        // A migration sheds the headroom, free page hinting or not: hinting does not skip
-        // all of it (a 1.2 GiB headroom kept through a migration sent about 100 MiB more
-        // pages whole, 1.55-1.60x what FPR + hinting sent; docs/migration.md). Unless free
-        // page reporting has given it back already: then the host holds none of it and
-        // the migration sends none of it, and shedding it would write the balloon's page
-        // lists (64 bytes of `struct page` for each 4 KiB inflated) into pages it sends.
+        // A migration sheds the headroom: hinting does not skip all of it (a 1.2 GiB
+        // headroom kept 1 s after its spike sent about 100 MiB more pages whole, 1.55-1.60x
+        // what FPR + hinting sent; docs/migration.md). Unless free page reporting has given
+        // it back already (the host holds none of it, the migration sends none of it), or,
+        // on a guest still for a while, as far as it lies in hinting's whole blocks (the
+        // migration skips them): shedding that would write the balloon's page lists
+        // (64 bytes of `struct page` for each 4 KiB inflated) into pages it sends.
         let headroom = covered.saturating_sub(need);
         // While a migration runs, hinting's held pages move the need and hold its whole
         // blocks: stillness and those blocks are what the guest showed before it.
@@ -176,7 +177,7 @@ impl Policy for SwapFree {
             self.steady.observe(s.at, need, s.guest_size, self.steady_band);
             self.hintable_before = mem.free_in_hint_blocks;
         }
-        let (kept, why) = if !s.migrating {
+        let (kept_headroom, why) = if !s.migrating {
             (headroom, KeptThrough::No)
         } else if s.reports_free_pages && self.report_drain.drained_after(headroom).is_some_and(|d| self.steady.for_how_long(s.at) >= d) {
             (headroom, KeptThrough::Reported)
@@ -187,7 +188,7 @@ impl Policy for SwapFree {
         };
         if s.shrink_while_migrating && !s.preparing_migration {
             // Kept, never grown back: a migration keeps at most what the guest still holds.
-            e.headroom = if s.migrating { kept.min(s.guest_size.saturating_sub(e.target)) } else { kept };
+            e.headroom = if s.migrating { kept_headroom.min(s.guest_size.saturating_sub(e.target)) } else { kept_headroom };
             e.headroom_kept = if e.headroom > Kib::ZERO { why } else { KeptThrough::No };
             e.target = e.target.saturating_add(e.headroom).min(s.max);
         }
