@@ -5,8 +5,17 @@ use std::path::PathBuf;
 
 /// A file of one of core's fixtures (captured from real kernels).
 pub fn fixture(dir: &str, file: &str) -> String {
+    fixture_result(dir, file).unwrap_or_else(|(p, e)| panic!("{p}: {e}"))
+}
+
+/// A file of one of core's fixtures, `None` where that fixture has no such file.
+pub fn fixture_if_any(dir: &str, file: &str) -> Option<String> {
+    fixture_result(dir, file).ok()
+}
+
+fn fixture_result(dir: &str, file: &str) -> Result<String, (String, std::io::Error)> {
     let p = format!("{}/../core/fixtures/{dir}/{file}", env!("CARGO_MANIFEST_DIR"));
-    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{p}: {e}"))
+    std::fs::read_to_string(&p).map_err(|e| (p, e))
 }
 
 pub struct ProcTree {
@@ -32,8 +41,7 @@ impl ProcTree {
             std::fs::write(t.proc.join(file), fixture(from, src)).unwrap();
         }
         // Not every fixture has it (nor every kernel: the agent reads it where it is).
-        let buddyinfo = format!("{}/../core/fixtures/{from}/buddyinfo", env!("CARGO_MANIFEST_DIR"));
-        if let Ok(text) = std::fs::read_to_string(buddyinfo) {
+        if let Some(text) = fixture_if_any(from, "buddyinfo") {
             std::fs::write(t.proc.join("buddyinfo"), text).unwrap();
         }
         t

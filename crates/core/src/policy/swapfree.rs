@@ -177,11 +177,12 @@ impl Policy for SwapFree {
             self.steady.observe(s.at, need, s.guest_size, self.steady_band);
             self.hintable_before = mem.free_in_hint_blocks;
         }
+        let still_for = self.steady.for_how_long(s.at);
         let (kept_headroom, why) = if !s.migrating {
             (headroom, KeptThrough::No)
-        } else if s.reports_free_pages && self.report_drain.drained_after(headroom).is_some_and(|d| self.steady.for_how_long(s.at) >= d) {
+        } else if s.reports_free_pages && self.report_drain.drained_after(headroom).is_some_and(|d| still_for >= d) {
             (headroom, KeptThrough::Reported)
-        } else if s.hints_free_pages && self.hinted_keep_after.is_some_and(|t| self.steady.for_how_long(s.at) >= t) {
+        } else if s.hints_free_pages && self.hinted_keep_after.is_some_and(|t| still_for >= t) {
             (headroom.min(self.hintable_before.unwrap_or(Kib::ZERO)), KeptThrough::Hinted)
         } else {
             (Kib::ZERO, KeptThrough::No)
