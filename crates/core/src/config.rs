@@ -6,7 +6,7 @@ use crate::control::ControlLoop;
 use crate::guard::GuardRails;
 use crate::interval::{AdaptiveInterval, Interval};
 use crate::outlier::{Filtered, OutlierFilter};
-use crate::policy::{CacheKeep, CacheKeepRule, Headroom, HeadroomRule, Policy, ReportDrain, Rinse, RinseRule, Steady, SwapFree};
+use crate::policy::{CacheKeep, CacheKeepRule, Headroom, HeadroomRule, MigrationWatch, Policy, ReportDrain, Rinse, RinseRule, Steady, SwapFree};
 use crate::units::Kib;
 use serde::Deserialize;
 use std::time::Duration;
@@ -172,7 +172,7 @@ impl PolicyConfig {
                 steady: Steady::default(),
                 steady_band: Kib::from_mib_saturating(self.dead_band_mib),
                 hinted_keep_after: if self.hinted_keep_after_s == 0 { None } else { Some(Duration::from_secs(self.hinted_keep_after_s)) },
-                hintable_before: None,
+                watch: MigrationWatch::default(),
                 headroom: Headroom::default(),
                 cache_keep_rule: CacheKeepRule {
                     max: Kib::from_mib_saturating(self.refault_keep_max_mib),

@@ -17,7 +17,7 @@ pub use finereport::{FineReport, FineReportRule};
 pub use headroom::{Headroom, HeadroomRule, ReportDrain, Steady};
 pub use memview::MemView;
 pub use rinse::{Rinse, RinseRule};
-pub use swapfree::{estimate, Estimate, KeptThrough, SwapFree};
+pub use swapfree::{estimate, Estimate, KeptThrough, MigrationWatch, SwapFree};
 /// Policies see the sample type of [`crate::sample`].
 pub use crate::sample::Sample;
 
@@ -58,6 +58,9 @@ impl fmt::Display for Reason {
                         KeptThrough::Hinted => "a recent need, free in whole blocks that free page hinting skips: kept through the migration",
                     };
                     write!(f, " + headroom {} ({why})", e.headroom)?;
+                }
+                if e.headroom_shed > crate::units::Kib::ZERO {
+                    write!(f, " (headroom {} shed: the guest wrote into its free memory during the migration)", e.headroom_shed)?;
                 }
                 if e.cache_kept > crate::units::Kib::ZERO {
                     write!(f, " + cache kept {} (read again after eviction)", e.cache_kept)?;
