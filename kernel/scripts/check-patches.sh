@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# Check every patch in kernel/patches/ (or $PATCHES):
+# Check every patch in kernel/patches/ and kernel/upstream/ (or $PATCHES):
 #  * identity: each patch's From: and every Signed-off-by: are the
 #    repository's git author (git config user.name/user.email of this
 #    checkout, else the author of its last commit; AUTOBALLOON_KERNEL_IDENTITY
@@ -10,11 +10,19 @@
 #    mainline release (X.Y) newer than the base's (kernel/BASE, upstream:),
 #    since a new interface cannot appear in the release the series is
 #    based on, and every Date: is "Month YYYY", no later than the patch;
+#  * Fixes: tags name a commit by 12 or more hex digits and its subject in
+#    ("..."); the base is a Debian tarball without upstream history, so
+#    checkpatch cannot look the commit up (its UNKNOWN_COMMIT_ID is left out);
 #  * scripts/checkpatch.pl --strict (skipped with --no-checkpatch).
 # Exit status is non-zero if any patch fails any of these.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PATCHES=${PATCHES:-$HERE/patches}
+if [ -n "${PATCHES:-}" ]; then
+	files=("$PATCHES"/*.patch)
+else
+	# The series, then the fixes sent on their own (README.md).
+	files=("$HERE"/patches/*.patch "$HERE"/upstream/*.patch)
+fi
 checkpatch=1
 [ "${1:-}" != --no-checkpatch ] || checkpatch=0
 
@@ -48,6 +56,8 @@ meta_problems() {
 		! placeholder "$sob" || echo "Signed-off-by: $sob is a placeholder address"
 	done < <(sed -n '/^---$/q; s/^Signed-off-by: //p' "$p")
 	[ $ok = 1 ] || echo "no Signed-off-by:"
+	sed -n '/^---$/q; /^Fixes:/p' "$p" | grep -vE '^Fixes: [0-9a-f]{12,40} \(".+"\)$' |
+		sed 's/^/not of the form Fixes: <12+ hex digits> ("subject"): /' || true
 	# A maintainer a patch adds to MAINTAINERS is the same identity.
 	while IFS= read -r m; do
 		[ "$m" = "$identity" ] || echo "MAINTAINERS M: $m is not the repository's git author ($identity)"
@@ -106,10 +116,10 @@ if [ $checkpatch = 1 ]; then
 	export PATH=/usr/bin:$PATH
 fi
 rc=0
-for p in "$PATCHES"/*.patch; do
+for p in "${files[@]}"; do
 	out=$(meta_problems "$p")
 	if [ $checkpatch = 1 ]; then
-		cp_out=$(cd "$SRC" && ./scripts/checkpatch.pl --strict -q "$p" 2>&1) ||
+		cp_out=$(cd "$SRC" && ./scripts/checkpatch.pl --strict -q --ignore UNKNOWN_COMMIT_ID "$p" 2>&1) ||
 			[ -n "$cp_out" ] || cp_out="checkpatch.pl failed"
 		out=$(printf '%s\n%s' "$out" "$cp_out" | sed '/^$/d')
 	fi
