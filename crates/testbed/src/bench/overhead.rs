@@ -2,11 +2,16 @@
 //! (Debian's, on a unix socket) under a load generator (`mcload`, set:get 1:1, 1:10, 10:1),
 //! each configuration on its own fresh guest, against no balloon in the same run. The tools
 //! come on a disk (`scripts/bench-tools-disk.sh`), so the guest image stays as it is.
+//! While one guest is measured the others are stopped (QMP `stop`, their controllers
+//! paused first): under TCG their vCPUs, timers and agents share the host's two cores with
+//! it, and a round's mbw moved by up to 2x with them running (run/ov1).
 
 use super::fleet::Fleet;
 use super::model::{Config, OverheadRecord};
 use crate::guest::health;
-use std::time::Duration;
+use crate::step;
+use autoballoon_qmp::Qmp;
+use std::time::{Duration, Instant};
 
 /// The set:get ratios of the memcached load.
 pub const MC_RATIOS: [(u32, u32); 3] = [(1, 1), (1, 10), (10, 1)];
@@ -37,8 +42,28 @@ pub fn parse_mcload(text: &str) -> Option<f64> {
     field("ops_per_s=")?.parse().ok()
 }
 
-/// One round of the overhead figures in `c`'s guest.
+/// One round of the overhead figures in `c`'s guest, the fleet's other guests stopped.
 pub fn measure(fleet: &mut Fleet, c: Config, run: u32) -> Result<OverheadRecord, String> {
+    let others: Vec<Config> = fleet.guests.iter().map(|g| g.config).filter(|&o| o != c).collect();
+    for &o in &others {
+        fleet.pause(o)?;
+        vm_command(fleet, o, "stop")?;
+    }
+    let r = measure_alone(fleet, c, run);
+    for &o in &others {
+        vm_command(fleet, o, "cont")?;
+        fleet.resume(o);
+    }
+    r
+}
+
+/// `stop` or `cont` on `c`'s QEMU.
+fn vm_command(fleet: &mut Fleet, c: Config, command: &str) -> Result<(), String> {
+    let q = step("QMP", Qmp::connect_with_retry(&fleet.guest(c).q.qmp_ctl, Instant::now() + Duration::from_secs(10)))?;
+    step(command, q.execute(command, None)).map(|_| ())
+}
+
+fn measure_alone(fleet: &mut Fleet, c: Config, run: u32) -> Result<OverheadRecord, String> {
     let line = fleet.line;
     let g = fleet.guest(c);
     let mut rec = OverheadRecord { qemu: line, config: c, run, mbw_mib_s: None, memcached: vec![], oom_kills: 0, completed: false, error: None };

@@ -418,8 +418,15 @@ fn overhead_section(o: &mut String, records: &[Record]) {
     // No balloon on the row's own kernel; records from before that baseline existed have
     // only the stock one.
     let base = |c: Config| if cs.contains(&c.baseline()) { c.baseline() } else { Config::NoBalloon };
-    let mbw = |c: Config| median(&ov.iter().filter(|r| r.config == c).filter_map(|r| r.mbw_mib_s).collect::<Vec<_>>());
-    let mc = |c: Config, ratio: (u32, u32)| median(&ov.iter().filter(|r| r.config == c).flat_map(|r| r.memcached.iter()).filter(|m| (m.0, m.1) == ratio).filter_map(|m| m.2).collect::<Vec<_>>());
+    let mbws = |c: Config| ov.iter().filter(|r| r.config == c).filter_map(|r| r.mbw_mib_s).collect::<Vec<_>>();
+    let mcs = |c: Config, ratio: (u32, u32)| ov.iter().filter(|r| r.config == c).flat_map(|r| r.memcached.iter()).filter(|m| (m.0, m.1) == ratio).filter_map(|m| m.2).collect::<Vec<_>>();
+    let mbw = |c: Config| median(&mbws(c));
+    let mc = |c: Config, ratio: (u32, u32)| median(&mcs(c, ratio));
+    // The rounds' range: a difference inside the baseline's is no effect.
+    let range = |v: &[f64]| match (v.iter().copied().reduce(f64::min), v.iter().copied().reduce(f64::max)) {
+        (Some(lo), Some(hi)) if v.len() > 1 => format!(" [{}–{}]", f(lo, 0), f(hi, 0)),
+        _ => String::new(),
+    };
     let pct = |v: f64, base: f64| {
         let r = ratio(v, base);
         if r.is_nan() {
@@ -429,17 +436,18 @@ fn overhead_section(o: &mut String, records: &[Record]) {
         }
     };
     let _ = writeln!(o, "## Overhead inside the guest (system QEMU): memory bandwidth and memcached\n");
-    let _ = writeln!(o, "Each configuration on a fresh guest of its own with the tools disk (`scripts/bench-tools-disk.sh`: Debian's `mbw` and `memcached`, and `mcload`, a load generator on memcached's unix socket: 4 connections, 10,000 keys of 1 KiB, 10 s per set:get ratio); {runs} round(s), configurations interleaved; medians. `mbw -q -n 5 -t0 128`: memcpy bandwidth. Cells: the figure and its difference to no balloon on the same kernel in the same run (the first seed reports −0.04 % and −0.2 %; under TCG the spread between rounds is larger than that).\n");
+    let _ = writeln!(o, "Each configuration on a fresh guest of its own with the tools disk (`scripts/bench-tools-disk.sh`: Debian's `mbw` and `memcached`, and `mcload`, a load generator on memcached's unix socket: 4 connections, 10,000 keys of 1 KiB, 10 s per set:get ratio); {runs} round(s), configurations interleaved, the other guests stopped while one is measured; medians. `mbw -q -n 5 -t0 128`: memcpy bandwidth. Cells: the median, [the rounds' lowest–highest], and its difference to no balloon on the same kernel in the same run (the first seed reports −0.04 % and −0.2 %). Under TCG on this shared machine the rounds of one configuration spread by tens of percent: a difference inside no balloon's range is not an effect.\n");
     let _ = writeln!(o, "| configuration | mbw MiB/s | memcached 1:1 ops/s | 1:10 | 10:1 | OOM kills | completed |");
     let _ = writeln!(o, "|---|---|---|---|---|---|---|");
     for &c in &cs {
         let rs: Vec<&&OverheadRecord> = ov.iter().filter(|r| r.config == c).collect();
-        let cells: Vec<String> = super::overhead::MC_RATIOS.iter().map(|&r| format!("{} ({})", f(mc(c, r), 0), pct(mc(c, r), mc(base(c), r)))).collect();
+        let cells: Vec<String> = super::overhead::MC_RATIOS.iter().map(|&r| format!("{}{} ({})", f(mc(c, r), 0), range(&mcs(c, r)), pct(mc(c, r), mc(base(c), r)))).collect();
         let _ = writeln!(
             o,
-            "| {} | {} ({}) | {} | {} | {}/{} |",
+            "| {} | {}{} ({}) | {} | {} | {}/{} |",
             c.label(),
             f(mbw(c), 0),
+            range(&mbws(c)),
             pct(mbw(c), mbw(base(c))),
             cells.join(" | "),
             rs.iter().map(|r| r.oom_kills).sum::<usize>(),
@@ -757,6 +765,7 @@ mod tests {
         r.push(ov(Config::AbStock, 990.0, 2100.0));
         r.push(ov(Config::NoBalloonPatched, 500.0, 4000.0));
         r.push(ov(Config::AbPatched, 505.0, 3800.0));
+        r.push(Record::Overhead(OverheadRecord { run: 1, mbw_mib_s: Some(1400.0), memcached: vec![(1, 1, Some(1700.0))], ..OverheadRecord { qemu: QemuLine::System, config: Config::NoBalloonPatched, run: 0, mbw_mib_s: None, memcached: vec![], oom_kills: 0, completed: false, error: None } }));
         let fpt = |c, g| Record::Footprint(FootprintRecord { qemu: QemuLine::System, config: c, run: 0, gib_min: g, seconds: 80.0, peak_mib: 1400.0, oom_kills: 0, kernel_errors: vec![], tainted: Some(0), completed: true, samples: vec![], phases: vec![], agent: None });
         r.push(fpt(Config::Fpr, 0.8));
         r.push(fpt(Config::AbStock, 0.7));
@@ -767,7 +776,8 @@ mod tests {
         assert!(md.contains("**40 MiB sent in 0.40 s**"), "{md}");
         assert!(md.contains("| 512 MiB | 2.50× bytes, 2.50× time | 1.25× bytes, 1.25× time |"), "{md}");
         assert!(md.contains("| autoballoon, stock kernel (+FPR +hinting) | 990 (-1.0 %) | 2100 (+5.0 %) | 2100 (+5.0 %) | – (–) | 0 | 0/1 |"), "{md}");
-        assert!(md.contains("| autoballoon, patched kernel | 505 (+1.0 %) | 3800 (-5.0 %) |"), "against no balloon on its own kernel: {md}");
+        assert!(md.contains("| no balloon, patched kernel | 950 [500–1400] (+0.0 %) | 2850 [1700–4000] (+0.0 %) |"), "two rounds: their range: {md}");
+        assert!(md.contains("| autoballoon, patched kernel | 505 (-46.8 %) | 3800 (+33.3 %) |"), "against no balloon on its own kernel: {md}");
         assert!(md.contains("Done-when check, footprint at most FPR's: autoballoon, stock kernel (+FPR +hinting): pass (0.87×)."), "{md}");
         assert!(by_size_svg(&r).is_some_and(|s| s.contains(">ab-stock<")));
     }
