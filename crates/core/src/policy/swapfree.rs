@@ -203,10 +203,12 @@ impl Policy for SwapFree {
         // it back already (the host holds none of it, the migration sends none of it), or,
         // on a guest still for a while, as far as it lies in hinting's whole blocks (the
         // migration skips them): shedding that would write the balloon's page lists
-        // (64 bytes of `struct page` for each 4 KiB inflated) into pages it sends.
+        // (64 bytes of `struct page` for each 4 KiB inflated) into pages it sends. Kept
+        // only until the guest writes into it during the migration ([`MigrationWatch`]).
         let headroom = covered.saturating_sub(need);
         // While a migration runs, hinting's held pages move the need and hold its whole
-        // blocks: stillness and those blocks are what the guest showed before it.
+        // blocks: stillness and those blocks are what the guest showed before it; what it
+        // claims does not move with them.
         if !s.migrating {
             self.steady.observe(s.at, need, s.guest_size, self.steady_band);
         }

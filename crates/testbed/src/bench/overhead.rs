@@ -3,8 +3,10 @@
 //! each configuration on its own fresh guest, against no balloon in the same run. The tools
 //! come on a disk (`scripts/bench-tools-disk.sh`), so the guest image stays as it is.
 //! While one guest is measured the others are stopped (QMP `stop`, their controllers
-//! paused first): under TCG their vCPUs, timers and agents share the host's two cores with
-//! it, and a round's mbw moved by up to 2x with them running (run/ov1).
+//! paused first): under TCG their vCPUs, timers and agents would share the host's two
+//! cores with it. (It did not narrow the rounds' spread here, 1144-2176 MiB/s of mbw with
+//! them running and 1281-2431 stopped, run/ov1 and run/ov2: this host's own speed moves
+//! more; docs/migration.md.)
 
 use super::fleet::Fleet;
 use super::model::{Config, OverheadRecord};
