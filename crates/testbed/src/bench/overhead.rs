@@ -10,10 +10,10 @@
 
 use super::fleet::Fleet;
 use super::model::{Config, OverheadRecord};
+use super::scenario::qmp;
 use crate::guest::health;
 use crate::step;
-use autoballoon_qmp::Qmp;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The set:get ratios of the memcached load.
 pub const MC_RATIOS: [(u32, u32); 3] = [(1, 1), (1, 10), (10, 1)];
@@ -61,8 +61,7 @@ pub fn measure(fleet: &mut Fleet, c: Config, run: u32) -> Result<OverheadRecord,
 
 /// `stop` or `cont` on `c`'s QEMU.
 fn vm_command(fleet: &mut Fleet, c: Config, command: &str) -> Result<(), String> {
-    let q = step("QMP", Qmp::connect_with_retry(&fleet.guest(c).q.qmp_ctl, Instant::now() + Duration::from_secs(10)))?;
-    step(command, q.execute(command, None)).map(|_| ())
+    step(command, qmp(&fleet.guest(c).q)?.execute(command, None)).map(|_| ())
 }
 
 fn measure_alone(fleet: &mut Fleet, c: Config, run: u32) -> Result<OverheadRecord, String> {

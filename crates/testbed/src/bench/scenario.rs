@@ -49,7 +49,8 @@ impl Setup {
 const DURING_LOG: &str = "/tmp/bench-spike.log";
 const DURING_RC: &str = "/tmp/bench-spike.rc";
 
-fn qmp(q: &crate::Qemu) -> Result<Qmp, String> {
+/// A QMP session on `q`'s second socket (the one whoever drives the VM uses).
+pub(super) fn qmp(q: &crate::Qemu) -> Result<Qmp, String> {
     step("QMP", Qmp::connect_with_retry(&q.qmp_ctl, Instant::now() + Duration::from_secs(10)))
 }
 
