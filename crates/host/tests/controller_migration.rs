@@ -2,7 +2,8 @@
 //! hypervisor nothing shrinks while one runs (growth still goes through); on QEMU 9.0 or
 //! later, or under KVM, shrinking goes on. The agent
 //! is told when it starts and how it ended, shrinking resumes after a failed one, and a
-//! completed one leaves the source QEMU alone.
+//! completed one leaves the source QEMU alone, while its destination, managed from its
+//! start, is controlled once the guest runs there.
 mod common;
 
 use autoballoon::controller::VmState;
@@ -47,6 +48,27 @@ fn no_shrinking_while_migrating_growth_allowed_then_resumes_after_a_failure() {
     assert_requests_in_bounds(&g.q());
     let received = g.p().received();
     assert_eq!(received, vec![HostMessage::MigrationStarted { shrink_allowed: false }, HostMessage::MigrationEnded { outcome: Outcome::Failed }], "one notice each");
+}
+
+#[test]
+fn a_destination_managed_before_its_incoming_migration_stays_under_control_after_it() {
+    // QEMU waiting in `inmigrate` reports the incoming migration in `query-migrate`
+    // (`setup`, `active`, then `completed`, as QEMU 10 did here): a daemon that manages the
+    // destination from its start must not take that completion for the VM leaving.
+    let g = Guest::start(Fakes::start(), 1000);
+    g.q().start_incoming_migration();
+    let d = Daemon::start(vec![g.fakes.vm("a", Some(quick_policy()))], 200);
+    wait_for(T, "state migrating", || d.status("a").state == VmState::Migrating);
+    assert!(d.log.text().contains("waiting for an incoming migration"), "{}", d.log.text());
+    g.q().finish_migration(MigrationOutcome::Completed);
+    wait_for(T, "state running", || d.status("a").state == VmState::Running);
+    assert_eq!(d.log.count("migrated_away"), 0, "{}", d.log.text());
+    assert!(d.log.text().contains("incoming migration ended (completed): the guest runs here now"), "{}", d.log.text());
+    g.set_used(300);
+    wait_for(T, "shrinking to 364 MiB on the destination", || g.fakes.last_request() == Some(expected_target(300)));
+    g.set_used(1500);
+    wait_for(T, "growth to 1564 MiB", || g.fakes.last_request() == Some(expected_target(1500)));
+    assert_requests_in_bounds(&g.q());
 }
 
 #[test]

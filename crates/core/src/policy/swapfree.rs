@@ -452,7 +452,7 @@ mod tests {
         assert_eq!(p.decide(&at(16, 300, 200, 0, true)).unwrap().target, mib(264), "for the rest of the migration");
         let d = p.decide(&at(17, 264, 200, 0, false)).unwrap();
         assert_eq!(d.target, mib(1264), "after it: the headroom from before it");
-        assert_eq!(d.reason.to_string().contains("shed"), false, "{}", d.reason);
+        assert!(!d.reason.to_string().contains("shed"), "{}", d.reason);
         // Unseen before the migration: nothing says its free memory is clean.
         let mut p = policy();
         let d = p.decide(&at(11, 1264, 200, 0, true)).unwrap();

@@ -52,6 +52,22 @@ pub struct BalloonStats {
     pub available: Option<Bytes>,
     /// The page cache.
     pub disk_caches: Option<Bytes>,
+    /// When the hypervisor received them, host time in seconds since the epoch (QEMU's
+    /// `last-update`, libvirt's `last_update`); `None`: not said.
+    pub written_at_epoch_secs: Option<u64>,
+}
+
+impl BalloonStats {
+    /// Whether these statistics were received after `after` (host epoch seconds); ones
+    /// without a time count as fresh, as before this was known. QEMU keeps the last
+    /// statistics it got and a migration's destination starts with the ones the guest
+    /// wrote on the source, so a sampler asks for statistics written after it began,
+    /// and after any moment free page hinting held the guest's free memory (hinting's
+    /// held blocks are missing from `MemFree` and `MemAvailable`: a guest holding them
+    /// reads as out of memory, `stat-available-memory` 0, while it needs nothing).
+    pub fn written_after(&self, after: u64) -> bool {
+        self.written_at_epoch_secs.is_none_or(|t| t > after)
+    }
 }
 
 /// The balloon's `actual` (QMP `query-balloon`, libvirt's `actual`) of a VM of
@@ -190,10 +206,19 @@ mod tests {
     }
 
     #[test]
+    fn balloon_stats_are_fresh_only_when_written_after_the_moment_asked() {
+        let at = |t: Option<u64>| BalloonStats { written_at_epoch_secs: t, ..Default::default() };
+        assert!(at(Some(101)).written_after(100));
+        assert!(!at(Some(100)).written_after(100), "the same second may be before it");
+        assert!(!at(Some(0)).written_after(100), "QEMU's 0: never written");
+        assert!(at(None).written_after(u64::MAX), "no time said: taken as before");
+    }
+
+    #[test]
     fn balloon_stats_are_a_view_only_within_the_vm() {
         let c = mib(2048);
         let b = |m: u64| Some(mib(m).to_bytes_saturating());
-        let good = BalloonStats { total: b(1900), free: b(100), available: b(800), disk_caches: b(300) };
+        let good = BalloonStats { total: b(1900), free: b(100), available: b(800), disk_caches: b(300), written_at_epoch_secs: None };
         let v = check_balloon_stats(&good, c).unwrap().unwrap();
         assert_eq!((v.total, v.free, v.available, v.cached, v.committed_as), (mib(1900), mib(100), mib(800), mib(300), Kib(0)));
         assert_eq!(check_balloon_stats(&BalloonStats { disk_caches: None, ..good }, c).unwrap().unwrap().cached, Kib(0));

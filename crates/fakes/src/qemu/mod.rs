@@ -185,7 +185,14 @@ impl FakeQemu {
         self.state().start_migration(Instant::now());
     }
 
-    /// Ends the migration; `Completed` also emits `STOP` and makes the run state `postmigrate`.
+    /// Starts an incoming migration: run state `inmigrate`, `query-migrate` active (QEMU
+    /// shows the incoming migration's status on its destination); events as an outgoing one.
+    pub fn start_incoming_migration(&self) {
+        self.state().start_incoming_migration(Instant::now());
+    }
+
+    /// Ends the migration; `Completed` also emits `STOP` and makes the run state `postmigrate`
+    /// (on an incoming migration's destination: `RESUME`, `running`).
     pub fn finish_migration(&self, outcome: MigrationOutcome) {
         self.state().finish_migration(outcome);
     }

@@ -93,6 +93,8 @@ pub(crate) struct VmState {
     pub guest_stats: FakeGuestStats,
     pub polling_interval: u64,
     pub migration: Migration,
+    /// The migration that runs or ran last came in: this QEMU is its destination.
+    pub incoming: bool,
     pub migration_events: bool,
     pub run_state: String,
     pub fault: Option<Fault>,
@@ -126,6 +128,7 @@ impl VmState {
             guest_stats: cfg.guest_stats,
             polling_interval: 0,
             migration: Migration::None,
+            incoming: false,
             migration_events: false,
             run_state: cfg.run_state.clone(),
             fault: None,
@@ -189,16 +192,29 @@ impl VmState {
             return;
         }
         self.migration = Migration::Active { since: now };
+        self.incoming = false;
         if self.migration_events {
             self.emit("MIGRATION", json!({"status": "setup"}));
             self.emit("MIGRATION", json!({"status": "active"}));
         }
     }
 
-    /// The migration ends; a completed one stops this VM (`STOP`, run state `postmigrate`).
+    /// An incoming migration starts: this QEMU waits in `inmigrate` as its destination and
+    /// reports it (`setup`, then `active`) as QEMU's `query-migrate` does on the destination.
+    pub(crate) fn start_incoming_migration(&mut self, now: Instant) {
+        self.start_migration(now);
+        self.incoming = true;
+        self.run_state = "inmigrate".into();
+    }
+
+    /// The migration ends; a completed one stops this VM (`STOP`, run state `postmigrate`),
+    /// or on its destination starts it (`RESUME`, `running`).
     pub(crate) fn finish_migration(&mut self, outcome: MigrationOutcome) {
         self.migration = Migration::Finished(outcome);
-        if outcome == MigrationOutcome::Completed {
+        if outcome == MigrationOutcome::Completed && self.incoming {
+            self.run_state = "running".into();
+            self.emit("RESUME", Value::Null);
+        } else if outcome == MigrationOutcome::Completed {
             self.run_state = "postmigrate".into();
             self.emit("STOP", Value::Null);
         }

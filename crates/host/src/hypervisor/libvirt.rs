@@ -84,7 +84,7 @@ fn job_phase(kind: JobType) -> MigrationPhase {
 /// libvirt's memory statistics as the border takes them.
 fn balloon_stats_of(s: &MemStats) -> BalloonStats {
     let b = |k: Option<Kib>| k.map(Kib::to_bytes_saturating);
-    BalloonStats { total: b(s.available), free: b(s.unused), available: b(s.usable), disk_caches: b(s.disk_caches) }
+    BalloonStats { total: b(s.available), free: b(s.unused), available: b(s.usable), disk_caches: b(s.disk_caches), written_at_epoch_secs: s.last_update.filter(|t| *t != 0) }
 }
 
 impl Hypervisor for LibvirtHypervisor {
@@ -279,7 +279,7 @@ mod tests {
         assert_eq!(h.migration().unwrap().phase, MigrationPhase::Idle);
         let configured = h.configured().unwrap();
         assert!(super::super::actual(&*h, configured).unwrap().is_ok());
-        assert!(super::super::balloon_view(&*h, configured).unwrap().is_ok());
+        assert!(super::super::balloon_view(&*h, configured, 0).unwrap().is_ok());
         h.set_guest_size(Kib(1024 * 1024)).unwrap();
         assert_eq!(h.balloon().unwrap(), Kib(1024 * 1024).to_bytes_saturating());
         assert!(h.set_guest_size(Kib(16 * 1024 * 1024)).is_err(), "libvirt refuses more than <memory>");

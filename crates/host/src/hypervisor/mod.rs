@@ -64,9 +64,14 @@ pub(crate) fn actual(h: &dyn Hypervisor, configured: Kib) -> Result<Checked<Kib>
 }
 
 /// The guest's memory view from the balloon driver's statistics, checked: `Ok(None)` while
-/// the guest has reported none.
-pub(crate) fn balloon_view(h: &dyn Hypervisor, configured: Kib) -> Result<Checked<Option<MemView>>> {
-    Ok(check_balloon_stats(&h.balloon_stats()?, configured))
+/// the guest has reported none, or none written after `written_after` (host epoch seconds,
+/// [`BalloonStats::written_after`]).
+pub(crate) fn balloon_view(h: &dyn Hypervisor, configured: Kib, written_after: u64) -> Result<Checked<Option<MemView>>> {
+    let stats = h.balloon_stats()?;
+    if !stats.written_after(written_after) {
+        return Ok(Ok(None));
+    }
+    Ok(check_balloon_stats(&stats, configured))
 }
 
 /// A session with a VM's hypervisor, and the agent's socket for it: the configured one,

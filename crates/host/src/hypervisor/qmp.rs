@@ -38,7 +38,7 @@ pub(crate) fn phase_of(s: &MigrationStatus) -> MigrationPhase {
 
 /// QEMU's guest-stats as the border takes them.
 fn balloon_stats_of(gs: &GuestStats) -> BalloonStats {
-    BalloonStats { total: gs.total_memory_bytes.map(Bytes), free: gs.free_memory_bytes.map(Bytes), available: gs.available_memory_bytes.map(Bytes), disk_caches: gs.disk_caches_bytes.map(Bytes) }
+    BalloonStats { total: gs.total_memory_bytes.map(Bytes), free: gs.free_memory_bytes.map(Bytes), available: gs.available_memory_bytes.map(Bytes), disk_caches: gs.disk_caches_bytes.map(Bytes), written_at_epoch_secs: gs.last_update_epoch_secs }
 }
 
 impl Hypervisor for QmpHypervisor {
@@ -129,6 +129,33 @@ mod tests {
             assert_eq!(phase_of(&st).is_running(), st.is_active(), "{s}");
             assert_eq!(phase_of(&st).to_string(), st.to_string(), "shown as QEMU says it");
         }
+    }
+
+    fn captured(name: &str) -> BalloonStats {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/qemu").join(name);
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        balloon_stats_of(&autoballoon_qmp::types::parse_guest_stats(&v).unwrap())
+    }
+
+    #[test]
+    fn what_the_guest_wrote_while_free_page_hinting_held_its_memory_is_not_read_after_it() {
+        let configured = Kib::from_mib_saturating(2048);
+        let view = |s: &BalloonStats| check_balloon_stats(s, configured).unwrap().unwrap();
+        let (start, during, after) = (captured("guest-stats-hinted-migration-source-at-start.json"), captured("guest-stats-hinted-migration-source-during.json"), captured("guest-stats-hinted-migration-destination-after.json"));
+        assert!(view(&start).available > Kib::from_mib_saturating(1800));
+        // Hinting holds the free memory: the guest reads as out of memory, on the source
+        // during the migration and on the destination after it.
+        for s in [&during, &after] {
+            assert_eq!(view(s).available, Kib(0));
+        }
+        // The sampler asks for statistics written a second past its last sample of the
+        // hinted migration (the source's `during` was stamped then), and the destination's
+        // after its session began (the guest resumed, and its statistics came, before that).
+        let (during_at, after_at) = (during.written_at_epoch_secs.unwrap(), after.written_at_epoch_secs.unwrap());
+        assert!(!during.written_after(during_at + 1));
+        assert!(!after.written_after(during_at + 1), "stamped {after_at}, the second after");
+        assert!(!after.written_after(after_at), "a destination's session begun as it resumed");
+        assert!(start.written_after(start.written_at_epoch_secs.unwrap() - 1));
     }
 
     #[test]

@@ -135,6 +135,9 @@ impl Actor {
         let _ = hv.set_stats_period(1);
         let phase = hv.migration()?.phase;
         let migrating = phase.is_running();
+        // A QEMU waiting in `inmigrate` shows the incoming migration's status: it is the
+        // destination, and when that migration completes the guest runs here.
+        self.incoming = migrating && hv.run_state().is_ok_and(|s| s == "inmigrate");
         self.end_vanished_request(&phase);
         self.migration_shrink = MigrationShrink::decide(self.shrink_setting, &hv.facts());
         self.epoch += 1;
@@ -151,7 +154,8 @@ impl Actor {
         let advice = if missing.is_empty() { String::new() } else { format!(" ({} off: turning on QEMU's own switches makes spikes and migrations cheaper, docs/migration.md)", missing.join(" and ")) };
         self.balloon = features;
         lock(&self.shared.status).balloon_features = Some(features);
-        let msg = format!("managing {} ({}), configured {configured}; {}; balloon: {features}{advice}", self.cfg.endpoint(), hv.describe(), self.migration_shrink);
+        let waiting = if self.incoming { "; waiting for an incoming migration (the guest runs here once it completes)" } else { "" };
+        let msg = format!("managing {} ({}), configured {configured}; {}; balloon: {features}{advice}{waiting}", self.cfg.endpoint(), hv.describe(), self.migration_shrink);
         // Rate-limited too: a QEMU that drops every session right after the handshake
         // would otherwise log one line per reconnect.
         self.note(EventKind::Connected, &msg, &[("configured_kib", json!(configured.0))]);

@@ -39,8 +39,14 @@ impl Actor {
             phases.push(hv.migration()?.phase);
         }
         for phase in phases {
+            let was = s.migrating;
             if self.migration_changed(hv, &mut s.migrating, &phase, s.agent.as_mut()) {
                 return Ok(true);
+            }
+            if was && !s.migrating && self.balloon.free_page_hint == Some(true) {
+                // What the guest wrote while hinting held its free memory may come in late
+                // (on a destination: as the guest resumes).
+                s.stats_after = super::epoch_secs() + 1;
             }
         }
         if let Some(p) = self.prep.take_if(|p| s.migrating && !p.started) {
@@ -198,7 +204,11 @@ impl Actor {
         let notice = match phase_change(*migrating, ours, phase) {
             PhaseChange::Started => {
                 *migrating = true;
-                if self.migration_shrink.allowed() {
+                // QEMU shows an incoming migration's status on its destination too.
+                self.incoming = !ours && hv.run_state().is_ok_and(|s| s == "inmigrate");
+                if self.incoming {
+                    self.note(EventKind::MigrationStarted, "incoming migration started: this QEMU is its destination; the guest runs here once it completes", &[]);
+                } else if self.migration_shrink.allowed() {
                     // A shrink still under way goes on: it is memory the migration need not send.
                     self.note(EventKind::MigrationStarted, &format!("migration started ({})", self.migration_shrink), &[]);
                 } else {
@@ -220,7 +230,12 @@ impl Actor {
                 *migrating = false;
                 self.migration_ended(hv, phase);
                 let then = if self.migration_shrink.allowed() { "normal control resumes" } else { "shrinking resumes" };
-                self.note(EventKind::MigrationEnded, &format!("migration ended ({phase}): {then}"), &[("outcome", json!(outcome.to_string()))]);
+                let msg = match (self.incoming, outcome) {
+                    (true, MigrationOutcome::Completed) => format!("incoming migration ended ({phase}): the guest runs here now, under control"),
+                    (true, _) => format!("incoming migration ended ({phase}): no guest runs here yet"),
+                    (false, _) => format!("migration ended ({phase}): {then}"),
+                };
+                self.note(EventKind::MigrationEnded, &msg, &[("outcome", json!(outcome.to_string()))]);
                 HostMessage::MigrationEnded { outcome }
             }
             PhaseChange::Unchanged => return false,
@@ -230,10 +245,13 @@ impl Actor {
                 self.note(EventKind::NoticeDropped, "the agent is not reading: migration notice dropped", &[]);
             }
         }
-        if *phase == MigrationPhase::Ended(MigrationOutcome::Completed) {
-            self.set_state(VmState::MigratedAway);
-            self.log.event(&self.shared.name, EventKind::MigratedAway, "the VM now runs on the destination; leaving this QEMU alone", &[]);
-            return true;
+        if let MigrationPhase::Ended(outcome) = phase {
+            // A completed incoming migration leaves the guest running here.
+            if !std::mem::take(&mut self.incoming) && *outcome == MigrationOutcome::Completed {
+                self.set_state(VmState::MigratedAway);
+                self.log.event(&self.shared.name, EventKind::MigratedAway, "the VM now runs on the destination; leaving this QEMU alone", &[]);
+                return true;
+            }
         }
         false
     }

@@ -62,8 +62,11 @@ impl Actor {
             agent_stale_after: self.shared.agent_stale(),
             guest_stats: None,
         };
+        if s.migrating && self.balloon.free_page_hint == Some(true) {
+            s.stats_after = super::epoch_secs() + 1;
+        }
         if views.wants_guest_stats() {
-            views.guest_stats = match hypervisor::balloon_view(hv, configured) {
+            views.guest_stats = match hypervisor::balloon_view(hv, configured, s.stats_after) {
                 Ok(Ok(v)) => v,
                 Ok(Err(e)) => {
                     self.rejected(EventKind::GuestStatsRejected, "guest-stats", &e, |st| st.guest_stats_rejected += 1);
