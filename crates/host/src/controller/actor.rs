@@ -101,7 +101,9 @@ struct Session {
     stats_after: u64,
 }
 
-/// Host time in seconds since the epoch, the clock of QEMU's and libvirt's `last-update`.
+/// Host time in seconds since the epoch, the clock of QEMU's and libvirt's `last-update`
+/// (the daemon runs on the VM's host: a libvirt URI of another host, whose clock may be
+/// off, would see guest-stats too late or too early).
 fn epoch_secs() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
