@@ -45,21 +45,18 @@ fn events_of(d: &Daemon, vm: &str, event: &str) -> Vec<String> {
 }
 
 #[test]
-fn a_socket_that_appears_is_managed_within_a_second_targeted_within_three_and_leaves_with_it() {
+fn a_socket_that_appears_is_managed_within_two_seconds_and_leaves_with_it() {
     let dir = TempDir::new().unwrap();
     let d = Daemon::start_config(config(&config_text(1000, &format!("[discovery]\nsocket_dir = {:?}\n", dir.path()))));
     assert!(d.ctl().vms().is_empty(), "no VM yet: a valid running state");
     let (a, b) = (guest(1000), guest(1500));
     plug(dir.path(), "b", &b.fakes);
     wait_for(Duration::from_secs(10), "b managed", || !b.fakes.requests().is_empty());
-    // The VM whose socket appears now: managed within about a second, a balloon request
-    // within 3 s (guest-stats count once written after its session began, a tick later).
+    // The VM whose socket appears now: a balloon request within 2 s.
     let t = Instant::now();
     plug(dir.path(), "a", &a.fakes);
-    wait_for(Duration::from_secs(10), "a managed", || !events_of(&d, "a", "connected").is_empty());
-    assert!(t.elapsed() <= Duration::from_secs(2), "managed {:?} after the socket appeared", t.elapsed());
     wait_for(Duration::from_secs(10), "a balloon request", || !a.fakes.requests().is_empty());
-    assert!(t.elapsed() <= Duration::from_secs(3), "first request {:?} after the socket appeared", t.elapsed());
+    assert!(t.elapsed() <= Duration::from_secs(2), "first request {:?} after the socket appeared", t.elapsed());
     wait_for(Duration::from_secs(10), "a's estimate", || a.fakes.last_request() == Some(expected_target(1000)));
     assert_eq!(events_of(&d, "a", "vm_added").len(), 1, "{}", d.log.text());
     assert_eq!(d.status("a").origin, "socket_dir");

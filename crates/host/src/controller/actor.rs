@@ -75,6 +75,9 @@ pub(crate) struct Actor {
     /// The migration that runs came in: this QEMU is its destination (it waited in
     /// `inmigrate`), and the guest runs here once it completes.
     incoming: bool,
+    /// The session began on a QEMU that shows a completed migration and runs: the
+    /// destination of a migration that ended before the session began.
+    arrived: bool,
 }
 
 /// What one session with the hypervisor keeps from tick to tick.
@@ -91,11 +94,12 @@ struct Session {
     /// The hypervisor's dropped events already reported.
     reported_drops: u64,
     /// Guest-stats count only if written after this (host epoch seconds,
-    /// [`BalloonStats::written_after`]): the session's start, so not what a migration's
-    /// destination got from the guest as it resumed (the guest wrote them on the source);
-    /// and a second past every sample of a migration with free page hinting, so not what
-    /// the guest wrote while hinting held its free memory (`stat-available-memory` 0 in a
-    /// guest that needs nothing).
+    /// [`BalloonStats::written_after`]): a second past the end of an incoming migration
+    /// (also one that had completed when the session began), so not what the destination
+    /// got from the guest as it resumed (the guest wrote them on the source); and a second
+    /// past every sample of a migration with free page hinting, so not what the guest
+    /// wrote while hinting held its free memory (`stat-available-memory` 0 in a guest that
+    /// needs nothing). 0 otherwise: any statistics QEMU has.
     ///
     /// [`BalloonStats::written_after`]: autoballoon_core::protocol::BalloonStats::written_after
     stats_after: u64,
@@ -113,7 +117,7 @@ impl Actor {
     /// `shutdown` stops this actor (the controller's stop sets it, and so does the VM's
     /// removal); its agent staleness is the shared one ([`VmShared::agent_stale`]).
     pub fn new(cfg: VmConfig, interval: Duration, started: Instant, log: Logger, (wake, inbox): (SyncSender<Msg>, Receiver<Msg>), shutdown: Arc<AtomicBool>, bell: Arc<Bell>, shared: Arc<VmShared>) -> Actor {
-        Actor { cfg, interval, started, log, inbox, wake, shutdown, bell, shared, paused: false, epoch: 0, limits: HashMap::new(), prep: None, resample: false, agent_path: None, shrink_setting: ShrinkSetting::Auto, migration_shrink: MigrationShrink::HeldUnknown, balloon: BalloonFeatures::default(), grows: PendingGrows::default(), incoming: false }
+        Actor { cfg, interval, started, log, inbox, wake, shutdown, bell, shared, paused: false, epoch: 0, limits: HashMap::new(), prep: None, resample: false, agent_path: None, shrink_setting: ShrinkSetting::Auto, migration_shrink: MigrationShrink::HeldUnknown, balloon: BalloonFeatures::default(), grows: PendingGrows::default(), incoming: false, arrived: false }
     }
 
     pub fn with_migration_shrink(mut self, setting: ShrinkSetting) -> Actor {
@@ -162,7 +166,10 @@ impl Actor {
             Ok(s) => s,
             Err(e) => return End::Error(e),
         };
-        let mut s = Session { configured, migrating, agent: None, agent_tried: None, prev_actual: None, reported_drops: 0, stats_after: epoch_secs() };
+        let mut s = Session { configured, migrating, agent: None, agent_tried: None, prev_actual: None, reported_drops: 0, stats_after: 0 };
+        if self.arrived {
+            s.stats_after = epoch_secs() + 1;
+        }
         loop {
             // 1. Migration: events, and a poll while one runs (in case events are off).
             match self.follow_migration(hv, &mut s) {

@@ -149,8 +149,10 @@ mod tests {
             assert_eq!(view(s).available, Kib(0));
         }
         // The sampler asks for statistics written a second past its last sample of the
-        // hinted migration (the source's `during` was stamped then), and the destination's
-        // after its session began (the guest resumed, and its statistics came, before that).
+        // hinted migration (the source's `during` was stamped then), and on a destination a
+        // second past the incoming migration's end, or past a session begun on a QEMU whose
+        // incoming migration had completed (the guest resumed, and its statistics came,
+        // before that).
         let (during_at, after_at) = (during.written_at_epoch_secs.unwrap(), after.written_at_epoch_secs.unwrap());
         assert!(!during.written_after(during_at + 1));
         assert!(!after.written_after(during_at + 1), "stamped {after_at}, the second after");

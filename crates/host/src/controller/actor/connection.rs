@@ -10,7 +10,8 @@ use crate::config::Origin;
 use crate::controller::Msg;
 use crate::hypervisor::{self, Hypervisor, HypervisorError};
 use crate::log::EventKind;
-use autoballoon_core::migration::MigrationShrink;
+use autoballoon_core::migration::{MigrationPhase, MigrationShrink};
+use autoballoon_core::protocol::MigrationOutcome;
 use autoballoon_core::Kib;
 use autoballoon_qmp::Backoff;
 use serde_json::json;
@@ -138,6 +139,7 @@ impl Actor {
         // A QEMU waiting in `inmigrate` shows the incoming migration's status: it is the
         // destination, and when that migration completes the guest runs here.
         self.incoming = migrating && hv.run_state().is_ok_and(|s| s == "inmigrate");
+        self.arrived = phase == MigrationPhase::Ended(MigrationOutcome::Completed) && hv.run_state().is_ok_and(|s| s == "running");
         self.end_vanished_request(&phase);
         self.migration_shrink = MigrationShrink::decide(self.shrink_setting, &hv.facts());
         self.epoch += 1;

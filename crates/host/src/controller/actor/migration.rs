@@ -39,13 +39,13 @@ impl Actor {
             phases.push(hv.migration()?.phase);
         }
         for phase in phases {
-            let was = s.migrating;
+            let (was, incoming) = (s.migrating, self.incoming);
             if self.migration_changed(hv, &mut s.migrating, &phase, s.agent.as_mut()) {
                 return Ok(true);
             }
-            if was && !s.migrating && self.balloon.free_page_hint == Some(true) {
-                // What the guest wrote while hinting held its free memory may come in late
-                // (on a destination: as the guest resumes).
+            if was && !s.migrating && (incoming || self.balloon.free_page_hint == Some(true)) {
+                // What the guest wrote on the source, or while hinting held its free
+                // memory, may come in late (on a destination: as the guest resumes).
                 s.stats_after = super::epoch_secs() + 1;
             }
         }
