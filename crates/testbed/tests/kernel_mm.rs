@@ -167,13 +167,7 @@ fn patched_with_free_page_reporting_and_hinting() {
 #[ignore = "needs the patched kernel: make kernel-test"]
 fn patched_shows_the_pages_held_for_hinting() {
     let test = "kernel_mm_hinted";
-    let qemu = match common::qemu10() {
-        Ok(p) => p,
-        Err(why) => {
-            eprintln!("SKIPPED patched_shows_the_pages_held_for_hinting: {why}");
-            return;
-        }
-    };
+    let Some(qemu) = common::qemu10_or_skip("patched_shows_the_pages_held_for_hinting") else { return };
     let image = patched();
     let vm = |name: &str| VmSpec { qemu: qemu.clone(), free_page_hint: true, ..spec(name, GuestAgent::None, true) };
     let q = boot(test, &image, vm("hint-src"));

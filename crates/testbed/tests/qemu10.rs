@@ -19,13 +19,7 @@ const MIB: u64 = 1 << 20;
 
 #[test]
 fn qemu10_boot_shrink_migrate() {
-    let qemu = match common::qemu10() {
-        Ok(p) => p,
-        Err(why) => {
-            eprintln!("SKIPPED qemu10_boot_shrink_migrate: {why}");
-            return;
-        }
-    };
+    let Some(qemu) = common::qemu10_or_skip("qemu10_boot_shrink_migrate") else { return };
     let t0 = Instant::now();
     let spec = |name: &str| VmSpec { qemu: qemu.clone(), agent: GuestAgent::None, ..VmSpec::new(name, Kib::from_mib_saturating(512)) };
     let src = Qemu::start(&common::image(), spec("src"), &common::vm_dir("qemu10", "src")).unwrap_or_else(|e| panic!("{e}"));
@@ -65,13 +59,7 @@ fn qemu10_boot_shrink_migrate() {
 #[test]
 fn a_destination_managed_from_its_start_is_controlled_after_a_hinted_migration() {
     let test = "qemu10_destination";
-    let qemu = match common::qemu10() {
-        Ok(p) => p,
-        Err(why) => {
-            eprintln!("SKIPPED {test}: {why}");
-            return;
-        }
-    };
+    let Some(qemu) = common::qemu10_or_skip(test) else { return };
     // No agent: guest-stats are the controller's only view. Free page hinting on, as the
     // product's default asks.
     let spec = |name: &str| VmSpec { qemu: qemu.clone(), agent: GuestAgent::None, free_page_reporting: true, free_page_hint: true, ..VmSpec::new(name, Kib::from_mib_saturating(1024)) };

@@ -78,6 +78,11 @@ pub fn size(vm: &VmHandle) -> Kib {
     vm.snapshot().known_size().unwrap_or(Kib(u64::MAX))
 }
 
+/// [`qemu10`], or `None` after printing why `test` is skipped.
+pub fn qemu10_or_skip(test: &str) -> Option<PathBuf> {
+    qemu10().map_err(|why| eprintln!("SKIPPED {test}: {why}")).ok()
+}
+
 /// QEMU 10's binary or wrapper; `Err` (skip) only if it is simply not installed. A set
 /// `AUTOBALLOON_QEMU10` that does not run QEMU 10 is a mistake and fails the test.
 pub fn qemu10() -> Result<PathBuf, String> {
