@@ -61,10 +61,11 @@ impl BalloonStats {
     /// Whether these statistics were received after `after` (host epoch seconds); ones
     /// without a time count as fresh, as before this was known. QEMU keeps the last
     /// statistics it got and a migration's destination starts with the ones the guest
-    /// wrote on the source, so a sampler asks for statistics written after it began,
-    /// and after any moment free page hinting held the guest's free memory (hinting's
-    /// held blocks are missing from `MemFree` and `MemAvailable`: a guest holding them
-    /// reads as out of memory, `stat-available-memory` 0, while it needs nothing).
+    /// wrote on the source, so a sampler asks for statistics written after an incoming
+    /// migration ended, and after any moment free page hinting held the guest's free
+    /// memory (hinting's held blocks are missing from `MemFree` and `MemAvailable`: a
+    /// guest holding them reads as out of memory, `stat-available-memory` 0, while it
+    /// needs nothing).
     pub fn written_after(&self, after: u64) -> bool {
         self.written_at_epoch_secs.is_none_or(|t| t > after)
     }

@@ -75,9 +75,6 @@ pub(crate) struct Actor {
     /// The migration that runs came in: this QEMU is its destination (it waited in
     /// `inmigrate`), and the guest runs here once it completes.
     incoming: bool,
-    /// The session began on a QEMU that shows a completed migration and runs: the
-    /// destination of a migration that ended before the session began.
-    arrived: bool,
 }
 
 /// What one session with the hypervisor keeps from tick to tick.
@@ -105,6 +102,15 @@ struct Session {
     stats_after: u64,
 }
 
+impl Session {
+    /// Guest-stats received from now until a second past now are not read: what the guest
+    /// wrote before (on a migration's source, or while hinting held its memory) may still
+    /// come in, stamped when QEMU got it.
+    fn hold_guest_stats(&mut self) {
+        self.stats_after = epoch_secs() + 1;
+    }
+}
+
 /// Host time in seconds since the epoch, the clock of QEMU's and libvirt's `last-update`
 /// (the daemon runs on the VM's host: a libvirt URI of another host, whose clock may be
 /// off, would see guest-stats too late or too early).
@@ -117,7 +123,7 @@ impl Actor {
     /// `shutdown` stops this actor (the controller's stop sets it, and so does the VM's
     /// removal); its agent staleness is the shared one ([`VmShared::agent_stale`]).
     pub fn new(cfg: VmConfig, interval: Duration, started: Instant, log: Logger, (wake, inbox): (SyncSender<Msg>, Receiver<Msg>), shutdown: Arc<AtomicBool>, bell: Arc<Bell>, shared: Arc<VmShared>) -> Actor {
-        Actor { cfg, interval, started, log, inbox, wake, shutdown, bell, shared, paused: false, epoch: 0, limits: HashMap::new(), prep: None, resample: false, agent_path: None, shrink_setting: ShrinkSetting::Auto, migration_shrink: MigrationShrink::HeldUnknown, balloon: BalloonFeatures::default(), grows: PendingGrows::default(), incoming: false, arrived: false }
+        Actor { cfg, interval, started, log, inbox, wake, shutdown, bell, shared, paused: false, epoch: 0, limits: HashMap::new(), prep: None, resample: false, agent_path: None, shrink_setting: ShrinkSetting::Auto, migration_shrink: MigrationShrink::HeldUnknown, balloon: BalloonFeatures::default(), grows: PendingGrows::default(), incoming: false }
     }
 
     pub fn with_migration_shrink(mut self, setting: ShrinkSetting) -> Actor {
@@ -162,13 +168,13 @@ impl Actor {
 
     /// One session with the VM's hypervisor, tick after tick, until it ends.
     fn session(&mut self, hv: &dyn Hypervisor) -> End {
-        let (configured, migrating) = match self.begin_session(hv) {
+        let (configured, migrating, arrived) = match self.begin_session(hv) {
             Ok(s) => s,
             Err(e) => return End::Error(e),
         };
         let mut s = Session { configured, migrating, agent: None, agent_tried: None, prev_actual: None, reported_drops: 0, stats_after: 0 };
-        if self.arrived {
-            s.stats_after = epoch_secs() + 1;
+        if arrived {
+            s.hold_guest_stats();
         }
         loop {
             // 1. Migration: events, and a poll while one runs (in case events are off).

@@ -123,8 +123,10 @@ impl Actor {
 
     /// A new session's set-up: the VM's configured size, migration events, the balloon
     /// driver's statistics period, whether a migration runs, whether the balloon may
-    /// shrink during one; one log line.
-    pub(super) fn begin_session(&mut self, hv: &dyn Hypervisor) -> Result<(Kib, bool), HypervisorError> {
+    /// shrink during one; one log line. Also whether this QEMU is the destination of a
+    /// migration that completed before the session began (it shows that migration
+    /// completed and runs): its first guest-stats are the ones the guest wrote on the source.
+    pub(super) fn begin_session(&mut self, hv: &dyn Hypervisor) -> Result<(Kib, bool, bool), HypervisorError> {
         let configured = hv.configured()?;
         // Events are off by default; while a migration already runs QEMU refuses, and
         // polling query-migrate covers it. An event wakes the actor (never blocking: a
@@ -138,8 +140,9 @@ impl Actor {
         let migrating = phase.is_running();
         // A QEMU waiting in `inmigrate` shows the incoming migration's status: it is the
         // destination, and when that migration completes the guest runs here.
-        self.incoming = migrating && hv.run_state().is_ok_and(|s| s == "inmigrate");
-        self.arrived = phase == MigrationPhase::Ended(MigrationOutcome::Completed) && hv.run_state().is_ok_and(|s| s == "running");
+        let run_state = hv.run_state().ok();
+        self.incoming = migrating && run_state.as_deref() == Some("inmigrate");
+        let arrived = phase == MigrationPhase::Ended(MigrationOutcome::Completed) && run_state.as_deref() == Some("running");
         self.end_vanished_request(&phase);
         self.migration_shrink = MigrationShrink::decide(self.shrink_setting, &hv.facts());
         self.epoch += 1;
@@ -161,7 +164,7 @@ impl Actor {
         // Rate-limited too: a QEMU that drops every session right after the handshake
         // would otherwise log one line per reconnect.
         self.note(EventKind::Connected, &msg, &[("configured_kib", json!(configured.0))]);
-        Ok((configured, migrating))
+        Ok((configured, migrating, arrived))
     }
 
     /// Decides again whether the balloon may shrink during a migration when what is known

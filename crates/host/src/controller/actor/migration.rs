@@ -46,7 +46,7 @@ impl Actor {
             if was && !s.migrating && (incoming || self.balloon.free_page_hint == Some(true)) {
                 // What the guest wrote on the source, or while hinting held its free
                 // memory, may come in late (on a destination: as the guest resumes).
-                s.stats_after = super::epoch_secs() + 1;
+                s.hold_guest_stats();
             }
         }
         if let Some(p) = self.prep.take_if(|p| s.migrating && !p.started) {

@@ -63,7 +63,7 @@ impl Actor {
             guest_stats: None,
         };
         if s.migrating && self.balloon.free_page_hint == Some(true) {
-            s.stats_after = super::epoch_secs() + 1;
+            s.hold_guest_stats();
         }
         if views.wants_guest_stats() {
             views.guest_stats = match hypervisor::balloon_view(hv, configured, s.stats_after) {
