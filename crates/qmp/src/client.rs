@@ -675,6 +675,10 @@ fn is_blank(line: &[u8]) -> bool {
     line.iter().all(u8::is_ascii_whitespace)
 }
 
+/// How many events the handshake skips ahead of the greeting before it takes
+/// the next one for a malformed greeting.
+const MAX_EVENTS_BEFORE_GREETING: usize = 16;
+
 /// Reads the greeting and negotiates capabilities, before the reader thread
 /// exists. Events arriving meanwhile are queued, not lost.
 fn handshake(
@@ -713,13 +717,26 @@ fn handshake(
         }
     };
 
-    let line = read(reader, "greeting")?;
-    let value: Value = serde_json::from_slice(&line).map_err(|e| {
-        QmpError::Greeting(format!(
-            "not JSON ({e}): {}",
-            abbreviate_str(&String::from_utf8_lossy(&line))
-        ))
-    })?;
+    // QEMU can send events ahead of the greeting: ones emitted for the client
+    // before, still in the monitor's output buffer when that client left (seen
+    // in CI: a `RESUME` ahead of a migration destination's greeting; ganeti
+    // hit it too, ganeti/ganeti#1653). They were that client's: skipped, a
+    // bounded number of them.
+    let mut skipped_events = 0usize;
+    let value = loop {
+        let line = read(reader, "greeting")?;
+        let value: Value = serde_json::from_slice(&line).map_err(|e| {
+            QmpError::Greeting(format!(
+                "not JSON ({e}): {}",
+                abbreviate_str(&String::from_utf8_lossy(&line))
+            ))
+        })?;
+        let is_event = value.get("event").is_some() && value.get("QMP").is_none();
+        if !is_event || skipped_events == MAX_EVENTS_BEFORE_GREETING {
+            break value;
+        }
+        skipped_events += 1;
+    };
     let greeting = types::parse_greeting(&value)?;
 
     let mut w = stream;

@@ -598,6 +598,30 @@ fn bad_greetings() {
     assert_clean(server);
 }
 
+/// Seen in CI on a QEMU migration destination: a `RESUME` meant for the
+/// client before came ahead of the greeting.
+#[test]
+fn events_left_for_an_earlier_client_ahead_of_the_greeting_are_skipped() {
+    let resume = r#"{"event": "RESUME", "timestamp": {"microseconds": 884482, "seconds": 1796327335}}"#;
+    let mut script = Script::with_handshake(vec![]).lingering();
+    script.greeting.insert(0, resume.to_owned());
+    let server = FakeServer::start(script);
+    let qmp = connect(&server);
+    assert_eq!(qmp.version().major, 7);
+    drop(qmp);
+    assert_clean(server);
+
+    // Only events are skipped, and only so many: a stream of them is no greeting.
+    let mut script = Script::with_handshake(vec![]);
+    script.greeting = vec![resume.to_owned(); 40];
+    let server = FakeServer::start(script);
+    assert!(matches!(
+        Qmp::connect(server.path(), CONNECT_TIMEOUT),
+        Err(QmpError::Greeting(_))
+    ));
+    server.finish();
+}
+
 #[test]
 fn greeting_timeout() {
     // A listener that accepts (via the kernel backlog) but never speaks,
