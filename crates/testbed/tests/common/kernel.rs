@@ -4,7 +4,7 @@
 
 use super::vm_dir;
 pub use autoballoon_testbed::guest::BALLOON_DIR;
-use autoballoon_testbed::guest::{balloon_to, dmesg_errors, hook_pages_served, hook_stats, kernel_errors, meminfo_kib, named_value, read_number, run_spike, tainted, SpikeRun};
+use autoballoon_testbed::guest::{balloon_to, cpu_with_dead_timer, dmesg_errors, hook_pages_served, hook_stats, kernel_errors, meminfo_kib, named_value, read_number, run_spike, tainted, SpikeRun};
 use autoballoon_testbed::{GuestAgent, GuestImage, Qemu, VmSpec};
 use autoballoon_core::{Kib, Pages};
 use autoballoon_qmp::Qmp;
@@ -95,11 +95,23 @@ pub fn spec(name: &str, agent: GuestAgent, deflate_on_oom: bool) -> VmSpec {
     VmSpec { cpus, agent, deflate_on_oom, ..VmSpec::new(name, GUEST) }
 }
 
+/// Boots the guest; one whose CPU came up with a dead timer under TCG
+/// ([`cpu_with_dead_timer`]) is booted again, up to three times, each time said.
 pub fn boot(test: &str, image: &GuestImage, spec: VmSpec) -> Qemu {
     let name = spec.name.clone();
-    let q = Qemu::start(image, spec, &vm_dir(test, &name)).unwrap_or_else(|e| panic!("{e}"));
-    q.wait_booted(Duration::from_secs(120)).unwrap_or_else(|e| panic!("{e}"));
-    q
+    for attempt in 1.. {
+        let q = Qemu::start(image, spec.clone(), &vm_dir(test, &name)).unwrap_or_else(|e| panic!("{e}"));
+        q.wait_booted(Duration::from_secs(120)).unwrap_or_else(|e| panic!("{e}"));
+        let softirqs = sh(&q, "cat /proc/softirqs");
+        match cpu_with_dead_timer(&softirqs) {
+            Some((cpu, n)) if attempt < 3 => {
+                eprintln!("{name}: CPU {cpu} ran its timer {n} times since boot (dead under TCG; its RCU would stall): booting it again");
+            }
+            Some((cpu, n)) => panic!("{name}: CPU {cpu} ran its timer {n} times since boot, in 3 boots:\n{softirqs}"),
+            None => return q,
+        }
+    }
+    unreachable!("the loop returns or panics")
 }
 
 /// Fails the test if the guest kernel reported an oops, a BUG, a warning, a bad page, a
