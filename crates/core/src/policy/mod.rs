@@ -51,6 +51,9 @@ impl fmt::Display for Reason {
                     write!(f, " + swapped {}", e.swapped)?;
                 }
                 write!(f, " + buffer {}", e.buffer)?;
+                if e.buffer_shed > crate::units::Kib::ZERO {
+                    write!(f, " ({} of the buffer shed while the migration runs: free memory it would send)", e.buffer_shed)?;
+                }
                 if e.headroom > crate::units::Kib::ZERO {
                     let why = match e.headroom_kept {
                         KeptThrough::No => "a recent need",
