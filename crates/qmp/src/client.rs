@@ -717,11 +717,11 @@ fn handshake(
         }
     };
 
-    // QEMU can send events ahead of the greeting: ones emitted for the client
-    // before, still in the monitor's output buffer when that client left (seen
-    // in CI: a `RESUME` ahead of a migration destination's greeting; ganeti
-    // hit it too, ganeti/ganeti#1653). They were that client's: skipped, a
-    // bounded number of them.
+    // QEMU can send events ahead of the greeting (seen in CI: a `RESUME` ahead
+    // of a migration destination's greeting; ganeti hit it too,
+    // ganeti/ganeti#1653), most likely ones emitted for the client before and
+    // still in the monitor's output buffer when it left. Not this session's:
+    // skipped, a bounded number of them.
     let mut skipped_events = 0usize;
     let value = loop {
         let line = read(reader, "greeting")?;
