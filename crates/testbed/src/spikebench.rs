@@ -25,7 +25,7 @@ use autoballoon_qmp::Qmp;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
@@ -343,11 +343,15 @@ pub fn run(a: SpikeArgs) -> Result<(), String> {
     let mut sink = std::fs::File::create(&jsonl).map_err(|e| format!("{}: {e}", jsonl.display()))?;
     let mut records = Vec::new();
     let mut ooms = Vec::new();
+    // Two wrappers of one QEMU build (say, one that preloads a measuring library) report the
+    // same version: their rows are told apart by the wrapper's file name.
+    let mut seen: Vec<(String, PathBuf)> = Vec::new();
     for (qi, qemu) in qemus.iter().enumerate() {
         for &cpus in &a.cpus {
             println!("[spikes] booting {} guests ({} MiB, {cpus} vCPU) on {}", configs.len(), a.memory_mib, qemu.display());
             let out = a.out.join(format!("q{qi}-c{cpus}"));
             let mut fleet = Fleet::boot_cpus(QemuLine::System, qemu, &configs, &images, memory, &out, ShrinkSetting::Auto, cpus)?;
+            fleet.version = fleet_label(&mut seen, &fleet.version, qemu);
             if let Some(p) = &policy {
                 fleet.restart_controller_with(p.clone())?;
             }
@@ -360,6 +364,20 @@ pub fn run(a: SpikeArgs) -> Result<(), String> {
         }
     }
     write_report(&a, Results { spikes: records, oom_kills: ooms })
+}
+
+/// The label of a fleet's rows: its QEMU's version, and where an earlier fleet of this run
+/// had the same version from another binary or wrapper, that wrapper's file name too
+/// (`10.0.2 (...) via qemu-async`). `seen` holds the versions met so far and their binaries.
+fn fleet_label(seen: &mut Vec<(String, PathBuf)>, version: &str, qemu: &Path) -> String {
+    match seen.iter().find(|(v, _)| v == version) {
+        Some((_, first)) if first != qemu => format!("{version} via {}", qemu.file_name().map_or("?".into(), |n| n.to_string_lossy())),
+        Some(_) => version.to_string(),
+        None => {
+            seen.push((version.to_string(), qemu.to_path_buf()));
+            version.to_string()
+        }
+    }
 }
 
 /// Prints the report and, with `--results`, writes SPIKES.md and spikes.json there.
@@ -528,6 +546,18 @@ pub fn report(a: &SpikeArgs, records: &[SpikeRecord], ooms: &[OomRecord], host: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_wrappers_of_one_qemu_get_rows_of_their_own() {
+        let mut seen = Vec::new();
+        let (q10, wrapped, q72) = (Path::new("/c/qemu10/bin/qemu-system-x86_64"), Path::new("/tmp/p/qemu-async"), Path::new("/c/72/bin/qemu-system-x86_64"));
+        assert_eq!(fleet_label(&mut seen, "10.0.2", q10), "10.0.2");
+        assert_eq!(fleet_label(&mut seen, "7.2.22", q72), "7.2.22");
+        assert_eq!(fleet_label(&mut seen, "10.0.2", wrapped), "10.0.2 via qemu-async");
+        // The same binary again (another vCPU count, or a second pass) joins its first rows.
+        assert_eq!(fleet_label(&mut seen, "10.0.2", q10), "10.0.2");
+        assert_eq!(fleet_label(&mut seen, "10.0.2", wrapped), "10.0.2 via qemu-async");
+    }
 
     #[test]
     fn a_spike_delta_counts_kswapd_beside_direct_reclaim() {
