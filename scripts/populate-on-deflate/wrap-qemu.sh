@@ -4,8 +4,13 @@
 #   scripts/populate-on-deflate/wrap-qemu.sh QEMU [async|sync|off]
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+usage() { sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'; exit "$1"; }
+case "${1:-}" in -h|--help) usage 0 ;; "") usage 2 ;; esac
 QEMU=$(readlink -f "$1"); MODE=${2:-async}
-DIR=${TMPDIR:-/tmp}/autoballoon-populate
+case "$MODE" in async|sync|off) ;; *) echo "wrap-qemu: unknown mode $MODE (async, sync or off)" >&2; exit 2 ;; esac
+[ -x "$QEMU" ] || { echo "wrap-qemu: $1 is not an executable" >&2; exit 2; }
+# One directory per QEMU wrapped (the wrapper's file name, qemu-MODE, labels the rows).
+DIR=${TMPDIR:-/tmp}/autoballoon-populate/$(echo "$QEMU" | sha256sum | cut -c1-8)
 mkdir -p "$DIR"
 cc -O2 -Wall -shared -fPIC -o "$DIR/populate.so" "$HERE/populate.c" -ldl -lpthread
 W="$DIR/qemu-$MODE"
