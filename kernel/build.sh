@@ -99,6 +99,14 @@ ensure_deps() {
 		die "linux-source-6.12 is $have but kernel/BASE pins $BASE_VERSION"
 }
 
+# One build at a time per cache, the source tree's unpacking included: two
+# builds that both found no tree would otherwise unpack it over each other.
+# Held until the script exits.
+lock_builds() {
+	exec 9>"$KCACHE/.build.lock"
+	step "waiting for build lock" && flock 9
+}
+
 ensure_tree() {
 	if [ -d "$SRC/.git" ] && git -C "$SRC" rev-parse -q --verify base >/dev/null; then
 		return
@@ -199,9 +207,14 @@ build_variant() {
 		return
 	fi
 	ensure_deps
+	lock_builds
+	# Another build may have made it while this one waited.
+	if [ -f "$out/bzImage" ]; then
+		step "cache hit: $out/bzImage"
+		echo "$out/bzImage"
+		return
+	fi
 	ensure_tree
-	exec 9>"$KCACHE/.build.lock"
-	step "waiting for build lock" && flock 9
 	B=_build
 	# A variant with fragments of its own builds in its own directory.
 	[ -z "$(variant_fragments "$variant")" ] || B=_build-$variant
@@ -240,9 +253,8 @@ build_variant() {
 
 run_kunit() {
 	ensure_deps
+	lock_builds
 	ensure_tree
-	exec 9>"$KCACHE/.build.lock"
-	step "waiting for build lock" && flock 9
 	checkout_variant patched
 	cd "$SRC"
 	step "running KUnit ($HERE/.kunitconfig) in $SRC/_kunit; log: $KCACHE/kunit.log"
@@ -268,6 +280,7 @@ case "${1:-patched}" in
 	;;
 --tree)
 	ensure_deps
+	lock_builds
 	ensure_tree
 	echo "$SRC"
 	;;
