@@ -198,22 +198,21 @@ progress() {
 	done
 }
 
+# Prints the cached image in $1, if there is one.
+cached_image() {
+	[ -f "$1/bzImage" ] || return 1
+	step "cache hit: $1/bzImage"
+	echo "$1/bzImage"
+}
+
 build_variant() {
 	local variant=$1 out t0 t1
 	out=$(out_dir "$variant")
-	if [ -f "$out/bzImage" ]; then
-		step "cache hit: $out/bzImage"
-		echo "$out/bzImage"
-		return
-	fi
+	cached_image "$out" && return
 	ensure_deps
 	lock_builds
 	# Another build may have made it while this one waited.
-	if [ -f "$out/bzImage" ]; then
-		step "cache hit: $out/bzImage"
-		echo "$out/bzImage"
-		return
-	fi
+	cached_image "$out" && return
 	ensure_tree
 	B=_build
 	# A variant with fragments of its own builds in its own directory.

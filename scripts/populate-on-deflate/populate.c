@@ -51,10 +51,8 @@ static void *worker(void *unused)
 		pthread_mutex_lock(&lock);
 		while (head == tail)
 			pthread_cond_wait(&nonempty, &lock);
+		/* madvise() merged whatever followed on directly while it was queued. */
 		r = queue[tail++ % QUEUE_LEN];
-		/* Merge what follows on directly. */
-		while (head != tail && queue[tail % QUEUE_LEN].start == r.end)
-			r.end = queue[tail++ % QUEUE_LEN].end;
 		pthread_mutex_unlock(&lock);
 		if (real_madvise((void *)r.start, r.end - r.start, MADV_POPULATE_WRITE) == 0)
 			__atomic_add_fetch(&populated_pages, (r.end - r.start) >> 12, __ATOMIC_RELAXED);
