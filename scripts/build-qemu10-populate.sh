@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# Build QEMU 10 (the upstream source of Debian's bookworm-backports package, the same version
+# scripts/install-qemu10.sh installs) with one change of ours,
+# scripts/qemu10/virtio-balloon-populate-on-deflate.patch: an experimental balloon property,
+# x-populate-on-deflate (off by default), with which QEMU acknowledges a deflation first and
+# then backs the deflated pages in a thread of its own (MADV_POPULATE_WRITE), so the guest
+# does not take a host page fault on each of them (docs/spikes.md, "Backing deflated memory
+# off the vCPU's thread"). Off, the device behaves as QEMU's own, so one build serves the
+# baselines and the change side by side. Not used by `make test` or `make demo`.
+#
+# Steps: the orig tarball of the source package, through a private apt configuration
+# (deb-src lines of its own; /etc/apt is left alone) and checked against the archive's
+# SHA256; meson from PyPI in a venv of its own (QEMU 10 needs meson >= 1.5, bookworm has
+# 1.0); the patch; configure x86_64-softmmu only with what the test bed uses; ninja (nice 19);
+# install into
+#   ${AUTOBALLOON_CACHE:-$HOME/.cache/autoballoon}/qemu/10-populate-<hash>/
+# keyed by the source version, the patch and the configure flags. A wrapper there,
+# bin/qemu-system-x86_64, runs it with the firmware of the QEMU 10 that
+# scripts/install-qemu10.sh installed. Cold: about 6 min on two cores; cached: instant.
+# Needs root once for the build dependencies (apt-get install).
+#
+# stdout: only the wrapper's path. Progress goes to stderr, one line per step.
+# Usage: scripts/build-qemu10-populate.sh [--populate]
+#   --populate   print the path of a second wrapper beside it, bin/qemu-system-x86_64-populate,
+#                which turns the property on for every balloon
+#                (-global virtio-balloon-device.x-populate-on-deflate=on)
+set -euo pipefail
+
+CACHE="${AUTOBALLOON_CACHE:-$HOME/.cache/autoballoon}"
+BASE="$CACHE/qemu"
+MIRROR="${AUTOBALLOON_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+PATCH="$HERE/qemu10/virtio-balloon-populate-on-deflate.patch"
+MESON_VERSION=1.5.0
+BUILD_DEPS=(ninja-build pkg-config libglib2.0-dev libpixman-1-dev zlib1g-dev python3-venv flex bison)
+
+say() { echo "build-qemu10-populate: $*" >&2; }
+die() { say "ERROR: $*"; exit 1; }
+suffix=""
+case "${1:-}" in
+    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --populate) suffix=-populate ;;
+    "") ;;
+    *) die "unknown argument: $1 (--help)" ;;
+esac
+
+# The QEMU 10 this build sits beside: its firmware and its Debian version.
+Q10="$("$HERE/install-qemu10.sh")" || die "scripts/install-qemu10.sh failed"
+Q10_DIR="$(dirname "$(dirname "$Q10")")"
+DEBV="$(basename "$Q10_DIR")"            # 10.0.2+ds-2+deb13u1~bpo12+1
+UPV="${DEBV%%+*}"                        # 10.0.2
+CONFIGURE=(--target-list=x86_64-softmmu
+    --disable-docs --disable-werror --disable-gtk --disable-sdl --disable-vnc --disable-spice
+    --disable-opengl --disable-virglrenderer --disable-xen --disable-tools --disable-guest-agent
+    --disable-curses --disable-pa --disable-alsa --disable-jack --disable-oss --disable-vde
+    --disable-rbd --disable-glusterfs --disable-libiscsi --disable-libnfs --disable-capstone
+    --disable-libusb --disable-usb-redir --disable-smartcard --disable-brlapi --disable-curl
+    --disable-gnutls --disable-nettle --disable-gcrypt --disable-libssh --disable-seccomp
+    --disable-cap-ng --disable-linux-aio --disable-linux-io-uring --disable-bpf
+    --disable-libpmem --disable-fuse --disable-slirp --disable-fdt --disable-rust
+    --disable-pipewire --disable-sndio --disable-dbus-display --disable-libdw --disable-install-blobs)
+KEY="$( { echo "$DEBV" "$MESON_VERSION" "${CONFIGURE[*]}"; cat "$PATCH"; } | sha256sum | cut -c1-12)"
+DEST="$BASE/10-populate-$KEY"
+WRAPPER="$DEST/bin/qemu-system-x86_64"
+
+# The wrappers beside the binary in $1 (written on every run: they are cheap, and they name
+# the installed QEMU 10's firmware, which may have moved).
+write_wrappers() {
+    local bin=$1 R="$Q10_DIR/root"
+    cat > "$bin/qemu-system-x86_64" <<WRAP
+#!/bin/sh
+# QEMU $UPV with x-populate-on-deflate (scripts/build-qemu10-populate.sh), run with the
+# firmware of the QEMU 10 in $Q10_DIR.
+exec "\$(dirname "\$0")/qemu-system-x86_64.real" \\
+    -L "$R/usr/share/qemu" -L "$R/usr/share/seabios" -L "$R/usr/lib/ipxe/qemu" "\$@"
+WRAP
+    # The same QEMU with the property on for every balloon it runs (--populate prints it).
+    cat > "$bin/qemu-system-x86_64-populate" <<WRAP
+#!/bin/sh
+# QEMU $UPV (scripts/build-qemu10-populate.sh) with x-populate-on-deflate on.
+exec "\$(dirname "\$0")/qemu-system-x86_64" -global virtio-balloon-device.x-populate-on-deflate=on "\$@"
+WRAP
+    chmod +x "$bin/qemu-system-x86_64" "$bin/qemu-system-x86_64-populate"
+}
+
+check() {
+    [ -x "$DEST/bin/qemu-system-x86_64.real" ] || return 1
+    write_wrappers "$DEST/bin"
+    "$WRAPPER" -device virtio-balloon-pci,help 2>/dev/null | grep -q 'x-populate-on-deflate'
+}
+if check; then
+    say "cached: $("$WRAPPER" --version | head -1)"
+    echo "$WRAPPER$suffix"
+    exit 0
+fi
+
+say "step 1/6: build dependencies (${BUILD_DEPS[*]})"
+missing=()
+for p in "${BUILD_DEPS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    [ "$(id -u)" -eq 0 ] || die "missing ${missing[*]}: run as root once, or apt-get install them"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >"$BASE/apt-install.log" 2>&1 \
+        || { tail -5 "$BASE/apt-install.log" >&2; die "apt-get install ${missing[*]} failed"; }
+fi
+
+SRC="$BASE/src-$UPV"
+TREE="$SRC/qemu-$UPV"
+mkdir -p "$SRC" "$BASE"
+if [ ! -f "$SRC/.unpacked-$DEBV" ]; then
+    say "step 2/6: the upstream source of qemu=1:$DEBV (bookworm-backports, deb-src of its own under $BASE/apt-src-bpo)"
+    APT="$BASE/apt-src-bpo"
+    mkdir -p "$APT/lists/partial" "$APT/cache/archives/partial"
+    echo "deb-src [signed-by=$KEYRING] $MIRROR bookworm-backports main" > "$APT/sources.list"
+    O=(-o "Dir::Etc::SourceList=$APT/sources.list" -o "Dir::Etc::SourceParts=/dev/null"
+       -o "Dir::State::Lists=$APT/lists" -o "Dir::Cache=$APT/cache" -o "Debug::NoLocking=1"
+       -o "APT::Sandbox::User=$(id -un)")
+    apt-get "${O[@]}" -qq update >&2 || die "apt-get update (deb-src bookworm-backports) failed"
+    # Only the orig tarball: the upstream tree is what the patch is against (and the
+    # mirror does not always carry the Debian part of a backport's source).
+    line="$(apt-get "${O[@]}" -qq --print-uris source "qemu=1:$DEBV" | grep "\.orig\.tar\." | head -1)" \
+        || die "no source package qemu=1:$DEBV in bookworm-backports"
+    uri="$(awk '{print $1}' <<< "$line" | tr -d "'")"
+    file="$(awk '{print $2}' <<< "$line")"
+    sum="$(awk '{print $4}' <<< "$line")"
+    [[ "$sum" == SHA256:* ]] || die "no SHA256 for $file in the archive's index: $line"
+    /usr/lib/apt/apt-helper download-file "$uri" "$SRC/$file" "$sum" >&2 \
+        || die "downloading $uri failed"
+    rm -rf "$TREE"
+    tar -C "$SRC" -xf "$SRC/$file" || die "unpacking $file failed"
+    [ -d "$TREE" ] || die "$file did not unpack into $TREE"
+    touch "$SRC/.unpacked-$DEBV"
+else
+    say "step 2/6: source already unpacked in $TREE"
+fi
+[ -f "$TREE/hw/virtio/virtio-balloon.c" ] || die "no QEMU tree at $TREE"
+
+# What QEMU's configure wants in its venv (pythondeps.toml, group "meson"); Debian's
+# source package leaves out the wheels QEMU ships for them.
+PYDEPS=("meson==$MESON_VERSION" "pycotap==1.3.1")
+say "step 3/6: ${PYDEPS[*]} from PyPI (venv $BASE/meson-$MESON_VERSION)"
+VENV="$BASE/meson-$MESON_VERSION"
+if ! "$VENV/bin/python3" -c 'import mesonbuild, pycotap' 2>/dev/null; then
+    rm -rf "$VENV"
+    python3 -m venv "$VENV" || die "python3 -m venv failed"
+    "$VENV/bin/pip" install -q "${PYDEPS[@]}" >&2 || die "pip install ${PYDEPS[*]} failed"
+fi
+
+say "step 4/6: applying $(basename "$PATCH")"
+if ! grep -q populate_on_deflate "$TREE/hw/virtio/virtio-balloon.c"; then
+    patch -d "$TREE" -p1 --quiet < "$PATCH" || die "the patch does not apply to $TREE"
+fi
+# Debian's +ds tarball leaves out the prebuilt firmware, edk2's included: do not unpack it
+# (the wrapper points at the installed QEMU 10's firmware instead).
+sed -i 's/^\( *\)unpack_edk2_blobs = bzip2.found()$/\1unpack_edk2_blobs = false/' "$TREE/meson.build"
+
+say "step 5/6: configure + ninja (x86_64-softmmu, nice 19; a progress line a minute)"
+B="$TREE/_build-populate"
+rm -rf "$B" "$DEST.tmp"
+mkdir -p "$B"
+(cd "$B" && ../configure --prefix="$DEST.tmp" --python="$VENV/bin/python3" "${CONFIGURE[@]}" \
+    --with-pkgversion="Debian $DEBV upstream source, autoballoon: x-populate-on-deflate") >"$B/configure.log" 2>&1 \
+    || { tail -20 "$B/configure.log" >&2; die "configure failed (log: $B/configure.log)"; }
+( set +e; while sleep 60; do say "  ninja: $(tail -1 "$B/ninja.log" 2>/dev/null | cut -d' ' -f1) steps"; done ) &
+ticker=$!
+trap 'kill $ticker 2>/dev/null || true' EXIT
+nice -n 19 ninja -C "$B" -j "$(nproc)" qemu-system-x86_64 >"$B/ninja.log" 2>&1 \
+    || { tail -20 "$B/ninja.log" >&2; die "the build failed (log: $B/ninja.log)"; }
+kill $ticker 2>/dev/null || true
+
+say "step 6/6: installing into $DEST"
+mkdir -p "$DEST.tmp/bin"
+cp "$B/qemu-system-x86_64" "$DEST.tmp/bin/qemu-system-x86_64.real"
+rm -rf "$DEST"
+mv "$DEST.tmp" "$DEST"
+check || die "the installed wrapper $WRAPPER does not offer x-populate-on-deflate"
+say "built: $("$WRAPPER" --version | head -1)"
+echo "$WRAPPER$suffix"
