@@ -9,7 +9,7 @@ AGENT := target/$(TRIPLE)/release/autoballoon-guest
 DEMOBIN := target/release/autoballoon-demo
 IMAGE_PATH := run/image.path
 
-.PHONY: all qemu10 test-qemu10 deps build agent host testbed image demo migbench spikebench densitybench soak test unit-test integration-test test-host-pressure bench bench-host clean help guest-deb deb packaging-test systemd-test fuzz sim sim-ray-test sim-scale reproduce calibrate
+.PHONY: all qemu10 qemu10-populate test-qemu10 deps build agent host testbed image demo migbench spikebench densitybench soak test unit-test integration-test test-host-pressure bench bench-host clean help guest-deb deb packaging-test systemd-test fuzz sim sim-ray-test sim-scale reproduce calibrate
 
 all: build
 
@@ -35,6 +35,7 @@ help:
 	@echo "make systemd-test - the host .deb under a real systemd (PID 1 in systemd-nspawn, Debian 12): unit, sandbox, socket directory, discovery (part of make test)"
 	@echo "make qemu10 - QEMU 10 from bookworm-backports beside the system QEMU (under $(CACHE)/qemu)"
 	@echo "make test-qemu10 - the QEMU integration tests with every VM under QEMU 10"
+	@echo "make qemu10-populate - QEMU 10 with the project's x-populate-on-deflate balloon patch (under $(CACHE)/qemu), and its test"
 
 deps:
 	@scripts/install-deps.sh
@@ -47,6 +48,15 @@ QEMU10 ?= 1
 QEMU10_INSTALL := $(if $(filter 1,$(QEMU10)),scripts/install-qemu10.sh >/dev/null,true)
 qemu10:
 	@scripts/install-qemu10.sh
+
+# QEMU 10.0.2 built from Debian's backports source with the project's balloon patch,
+# x-populate-on-deflate (scripts/qemu10/; docs/spikes.md, "Backing deflated memory off the
+# vCPU's thread"), under $(CACHE)/qemu/qemu10-populate (about 6 min the first time), then
+# its test (crates/testbed/tests/populate_on_deflate.rs). Not part of `make test`, whose
+# run would grow by the build; `make bench` builds it for its spike stage.
+qemu10-populate: testbed image
+	@scripts/build-qemu10-populate.sh >/dev/null
+	AUTOBALLOON_IMAGE="$$(cat $(IMAGE_PATH))" cargo test --locked -p autoballoon-testbed --test populate_on_deflate -- --nocapture
 
 # The agent is one static binary (no shared libraries) for the guest's initramfs.
 agent: deps
@@ -195,8 +205,9 @@ test-qemu10: image
 # BENCH_ARGS passes options to autoballoon-bench (--help).
 BENCH_KERNEL ?= 1
 # Then autoballoon-spikebench (bench/SPIKES.md): spikes at steady state against FPR alone
-# on both QEMU lines, 1 and 2 vCPUs (about 40 min); BENCH_SPIKES=0 skips it,
-# SPIKEBENCH_ARGS passes options (--help).
+# on both QEMU lines and on QEMU 10 with the project's balloon patch, x-populate-on-deflate
+# on (scripts/build-qemu10-populate.sh --populate), 1 and 2 vCPUs (about 60 min);
+# BENCH_SPIKES=0 skips it, SPIKEBENCH_ARGS passes options (--help).
 BENCH_SPIKES ?= 1
 # Then autoballoon-densitybench (bench/DENSITY.md): four guests running a job sequence, host
 # memory against FPR alone on the same kernel, runtime against no balloon, on QEMU 10, both
@@ -228,7 +239,7 @@ bench: agent testbed image
 	fi; \
 	if [ "$(BENCH_SPIKES)" = 1 ] && stage spikes; then \
 	  target/release/autoballoon-spikebench --image "$$(cat $(IMAGE_PATH))" --patched-image "$$patched" \
-	    --qemu "$$(scripts/build-qemu72-fixed.sh),$$(scripts/install-qemu10.sh)" --cpus 1,2 \
+	    --qemu "$$(scripts/build-qemu72-fixed.sh),$$(scripts/install-qemu10.sh),$$(scripts/build-qemu10-populate.sh --populate)" --cpus 1,2 \
 	    --out run/bench/spikes --results bench $(SPIKEBENCH_ARGS) || exit 1; \
 	  touch run/bench/spikes.done; \
 	fi; \

@@ -16,7 +16,8 @@
 #   ${AUTOBALLOON_CACHE:-$HOME/.cache/autoballoon}/qemu/10-populate-<hash>/
 # keyed by the source version, the patch and the configure flags. A wrapper there,
 # bin/qemu-system-x86_64, runs it with the firmware of the QEMU 10 that
-# scripts/install-qemu10.sh installed. Cold: about 6 min on two cores; cached: instant.
+# scripts/install-qemu10.sh installed; the symlink .../qemu/qemu10-populate points at the
+# newest build (crates/testbed/tests/populate_on_deflate.rs looks there). Cold: about 6 min on two cores; cached: instant.
 # Needs root once for the build dependencies (apt-get install).
 #
 # stdout: only the wrapper's path. Progress goes to stderr, one line per step.
@@ -39,7 +40,7 @@ say() { echo "build-qemu10-populate: $*" >&2; }
 die() { say "ERROR: $*"; exit 1; }
 suffix=""
 case "${1:-}" in
-    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --populate) suffix=-populate ;;
     "") ;;
     *) die "unknown argument: $1 (--help)" ;;
@@ -90,6 +91,7 @@ check() {
     "$WRAPPER" -device virtio-balloon-pci,help 2>/dev/null | grep -q 'x-populate-on-deflate'
 }
 if check; then
+    ln -sfn "$(basename "$DEST")" "$BASE/qemu10-populate"
     say "cached: $("$WRAPPER" --version | head -1)"
     echo "$WRAPPER$suffix"
     exit 0
@@ -176,5 +178,6 @@ cp "$B/qemu-system-x86_64" "$DEST.tmp/bin/qemu-system-x86_64.real"
 rm -rf "$DEST"
 mv "$DEST.tmp" "$DEST"
 check || die "the installed wrapper $WRAPPER does not offer x-populate-on-deflate"
+ln -sfn "$(basename "$DEST")" "$BASE/qemu10-populate"
 say "built: $("$WRAPPER" --version | head -1)"
 echo "$WRAPPER$suffix"

@@ -366,17 +366,24 @@ pub fn run(a: SpikeArgs) -> Result<(), String> {
     write_report(&a, Results { spikes: records, oom_kills: ooms })
 }
 
-/// The label of a fleet's rows: its QEMU's version, and where an earlier fleet of this run
-/// had the same version from another binary or wrapper, that wrapper's file name too
-/// (`10.0.2 (...) via qemu-async`). `seen` holds the versions met so far and their binaries.
+/// The label of a fleet's rows: its QEMU's version, and the file name of the binary or
+/// wrapper where that is not plain `qemu-system-x86_64` (a wrapper that changes how QEMU
+/// runs, e.g. `scripts/build-qemu10-populate.sh --populate`'s) or where an earlier fleet of
+/// this run had the same version from another one (`10.0.2 (...) via qemu-async`). `seen`
+/// holds the versions met so far and their first binaries.
 fn fleet_label(seen: &mut Vec<(String, PathBuf)>, version: &str, qemu: &Path) -> String {
-    match seen.iter().find(|(v, _)| v == version) {
-        Some((_, first)) if first != qemu => format!("{version} via {}", qemu.file_name().map_or("?".into(), |n| n.to_string_lossy())),
-        Some(_) => version.to_string(),
+    let name = qemu.file_name().map_or("?".into(), |n| n.to_string_lossy());
+    let first = match seen.iter().find(|(v, _)| v == version) {
+        Some((_, first)) => first.as_path(),
         None => {
             seen.push((version.to_string(), qemu.to_path_buf()));
-            version.to_string()
+            qemu
         }
+    };
+    if name == "qemu-system-x86_64" && first == qemu {
+        version.to_string()
+    } else {
+        format!("{version} via {name}")
     }
 }
 
@@ -557,6 +564,10 @@ mod tests {
         // The same binary again (another vCPU count, or a second pass) joins its first rows.
         assert_eq!(fleet_label(&mut seen, "10.0.2", q10), "10.0.2");
         assert_eq!(fleet_label(&mut seen, "10.0.2", wrapped), "10.0.2 via qemu-async");
+        // A wrapper says so even where it is the only one of its version.
+        let populate = Path::new("/c/qemu/qemu10-populate/bin/qemu-system-x86_64-populate");
+        assert_eq!(fleet_label(&mut seen, "10.0.2 (patched)", populate), "10.0.2 (patched) via qemu-system-x86_64-populate");
+        assert_eq!(fleet_label(&mut seen, "10.0.2 (patched)", populate), "10.0.2 (patched) via qemu-system-x86_64-populate");
     }
 
     #[test]

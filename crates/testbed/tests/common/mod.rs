@@ -108,3 +108,27 @@ pub fn qemu10() -> Result<PathBuf, String> {
     }
     Ok(path)
 }
+
+/// The QEMU 10 that `scripts/build-qemu10-populate.sh` built with the project's balloon
+/// patch (`x-populate-on-deflate`): `$AUTOBALLOON_QEMU10_POPULATE`, else the wrapper under
+/// `${AUTOBALLOON_CACHE:-~/.cache/autoballoon}/qemu/qemu10-populate/`; `None` after
+/// printing why `test` is skipped if it was never built. One that does not offer the
+/// property is a mistake and fails the test.
+pub fn qemu10_populate_or_skip(test: &str) -> Option<PathBuf> {
+    let path = match std::env::var_os("AUTOBALLOON_QEMU10_POPULATE").filter(|p| !p.is_empty()) {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let cache = std::env::var_os("AUTOBALLOON_CACHE").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/autoballoon")))?;
+            let p = cache.join("qemu/qemu10-populate/bin/qemu-system-x86_64");
+            if !p.exists() {
+                eprintln!("SKIPPED {test}: {} is missing (run `make qemu10-populate`, or set AUTOBALLOON_QEMU10_POPULATE)", p.display());
+                return None;
+            }
+            p
+        }
+    };
+    let out = std::process::Command::new(&path).args(["-device", "virtio-balloon-pci,help"]).output();
+    let text = out.as_ref().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    assert!(text.contains("x-populate-on-deflate"), "{} does not offer x-populate-on-deflate: {out:?}", path.display());
+    Some(path)
+}
