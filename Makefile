@@ -52,8 +52,9 @@ qemu10:
 # QEMU 10.0.2 built from Debian's backports source with the project's balloon patch,
 # x-populate-on-deflate (scripts/qemu10/; docs/spikes.md, "Backing deflated memory off the
 # vCPU's thread"), under $(CACHE)/qemu/qemu10-populate (about 6 min the first time), then
-# its test (crates/testbed/tests/populate_on_deflate.rs). Not part of `make test`, whose
-# run would grow by the build; `make bench` builds it for its spike stage.
+# its test (crates/testbed/tests/populate_on_deflate.rs). `make test` does not build it (its
+# run would grow by the build) but runs that test where it is built; `make bench` builds it
+# for its spike stage.
 qemu10-populate: testbed image
 	@scripts/build-qemu10-populate.sh >/dev/null
 	AUTOBALLOON_IMAGE="$$(cat $(IMAGE_PATH))" cargo test --locked -p autoballoon-testbed --test populate_on_deflate -- --nocapture
