@@ -6,7 +6,8 @@
 # then backs the deflated pages in a thread of its own (MADV_POPULATE_WRITE), so the guest
 # does not take a host page fault on each of them (docs/spikes.md, "Backing deflated memory
 # off the vCPU's thread"). Off, the device behaves as QEMU's own, so one build serves the
-# baselines and the change side by side. Not used by `make test` or `make demo`.
+# baselines and the change side by side. `make test` does not build it (it runs its test
+# where it is built); `make bench` builds it for its spike stage.
 #
 # Steps: the orig tarball of the source package, through a private apt configuration
 # (deb-src lines of its own; /etc/apt is left alone) and checked against the archive's
@@ -17,7 +18,8 @@
 # keyed by the source version, the patch and the configure flags. A wrapper there,
 # bin/qemu-system-x86_64, runs it with the firmware of the QEMU 10 that
 # scripts/install-qemu10.sh installed; the symlink .../qemu/qemu10-populate points at the
-# newest build (crates/testbed/tests/populate_on_deflate.rs looks there). Cold: about 6 min on two cores; cached: instant.
+# newest build (crates/testbed/tests/populate_on_deflate.rs looks there). Cold: about 6 min
+# on two cores; cached: instant.
 # Needs root once for the build dependencies (apt-get install).
 #
 # stdout: only the wrapper's path. Progress goes to stderr, one line per step.
@@ -40,7 +42,7 @@ say() { echo "build-qemu10-populate: $*" >&2; }
 die() { say "ERROR: $*"; exit 1; }
 suffix=""
 case "${1:-}" in
-    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --populate) suffix=-populate ;;
     "") ;;
     *) die "unknown argument: $1 (--help)" ;;
@@ -102,6 +104,7 @@ missing=()
 for p in "${BUILD_DEPS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
 done
+mkdir -p "$BASE"
 if [ ${#missing[@]} -gt 0 ]; then
     [ "$(id -u)" -eq 0 ] || die "missing ${missing[*]}: run as root once, or apt-get install them"
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >"$BASE/apt-install.log" 2>&1 \
@@ -110,7 +113,7 @@ fi
 
 SRC="$BASE/src-$UPV"
 TREE="$SRC/qemu-$UPV"
-mkdir -p "$SRC" "$BASE"
+mkdir -p "$SRC"
 if [ ! -f "$SRC/.unpacked-$DEBV" ]; then
     say "step 2/6: the upstream source of qemu=1:$DEBV (bookworm-backports, deb-src of its own under $BASE/apt-src-bpo)"
     APT="$BASE/apt-src-bpo"

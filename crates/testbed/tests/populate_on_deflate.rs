@@ -56,7 +56,7 @@ fn qemu_backs_what_the_guest_deflated_before_the_guest_touches_it() {
     set_all(1024);
     let backed = wait_for(Duration::from_secs(60), Duration::from_millis(100), || rss_mib(&vms[0]) >= before[0] + 512);
     let after: Vec<u64> = vms.iter().map(rss_mib).collect();
-    eprintln!("grown to 1024 MiB: QEMU resident on {} MiB (+{}), off {} MiB (+{})", after[0], after[0] - before[0].min(after[0]), after[1], after[1] - before[1].min(after[1]));
+    eprintln!("grown to 1024 MiB: QEMU resident on {} MiB (+{}), off {} MiB (+{})", after[0], after[0].saturating_sub(before[0]), after[1], after[1].saturating_sub(before[1]));
     assert!(backed.is_some(), "with x-populate-on-deflate on, QEMU backed {} MiB of the 640 MiB deflated", after[0].saturating_sub(before[0]));
     assert!(after[1] < before[1] + 128, "off, QEMU backed {} MiB the guest did not touch", after[1] - before[1]);
 

@@ -89,11 +89,7 @@ pub fn qemu10() -> Result<PathBuf, String> {
     let (path, explicit) = match std::env::var_os("AUTOBALLOON_QEMU10").filter(|p| !p.is_empty()) {
         Some(p) => (PathBuf::from(p), true),
         None => {
-            let cache = std::env::var_os("AUTOBALLOON_CACHE")
-                .map(PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/autoballoon")))
-                .ok_or("neither AUTOBALLOON_CACHE nor HOME is set")?;
-            let p = cache.join("qemu/qemu10/bin/qemu-system-x86_64");
+            let p = cache_dir().ok_or("neither AUTOBALLOON_CACHE nor HOME is set")?.join("qemu/qemu10/bin/qemu-system-x86_64");
             if !p.exists() {
                 return Err(format!("QEMU 10 is not installed ({} is missing; run `make qemu10`, or set AUTOBALLOON_QEMU10)", p.display()));
             }
@@ -118,8 +114,7 @@ pub fn qemu10_populate_or_skip(test: &str) -> Option<PathBuf> {
     let path = match std::env::var_os("AUTOBALLOON_QEMU10_POPULATE").filter(|p| !p.is_empty()) {
         Some(p) => PathBuf::from(p),
         None => {
-            let cache = std::env::var_os("AUTOBALLOON_CACHE").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/autoballoon")))?;
-            let p = cache.join("qemu/qemu10-populate/bin/qemu-system-x86_64");
+            let p = cache_dir()?.join("qemu/qemu10-populate/bin/qemu-system-x86_64");
             if !p.exists() {
                 eprintln!("SKIPPED {test}: {} is missing (run `make qemu10-populate`, or set AUTOBALLOON_QEMU10_POPULATE)", p.display());
                 return None;
@@ -131,4 +126,9 @@ pub fn qemu10_populate_or_skip(test: &str) -> Option<PathBuf> {
     let text = out.as_ref().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
     assert!(text.contains("x-populate-on-deflate"), "{} does not offer x-populate-on-deflate: {out:?}", path.display());
     Some(path)
+}
+
+/// `${AUTOBALLOON_CACHE:-$HOME/.cache/autoballoon}`, where the scripts cache their builds.
+fn cache_dir() -> Option<PathBuf> {
+    std::env::var_os("AUTOBALLOON_CACHE").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/autoballoon")))
 }
