@@ -52,9 +52,10 @@ qemu10:
 # QEMU 10.0.2 built from Debian's backports source with the project's balloon patch,
 # x-populate-on-deflate (scripts/qemu10/; docs/spikes.md, "Backing deflated memory off the
 # vCPU's thread"), under $(CACHE)/qemu/qemu10-populate (about 6 min the first time), then
-# its test (crates/testbed/tests/populate_on_deflate.rs). `make test` does not build it (its
-# run would grow by the build) but runs that test where it is built; `make bench` builds it
-# for its spike stage.
+# its test (crates/testbed/tests/populate_on_deflate.rs, which also runs on the fixed 7.2 of
+# scripts/build-qemu72-fixed.sh, ported patch in scripts/qemu72/, where that is built).
+# `make test` builds neither (its run would grow by the builds) but runs that test on what
+# is built; `make bench` builds both for its spike stage.
 qemu10-populate: testbed image
 	@scripts/build-qemu10-populate.sh >/dev/null
 	AUTOBALLOON_IMAGE="$$(cat $(IMAGE_PATH))" cargo test --locked -p autoballoon-testbed --test populate_on_deflate -- --nocapture
@@ -206,8 +207,9 @@ test-qemu10: image
 # BENCH_ARGS passes options to autoballoon-bench (--help).
 BENCH_KERNEL ?= 1
 # Then autoballoon-spikebench (bench/SPIKES.md): spikes at steady state against FPR alone
-# on both QEMU lines and on QEMU 10 with the project's balloon patch, x-populate-on-deflate
-# on (scripts/build-qemu10-populate.sh --populate), 1 and 2 vCPUs (about 60 min);
+# on both QEMU lines, each also with the project's balloon patch, x-populate-on-deflate, on
+# (scripts/build-qemu72-fixed.sh --populate, scripts/build-qemu10-populate.sh --populate),
+# 1 and 2 vCPUs (about 80 min);
 # BENCH_SPIKES=0 skips it, SPIKEBENCH_ARGS passes options (--help).
 BENCH_SPIKES ?= 1
 # Then autoballoon-densitybench (bench/DENSITY.md): four guests running a job sequence, host
@@ -240,7 +242,7 @@ bench: agent testbed image
 	fi; \
 	if [ "$(BENCH_SPIKES)" = 1 ] && stage spikes; then \
 	  target/release/autoballoon-spikebench --image "$$(cat $(IMAGE_PATH))" --patched-image "$$patched" \
-	    --qemu "$$(scripts/build-qemu72-fixed.sh),$$(scripts/install-qemu10.sh),$$(scripts/build-qemu10-populate.sh --populate)" --cpus 1,2 \
+	    --qemu "$$(scripts/build-qemu72-fixed.sh),$$(scripts/build-qemu72-fixed.sh --populate),$$(scripts/install-qemu10.sh),$$(scripts/build-qemu10-populate.sh --populate)" --cpus 1,2 \
 	    --out run/bench/spikes --results bench $(SPIKEBENCH_ARGS) || exit 1; \
 	  touch run/bench/spikes.done; \
 	fi; \

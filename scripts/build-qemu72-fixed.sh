@@ -4,20 +4,26 @@
 # clears bits without resetting TCG's TLB; upstream 03bfc2188f, QEMU 9.0). KVM hosts are not
 # affected, and this machine has no KVM, so without the fix a QEMU 7.2 destination breaks
 # whether or not anything balloons (docs/migration.md, "Why destinations crashed").
+# The build also carries the project's balloon patch, x-populate-on-deflate (off by default,
+# so the device behaves as Debian's): the QEMU 10 build's patch ported to 7.2,
+# scripts/qemu72/virtio-balloon-populate-on-deflate.patch (docs/spikes.md).
 #
 # Steps: fetch the source package of the installed qemu-system-x86 version through a private
-# apt configuration (deb-src lines of its own; /etc/apt is left alone), apply
-# scripts/qemu72/tcg-dirty-bitmap-sync.patch, configure x86_64-softmmu only with what the test
-# bed uses (no GUI, no docs), build with ninja (nice 19) and install into
+# apt configuration (deb-src lines of its own; /etc/apt is left alone), apply the two patches
+# in scripts/qemu72/, configure x86_64-softmmu only with what the test bed uses (no GUI, no
+# docs), build with ninja (nice 19) and install into
 #   ${AUTOBALLOON_CACHE:-$HOME/.cache/autoballoon}/qemu/7.2-fixed-<hash>/
-# keyed by the source version, the patch and this script. A wrapper there,
+# keyed by the source version, the patches and the configure flags. A wrapper there,
 # bin/qemu-system-x86_64, runs it with the system QEMU's firmware (-L /usr/share/qemu,
 # /usr/share/seabios). The symlink .../qemu/qemu72fixed points at the newest build.
 # Cold: about 25 min of the two cores; cached: instant. Needs root once for the build
 # dependencies (apt-get install), like scripts/install-deps.sh.
 #
 # stdout: only the wrapper's path. Progress goes to stderr, one line per step.
-# Usage: scripts/build-qemu72-fixed.sh
+# Usage: scripts/build-qemu72-fixed.sh [--populate]
+#   --populate   print the path of a second wrapper beside it, bin/qemu-system-x86_64-populate,
+#                which turns the property on for every balloon
+#                (-global virtio-balloon-device.x-populate-on-deflate=on)
 set -euo pipefail
 
 CACHE="${AUTOBALLOON_CACHE:-$HOME/.cache/autoballoon}"
@@ -25,22 +31,25 @@ BASE="$CACHE/qemu"
 MIRROR="${AUTOBALLOON_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-PATCH="$HERE/qemu72/tcg-dirty-bitmap-sync.patch"
+TCG_PATCH="$HERE/qemu72/tcg-dirty-bitmap-sync.patch"
+POPULATE_PATCH="$HERE/qemu72/virtio-balloon-populate-on-deflate.patch"
 BUILD_DEPS=(meson ninja-build pkg-config libglib2.0-dev libpixman-1-dev libfdt-dev zlib1g-dev python3-venv flex bison dpkg-dev)
 
 say() { echo "build-qemu72-fixed: $*" >&2; }
 die() { say "ERROR: $*"; exit 1; }
+suffix=""
 case "${1:-}" in
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --populate) suffix=-populate ;;
     "") ;;
-    *) die "unknown argument: $1" ;;
+    *) die "unknown argument: $1 (--help)" ;;
 esac
 
 # The Debian version of the system QEMU (what the fixed build replaces in the test bed).
 QV="$(dpkg-query -W -f='${Version}' qemu-system-x86 2>/dev/null)" || die "qemu-system-x86 is not installed (scripts/install-deps.sh)"
 [[ "$QV" == 1:7.2* ]] || die "the system QEMU is $QV, not Debian's 7.2: nothing to fix (QEMU 9.0 and later have the fix)"
 SRCV="${QV%+b*}"   # binNMU suffix off: 1:7.2+dfsg-7+deb12u18+b3 -> 1:7.2+dfsg-7+deb12u18
-# What the build depends on: the source version, the patch, the configure flags.
+# What the build depends on: the source version, the patches, the configure flags.
 CONFIGURE=(--target-list=x86_64-softmmu
     --disable-docs --disable-werror --disable-gtk --disable-sdl --disable-vnc --disable-spice
     --disable-opengl --disable-virglrenderer --disable-xen --disable-tools --disable-guest-agent
@@ -50,15 +59,38 @@ CONFIGURE=(--target-list=x86_64-softmmu
     --disable-gnutls --disable-nettle --disable-gcrypt --disable-libssh --disable-seccomp
     --disable-cap-ng --disable-linux-aio --disable-linux-io-uring --disable-bpf
     --disable-libpmem --disable-rdma --disable-fuse --disable-slirp)
-KEY="$( { echo "$SRCV" "${CONFIGURE[*]}"; cat "$PATCH"; } | sha256sum | cut -c1-12)"
+KEY="$( { echo "$SRCV" "${CONFIGURE[*]}"; cat "$TCG_PATCH" "$POPULATE_PATCH"; } | sha256sum | cut -c1-12)"
 DEST="$BASE/7.2-fixed-$KEY"
 WRAPPER="$DEST/bin/qemu-system-x86_64"
 
-check() { [ -x "$WRAPPER" ] && "$WRAPPER" --version 2>/dev/null | head -1 | grep -q '03bfc2188f'; }
+# The wrappers beside the binary in $1 (written on every run: they are cheap).
+write_wrappers() {
+    local bin=$1
+    cat > "$bin/qemu-system-x86_64" <<WRAP
+#!/bin/sh
+# QEMU $SRCV with 03bfc2188f backported and x-populate-on-deflate
+# (scripts/build-qemu72-fixed.sh); the system QEMU's firmware and ROMs.
+exec "\$(dirname "\$0")/qemu-system-x86_64.real" -L /usr/share/qemu -L /usr/share/seabios "\$@"
+WRAP
+    # The same QEMU with the property on for every balloon it runs (--populate prints it).
+    cat > "$bin/qemu-system-x86_64-populate" <<WRAP
+#!/bin/sh
+# QEMU $SRCV (scripts/build-qemu72-fixed.sh) with x-populate-on-deflate on.
+exec "\$(dirname "\$0")/qemu-system-x86_64" -global virtio-balloon-device.x-populate-on-deflate=on "\$@"
+WRAP
+    chmod +x "$bin/qemu-system-x86_64" "$bin/qemu-system-x86_64-populate"
+}
+
+check() {
+    [ -x "$DEST/bin/qemu-system-x86_64.real" ] || return 1
+    write_wrappers "$DEST/bin"
+    "$WRAPPER" --version 2>/dev/null | head -1 | grep -q '03bfc2188f' &&
+        "$WRAPPER" -device virtio-balloon-pci,help 2>/dev/null | grep -q 'x-populate-on-deflate'
+}
 if check; then
     ln -sfn "$(basename "$DEST")" "$BASE/qemu72fixed"
     say "cached: $("$WRAPPER" --version | head -1)"
-    echo "$WRAPPER"
+    echo "$WRAPPER$suffix"
     exit 0
 fi
 
@@ -97,9 +129,12 @@ else
 fi
 [ -f "$TREE/include/exec/ram_addr.h" ] || die "no QEMU tree at $TREE"
 
-say "step 3/5: applying $(basename "$PATCH")"
+say "step 3/5: applying $(basename "$TCG_PATCH") and $(basename "$POPULATE_PATCH")"
 if ! grep -q cpu_physical_memory_dirty_bits_cleared "$TREE/softmmu/physmem.c"; then
-    patch -d "$TREE" -p1 --quiet < "$PATCH" || die "the patch does not apply to $TREE"
+    patch -d "$TREE" -p1 --quiet < "$TCG_PATCH" || die "$(basename "$TCG_PATCH") does not apply to $TREE"
+fi
+if ! grep -q populate_on_deflate "$TREE/hw/virtio/virtio-balloon.c"; then
+    patch -d "$TREE" -p1 --quiet < "$POPULATE_PATCH" || die "$(basename "$POPULATE_PATCH") does not apply to $TREE"
 fi
 
 say "step 4/5: configure + ninja (x86_64-softmmu, nice 19; a progress line a minute)"
@@ -107,7 +142,7 @@ B="$TREE/_build-fixed"
 rm -rf "$B" "$DEST.tmp"
 mkdir -p "$B"
 (cd "$B" && ../configure --prefix="$DEST.tmp" "${CONFIGURE[@]}" \
-    --with-pkgversion="Debian $SRCV, autoballoon test bed: 03bfc2188f backported") >"$B/configure.log" 2>&1 \
+    --with-pkgversion="Debian $SRCV, autoballoon test bed: 03bfc2188f backported, x-populate-on-deflate") >"$B/configure.log" 2>&1 \
     || { tail -20 "$B/configure.log" >&2; die "configure failed (log: $B/configure.log)"; }
 ( set +e; while sleep 60; do say "  ninja: $(tail -1 "$B/ninja.log" 2>/dev/null | cut -d' ' -f1) steps"; done ) &
 ticker=$!
@@ -119,16 +154,9 @@ kill $ticker 2>/dev/null || true
 say "step 5/5: installing into $DEST"
 mkdir -p "$DEST.tmp/bin"
 cp "$B/qemu-system-x86_64" "$DEST.tmp/bin/qemu-system-x86_64.real"
-cat > "$DEST.tmp/bin/qemu-system-x86_64" <<EOF
-#!/bin/sh
-# QEMU $SRCV with 03bfc2188f backported (scripts/build-qemu72-fixed.sh); the system QEMU's
-# firmware and ROMs.
-exec "$DEST/bin/qemu-system-x86_64.real" -L /usr/share/qemu -L /usr/share/seabios "\$@"
-EOF
-chmod +x "$DEST.tmp/bin/qemu-system-x86_64"
 rm -rf "$DEST"
 mv "$DEST.tmp" "$DEST"
-check || die "the wrapper does not run: $WRAPPER --version"
+check || die "the wrapper $WRAPPER does not run, or offers no x-populate-on-deflate"
 ln -sfn "$(basename "$DEST")" "$BASE/qemu72fixed"
 say "done: $("$WRAPPER" --version | head -1)"
-echo "$WRAPPER"
+echo "$WRAPPER$suffix"

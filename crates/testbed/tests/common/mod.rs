@@ -105,27 +105,40 @@ pub fn qemu10() -> Result<PathBuf, String> {
     Ok(path)
 }
 
-/// The QEMU 10 that `scripts/build-qemu10-populate.sh` built with the project's balloon
-/// patch (`x-populate-on-deflate`): `$AUTOBALLOON_QEMU10_POPULATE`, else the wrapper under
-/// `${AUTOBALLOON_CACHE:-~/.cache/autoballoon}/qemu/qemu10-populate/`; `None` after
-/// printing why `test` is skipped if it was never built. One that does not offer the
-/// property is a mistake and fails the test.
-pub fn qemu10_populate_or_skip(test: &str) -> Option<PathBuf> {
-    let path = match std::env::var_os("AUTOBALLOON_QEMU10_POPULATE").filter(|p| !p.is_empty()) {
-        Some(p) => PathBuf::from(p),
-        None => {
-            let p = cache_dir()?.join("qemu/qemu10-populate/bin/qemu-system-x86_64");
-            if !p.exists() {
-                eprintln!("SKIPPED {test}: {} is missing (run `make qemu10-populate`, or set AUTOBALLOON_QEMU10_POPULATE)", p.display());
-                return None;
+/// The QEMUs built with the project's balloon patch (`x-populate-on-deflate`), each as
+/// (its wrapper, how to build it): QEMU 10 (`scripts/build-qemu10-populate.sh`,
+/// `$AUTOBALLOON_QEMU10_POPULATE` or the wrapper under
+/// `${AUTOBALLOON_CACHE:-~/.cache/autoballoon}/qemu/qemu10-populate/`) and the fixed 7.2
+/// (`scripts/build-qemu72-fixed.sh`, `$AUTOBALLOON_QEMU72_FIXED` or `.../qemu/qemu72fixed/`).
+/// One never built, or cached from before the patch, is left out after printing why `test`
+/// skips it; one named by its variable that does not offer the property is a mistake and
+/// fails the test.
+pub fn populate_qemus(test: &str) -> Vec<PathBuf> {
+    let builds = [
+        ("AUTOBALLOON_QEMU10_POPULATE", "qemu/qemu10-populate/bin/qemu-system-x86_64", "make qemu10-populate"),
+        ("AUTOBALLOON_QEMU72_FIXED", "qemu/qemu72fixed/bin/qemu-system-x86_64", "scripts/build-qemu72-fixed.sh"),
+    ];
+    let mut found = Vec::new();
+    for (var, cached, build) in builds {
+        let explicit = std::env::var_os(var).filter(|p| !p.is_empty()).map(PathBuf::from);
+        let path = match explicit.clone().or_else(|| cache_dir().map(|c| c.join(cached))) {
+            Some(p) if p.exists() => p,
+            p => {
+                let p = p.map(|p| p.display().to_string()).unwrap_or_else(|| cached.to_owned());
+                eprintln!("SKIPPED {test} on {p}: it is missing (run `{build}`, or set {var})");
+                continue;
             }
-            p
+        };
+        let out = std::process::Command::new(&path).args(["-device", "virtio-balloon-pci,help"]).output();
+        let text = out.as_ref().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+        if !text.contains("x-populate-on-deflate") {
+            assert!(explicit.is_none(), "{var}: {} does not offer x-populate-on-deflate: {out:?}", path.display());
+            eprintln!("SKIPPED {test} on {}: built before x-populate-on-deflate (run `{build}` again)", path.display());
+            continue;
         }
-    };
-    let out = std::process::Command::new(&path).args(["-device", "virtio-balloon-pci,help"]).output();
-    let text = out.as_ref().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
-    assert!(text.contains("x-populate-on-deflate"), "{} does not offer x-populate-on-deflate: {out:?}", path.display());
-    Some(path)
+        found.push(path);
+    }
+    found
 }
 
 /// `${AUTOBALLOON_CACHE:-$HOME/.cache/autoballoon}`, where the scripts cache their builds.
