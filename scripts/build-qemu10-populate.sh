@@ -40,6 +40,8 @@ BUILD_DEPS=(ninja-build pkg-config libglib2.0-dev libpixman-1-dev zlib1g-dev pyt
 
 say() { echo "build-qemu10-populate: $*" >&2; }
 die() { say "ERROR: $*"; exit 1; }
+# shellcheck source=lib/qemu-build.sh
+. "$HERE/lib/qemu-build.sh"
 suffix=""
 case "${1:-}" in
     -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -78,19 +80,14 @@ write_wrappers() {
 exec "\$(dirname "\$0")/qemu-system-x86_64.real" \\
     -L "$R/usr/share/qemu" -L "$R/usr/share/seabios" -L "$R/usr/lib/ipxe/qemu" "\$@"
 WRAP
-    # The same QEMU with the property on for every balloon it runs (--populate prints it).
-    cat > "$bin/qemu-system-x86_64-populate" <<WRAP
-#!/bin/sh
-# QEMU $UPV (scripts/build-qemu10-populate.sh) with x-populate-on-deflate on.
-exec "\$(dirname "\$0")/qemu-system-x86_64" -global virtio-balloon-device.x-populate-on-deflate=on "\$@"
-WRAP
-    chmod +x "$bin/qemu-system-x86_64" "$bin/qemu-system-x86_64-populate"
+    chmod +x "$bin/qemu-system-x86_64"
+    qb_populate_wrapper "$bin" "QEMU $UPV (scripts/build-qemu10-populate.sh)"
 }
 
 check() {
     [ -x "$DEST/bin/qemu-system-x86_64.real" ] || return 1
     write_wrappers "$DEST/bin"
-    "$WRAPPER" -device virtio-balloon-pci,help 2>/dev/null | grep -q 'x-populate-on-deflate'
+    qb_offers_populate "$WRAPPER"
 }
 if check; then
     ln -sfn "$(basename "$DEST")" "$BASE/qemu10-populate"
@@ -100,16 +97,7 @@ if check; then
 fi
 
 say "step 1/6: build dependencies (${BUILD_DEPS[*]})"
-missing=()
-for p in "${BUILD_DEPS[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
-done
-mkdir -p "$BASE"
-if [ ${#missing[@]} -gt 0 ]; then
-    [ "$(id -u)" -eq 0 ] || die "missing ${missing[*]}: run as root once, or apt-get install them"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >"$BASE/apt-install.log" 2>&1 \
-        || { tail -5 "$BASE/apt-install.log" >&2; die "apt-get install ${missing[*]} failed"; }
-fi
+qb_build_deps "$BASE/apt-install.log" "${BUILD_DEPS[@]}"
 
 SRC="$BASE/src-$UPV"
 TREE="$SRC/qemu-$UPV"
@@ -117,15 +105,12 @@ mkdir -p "$SRC"
 if [ ! -f "$SRC/.unpacked-$DEBV" ]; then
     say "step 2/6: the upstream source of qemu=1:$DEBV (bookworm-backports, deb-src of its own under $BASE/apt-src-bpo)"
     APT="$BASE/apt-src-bpo"
-    mkdir -p "$APT/lists/partial" "$APT/cache/archives/partial"
+    qb_apt_options "$APT"
     echo "deb-src [signed-by=$KEYRING] $MIRROR bookworm-backports main" > "$APT/sources.list"
-    O=(-o "Dir::Etc::SourceList=$APT/sources.list" -o "Dir::Etc::SourceParts=/dev/null"
-       -o "Dir::State::Lists=$APT/lists" -o "Dir::Cache=$APT/cache" -o "Debug::NoLocking=1"
-       -o "APT::Sandbox::User=$(id -un)")
-    apt-get "${O[@]}" -qq update >&2 || die "apt-get update (deb-src bookworm-backports) failed"
+    apt-get "${QB_APT[@]}" -qq update >&2 || die "apt-get update (deb-src bookworm-backports) failed"
     # Only the orig tarball: the upstream tree is what the patch is against (and the
     # mirror does not always carry the Debian part of a backport's source).
-    line="$(apt-get "${O[@]}" -qq --print-uris source "qemu=1:$DEBV" | grep "\.orig\.tar\." | head -1)" \
+    line="$(apt-get "${QB_APT[@]}" -qq --print-uris source "qemu=1:$DEBV" | grep "\.orig\.tar\." | head -1)" \
         || die "no source package qemu=1:$DEBV in bookworm-backports"
     uri="$(awk '{print $1}' <<< "$line" | tr -d "'")"
     file="$(awk '{print $2}' <<< "$line")"
@@ -168,12 +153,7 @@ mkdir -p "$B"
 (cd "$B" && ../configure --prefix="$DEST.tmp" --python="$VENV/bin/python3" "${CONFIGURE[@]}" \
     --with-pkgversion="Debian $DEBV upstream source, autoballoon: x-populate-on-deflate") >"$B/configure.log" 2>&1 \
     || { tail -20 "$B/configure.log" >&2; die "configure failed (log: $B/configure.log)"; }
-( set +e; while sleep 60; do say "  ninja: $(tail -1 "$B/ninja.log" 2>/dev/null | cut -d' ' -f1) steps"; done ) &
-ticker=$!
-trap 'kill $ticker 2>/dev/null || true' EXIT
-nice -n 19 ninja -C "$B" -j "$(nproc)" qemu-system-x86_64 >"$B/ninja.log" 2>&1 \
-    || { tail -20 "$B/ninja.log" >&2; die "the build failed (log: $B/ninja.log)"; }
-kill $ticker 2>/dev/null || true
+qb_ninja "$B"
 
 say "step 6/6: installing into $DEST"
 mkdir -p "$DEST.tmp/bin"

@@ -16,8 +16,8 @@
 # keyed by the source version, the patches and the configure flags. A wrapper there,
 # bin/qemu-system-x86_64, runs it with the system QEMU's firmware (-L /usr/share/qemu,
 # /usr/share/seabios). The symlink .../qemu/qemu72fixed points at the newest build.
-# Cold: about 25 min of the two cores; cached: instant. Needs root once for the build
-# dependencies (apt-get install), like scripts/install-deps.sh.
+# Cold: about 4 min on two idle cores (up to 25 under load); cached: instant. Needs root
+# once for the build dependencies (apt-get install), like scripts/install-deps.sh.
 #
 # stdout: only the wrapper's path. Progress goes to stderr, one line per step.
 # Usage: scripts/build-qemu72-fixed.sh [--populate]
@@ -37,6 +37,8 @@ BUILD_DEPS=(meson ninja-build pkg-config libglib2.0-dev libpixman-1-dev libfdt-d
 
 say() { echo "build-qemu72-fixed: $*" >&2; }
 die() { say "ERROR: $*"; exit 1; }
+# shellcheck source=lib/qemu-build.sh
+. "$HERE/lib/qemu-build.sh"
 suffix=""
 case "${1:-}" in
     -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -72,20 +74,14 @@ write_wrappers() {
 # (scripts/build-qemu72-fixed.sh); the system QEMU's firmware and ROMs.
 exec "\$(dirname "\$0")/qemu-system-x86_64.real" -L /usr/share/qemu -L /usr/share/seabios "\$@"
 WRAP
-    # The same QEMU with the property on for every balloon it runs (--populate prints it).
-    cat > "$bin/qemu-system-x86_64-populate" <<WRAP
-#!/bin/sh
-# QEMU $SRCV (scripts/build-qemu72-fixed.sh) with x-populate-on-deflate on.
-exec "\$(dirname "\$0")/qemu-system-x86_64" -global virtio-balloon-device.x-populate-on-deflate=on "\$@"
-WRAP
-    chmod +x "$bin/qemu-system-x86_64" "$bin/qemu-system-x86_64-populate"
+    chmod +x "$bin/qemu-system-x86_64"
+    qb_populate_wrapper "$bin" "QEMU $SRCV (scripts/build-qemu72-fixed.sh)"
 }
 
 check() {
     [ -x "$DEST/bin/qemu-system-x86_64.real" ] || return 1
     write_wrappers "$DEST/bin"
-    "$WRAPPER" --version 2>/dev/null | head -1 | grep -q '03bfc2188f' &&
-        "$WRAPPER" -device virtio-balloon-pci,help 2>/dev/null | grep -q 'x-populate-on-deflate'
+    "$WRAPPER" --version 2>/dev/null | head -1 | grep -q '03bfc2188f' && qb_offers_populate "$WRAPPER"
 }
 if check; then
     ln -sfn "$(basename "$DEST")" "$BASE/qemu72fixed"
@@ -95,14 +91,7 @@ if check; then
 fi
 
 say "step 1/5: build dependencies (${BUILD_DEPS[*]})"
-missing=()
-for p in "${BUILD_DEPS[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    [ "$(id -u)" -eq 0 ] || die "missing ${missing[*]}: run as root once, or apt-get install them"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2 || die "apt-get install ${missing[*]} failed"
-fi
+qb_build_deps "$BASE/apt-install.log" "${BUILD_DEPS[@]}"
 
 SRC="$BASE/src-7.2"
 mkdir -p "$SRC"
@@ -111,17 +100,14 @@ TREE="${TREE%-*}"   # dpkg-source unpacks into qemu-<upstream version>
 if [ ! -f "$SRC/.unpacked-$SRCV" ]; then
     say "step 2/5: apt-get source qemu=$SRCV (private deb-src configuration under $BASE/apt-src)"
     APT="$BASE/apt-src"
-    mkdir -p "$APT/lists/partial" "$APT/cache/archives/partial"
+    qb_apt_options "$APT"
     cat > "$APT/sources.list" <<EOF
 deb-src [signed-by=$KEYRING] $MIRROR bookworm main
 deb-src [signed-by=$KEYRING] ${MIRROR%/debian}/debian-security bookworm-security main
 EOF
-    O=(-o "Dir::Etc::SourceList=$APT/sources.list" -o "Dir::Etc::SourceParts=/dev/null"
-       -o "Dir::State::Lists=$APT/lists" -o "Dir::Cache=$APT/cache" -o "Debug::NoLocking=1"
-       -o "APT::Sandbox::User=$(id -un)")
-    apt-get "${O[@]}" -qq update >&2 || die "apt-get update (deb-src) failed"
+    apt-get "${QB_APT[@]}" -qq update >&2 || die "apt-get update (deb-src) failed"
     rm -rf "$SRC"/qemu-* "$SRC"/qemu_*
-    (cd "$SRC" && apt-get "${O[@]}" -qq source "qemu=$SRCV") >"$SRC/source.log" 2>&1 \
+    (cd "$SRC" && apt-get "${QB_APT[@]}" -qq source "qemu=$SRCV") >"$SRC/source.log" 2>&1 \
         || { tail -5 "$SRC/source.log" >&2; die "apt-get source qemu=$SRCV failed"; }
     touch "$SRC/.unpacked-$SRCV"
 else
@@ -144,12 +130,7 @@ mkdir -p "$B"
 (cd "$B" && ../configure --prefix="$DEST.tmp" "${CONFIGURE[@]}" \
     --with-pkgversion="Debian $SRCV, autoballoon test bed: 03bfc2188f backported, x-populate-on-deflate") >"$B/configure.log" 2>&1 \
     || { tail -20 "$B/configure.log" >&2; die "configure failed (log: $B/configure.log)"; }
-( set +e; while sleep 60; do say "  ninja: $(tail -1 "$B/ninja.log" 2>/dev/null | cut -d' ' -f1) steps"; done ) &
-ticker=$!
-trap 'kill $ticker 2>/dev/null || true' EXIT
-nice -n 19 ninja -C "$B" -j "$(nproc)" qemu-system-x86_64 >"$B/ninja.log" 2>&1 \
-    || { tail -20 "$B/ninja.log" >&2; die "the build failed (log: $B/ninja.log)"; }
-kill $ticker 2>/dev/null || true
+qb_ninja "$B"
 
 say "step 5/5: installing into $DEST"
 mkdir -p "$DEST.tmp/bin"

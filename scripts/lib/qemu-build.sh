@@ -1,0 +1,63 @@
+# shellcheck shell=bash
+# What scripts/build-qemu72-fixed.sh and scripts/build-qemu10-populate.sh share: build
+# dependencies, a private apt configuration for deb-src, ninja with a progress line, and
+# the wrappers of a build that carries x-populate-on-deflate. Sourced, not run; the caller
+# defines say() and die() and runs under `set -euo pipefail`.
+
+# qb_build_deps LOG PKG...: install the Debian packages not yet installed (root only),
+# apt-get's output into LOG.
+qb_build_deps() {
+    local log=$1 p missing=()
+    shift
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
+    done
+    [ ${#missing[@]} -gt 0 ] || return 0
+    [ "$(id -u)" -eq 0 ] || die "missing ${missing[*]}: run as root once, or apt-get install them"
+    mkdir -p "$(dirname "$log")"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >"$log" 2>&1 \
+        || { tail -5 "$log" >&2; die "apt-get install ${missing[*]} failed (log: $log)"; }
+}
+
+# qb_apt_options DIR: sets QB_APT to apt-get options that read only DIR/sources.list and keep
+# their lists and downloads under DIR (/etc/apt is left alone); makes DIR's folders.
+qb_apt_options() {
+    local dir=$1
+    mkdir -p "$dir/lists/partial" "$dir/cache/archives/partial"
+    QB_APT=(-o "Dir::Etc::SourceList=$dir/sources.list" -o "Dir::Etc::SourceParts=/dev/null"
+        -o "Dir::State::Lists=$dir/lists" -o "Dir::Cache=$dir/cache" -o "Debug::NoLocking=1"
+        -o "APT::Sandbox::User=$(id -un)")
+}
+
+# qb_ninja BUILD_DIR: builds qemu-system-x86_64 there (nice 19, all cores), a progress line a
+# minute on stderr, the log in BUILD_DIR/ninja.log.
+qb_ninja() {
+    local b=$1 ticker rc=0
+    ( set +e; while sleep 60; do say "  ninja: $(tail -1 "$b/ninja.log" 2>/dev/null | cut -d' ' -f1) steps"; done ) &
+    ticker=$!
+    # shellcheck disable=SC2064  # the ticker's pid, now
+    trap "kill $ticker 2>/dev/null || true" EXIT
+    nice -n 19 ninja -C "$b" -j "$(nproc)" qemu-system-x86_64 >"$b/ninja.log" 2>&1 || rc=$?
+    kill "$ticker" 2>/dev/null || true
+    wait "$ticker" 2>/dev/null || true
+    trap - EXIT
+    [ "$rc" -eq 0 ] || { tail -20 "$b/ninja.log" >&2; die "the build failed (log: $b/ninja.log)"; }
+}
+
+# qb_populate_wrapper BIN WHAT: writes BIN/qemu-system-x86_64-populate, which runs
+# BIN/qemu-system-x86_64 with x-populate-on-deflate on for every balloon (--populate prints
+# it); WHAT names the build in its comment.
+qb_populate_wrapper() {
+    local bin=$1 what=$2
+    cat > "$bin/qemu-system-x86_64-populate" <<WRAP
+#!/bin/sh
+# $what with x-populate-on-deflate on.
+exec "\$(dirname "\$0")/qemu-system-x86_64" -global virtio-balloon-device.x-populate-on-deflate=on "\$@"
+WRAP
+    chmod +x "$bin/qemu-system-x86_64-populate"
+}
+
+# qb_offers_populate WRAPPER: the QEMU behind WRAPPER offers x-populate-on-deflate.
+qb_offers_populate() {
+    "$1" -device virtio-balloon-pci,help 2>/dev/null | grep -q 'x-populate-on-deflate'
+}
