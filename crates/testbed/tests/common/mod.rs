@@ -105,8 +105,8 @@ pub fn qemu10() -> Result<PathBuf, String> {
     Ok(path)
 }
 
-/// The QEMUs built with the project's balloon patch (`x-populate-on-deflate`), each as
-/// (its wrapper, how to build it): QEMU 10 (`scripts/build-qemu10-populate.sh`,
+/// The wrappers of the QEMUs built with the project's balloon patch
+/// (`x-populate-on-deflate`): QEMU 10 (`scripts/build-qemu10-populate.sh`,
 /// `$AUTOBALLOON_QEMU10_POPULATE` or the wrapper under
 /// `${AUTOBALLOON_CACHE:-~/.cache/autoballoon}/qemu/qemu10-populate/`) and the fixed 7.2
 /// (`scripts/build-qemu72-fixed.sh`, `$AUTOBALLOON_QEMU72_FIXED` or `.../qemu/qemu72fixed/`).
