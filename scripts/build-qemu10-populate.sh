@@ -20,7 +20,7 @@
 # scripts/install-qemu10.sh installed; the symlink .../qemu/qemu10-populate points at the
 # newest build (crates/testbed/tests/populate_on_deflate.rs looks there). Cold: about 6 min
 # on two cores; cached: instant.
-# Needs root once for the build dependencies (apt-get install).
+# Needs root once for the build dependencies (scripts/install-deps.sh --only).
 #
 # stdout: only the wrapper's path. Progress goes to stderr, one line per step.
 # Usage: scripts/build-qemu10-populate.sh [--populate]
@@ -97,7 +97,7 @@ if check; then
 fi
 
 say "step 1/6: build dependencies (${BUILD_DEPS[*]})"
-qb_build_deps "$BASE/apt-install.log" "${BUILD_DEPS[@]}"
+"$HERE/install-deps.sh" --only "${BUILD_DEPS[@]}" >&2 || die "installing ${BUILD_DEPS[*]} failed"
 
 SRC="$BASE/src-$UPV"
 TREE="$SRC/qemu-$UPV"

@@ -17,7 +17,7 @@
 # bin/qemu-system-x86_64, runs it with the system QEMU's firmware (-L /usr/share/qemu,
 # /usr/share/seabios). The symlink .../qemu/qemu72fixed points at the newest build.
 # Cold: about 4 min on two idle cores (up to 25 under load); cached: instant. Needs root
-# once for the build dependencies (apt-get install), like scripts/install-deps.sh.
+# once for the build dependencies (scripts/install-deps.sh --only).
 #
 # stdout: only the wrapper's path. Progress goes to stderr, one line per step.
 # Usage: scripts/build-qemu72-fixed.sh [--populate]
@@ -91,7 +91,7 @@ if check; then
 fi
 
 say "step 1/5: build dependencies (${BUILD_DEPS[*]})"
-qb_build_deps "$BASE/apt-install.log" "${BUILD_DEPS[@]}"
+"$HERE/install-deps.sh" --only "${BUILD_DEPS[@]}" >&2 || die "installing ${BUILD_DEPS[*]} failed"
 
 SRC="$BASE/src-7.2"
 mkdir -p "$SRC"

@@ -1,23 +1,9 @@
 # shellcheck shell=bash
-# What scripts/build-qemu72-fixed.sh and scripts/build-qemu10-populate.sh share: build
-# dependencies, a private apt configuration for deb-src, ninja with a progress line, and
-# the wrappers of a build that carries x-populate-on-deflate. Sourced, not run; the caller
-# defines say() and die() and runs under `set -euo pipefail`.
-
-# qb_build_deps LOG PKG...: install the Debian packages not yet installed (root only),
-# apt-get's output into LOG.
-qb_build_deps() {
-    local log=$1 p missing=()
-    shift
-    for p in "$@"; do
-        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
-    done
-    [ ${#missing[@]} -gt 0 ] || return 0
-    [ "$(id -u)" -eq 0 ] || die "missing ${missing[*]}: run as root once, or apt-get install them"
-    mkdir -p "$(dirname "$log")"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >"$log" 2>&1 \
-        || { tail -5 "$log" >&2; die "apt-get install ${missing[*]} failed (log: $log)"; }
-}
+# What scripts/build-qemu72-fixed.sh and scripts/build-qemu10-populate.sh share: a private
+# apt configuration for deb-src, ninja with a progress line, and the wrappers of a build
+# that carries x-populate-on-deflate (their build dependencies go through
+# scripts/install-deps.sh --only). Sourced, not run; the caller defines say() and die() and
+# runs under `set -euo pipefail`.
 
 # qb_apt_options DIR: sets QB_APT to apt-get options that read only DIR/sources.list and keep
 # their lists and downloads under DIR (/etc/apt is left alone); makes DIR's folders.
