@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # Build QEMU 10 (the upstream source of Debian's bookworm-backports package, the same version
-# scripts/install-qemu10.sh installs) with one change of ours,
-# scripts/qemu10/virtio-balloon-populate-on-deflate.patch: an experimental balloon property,
-# x-populate-on-deflate (off by default), with which QEMU acknowledges a deflation first and
-# then backs the deflated pages in a thread of its own (MADV_POPULATE_WRITE), so the guest
-# does not take a host page fault on each of them (docs/spikes.md, "Backing deflated memory
-# off the vCPU's thread"). Off, the device behaves as QEMU's own, so one build serves the
-# baselines and the change side by side. `make test` does not build it (it runs its test
+# scripts/install-qemu10.sh installs) with two changes of ours, in this order:
+#   scripts/qemu10/virtio-balloon-populate-on-deflate.patch: an experimental balloon property,
+#     x-populate-on-deflate (off by default), with which QEMU acknowledges a deflation first
+#     and then backs the deflated pages in a thread of its own (MADV_POPULATE_WRITE), so
+#     the guest does not take a host page fault on each of them (docs/spikes.md, "Backing
+#     deflated memory off the vCPU's thread");
+#   scripts/qemu10/virtio-balloon-populate-reported.patch: with that property on, the device
+#     remembers what free page reporting discarded, and writing a byte count to
+#     x-populate-reported hands that much of it to the same thread (docs/spikes.md,
+#     "Backing reported memory ahead of a spike").
+# Off, the device behaves as QEMU's own, so one build serves the baselines and the changes
+# side by side. `make test` does not build it (it runs its test
 # where it is built); `make bench` builds it for its spike stage.
 #
 # Steps: the orig tarball of the source package, through a private apt configuration
@@ -34,7 +39,7 @@ BASE="$CACHE/qemu"
 MIRROR="${AUTOBALLOON_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-PATCH="$HERE/qemu10/virtio-balloon-populate-on-deflate.patch"
+PATCHES=("$HERE/qemu10/virtio-balloon-populate-on-deflate.patch" "$HERE/qemu10/virtio-balloon-populate-reported.patch")
 MESON_VERSION=1.5.0
 BUILD_DEPS=(ninja-build pkg-config libglib2.0-dev libpixman-1-dev zlib1g-dev python3-venv flex bison)
 
@@ -65,7 +70,7 @@ CONFIGURE=(--target-list=x86_64-softmmu
     --disable-cap-ng --disable-linux-aio --disable-linux-io-uring --disable-bpf
     --disable-libpmem --disable-fuse --disable-slirp --disable-fdt --disable-rust
     --disable-pipewire --disable-sndio --disable-dbus-display --disable-libdw --disable-install-blobs)
-KEY="$( { echo "$DEBV" "$MESON_VERSION" "${CONFIGURE[*]}"; cat "$PATCH"; } | sha256sum | cut -c1-12)"
+KEY="$( { echo "$DEBV" "$MESON_VERSION" "${CONFIGURE[*]}"; cat "${PATCHES[@]}"; } | sha256sum | cut -c1-12)"
 DEST="$BASE/10-populate-$KEY"
 WRAPPER="$DEST/bin/qemu-system-x86_64"
 
@@ -118,13 +123,17 @@ if [ ! -f "$SRC/.unpacked-$DEBV" ]; then
     [[ "$sum" == SHA256:* ]] || die "no SHA256 for $file in the archive's index: $line"
     /usr/lib/apt/apt-helper download-file "$uri" "$SRC/$file" "$sum" >&2 \
         || die "downloading $uri failed"
-    rm -rf "$TREE"
-    tar -C "$SRC" -xf "$SRC/$file" || die "unpacking $file failed"
-    [ -d "$TREE" ] || die "$file did not unpack into $TREE"
     touch "$SRC/.unpacked-$DEBV"
 else
-    say "step 2/6: source already unpacked in $TREE"
+    say "step 2/6: source already downloaded into $SRC"
 fi
+# A fresh tree for every build, so that the patches apply to QEMU's own source whatever an
+# earlier build applied.
+file="$(cd "$SRC" && ls qemu_*.orig.tar.* 2>/dev/null | head -1)"
+[ -n "$file" ] || die "no orig tarball in $SRC: remove $SRC/.unpacked-$DEBV and run again"
+rm -rf "$TREE"
+tar -C "$SRC" -xf "$SRC/$file" || die "unpacking $file failed"
+[ -d "$TREE" ] || die "$file did not unpack into $TREE"
 [ -f "$TREE/hw/virtio/virtio-balloon.c" ] || die "no QEMU tree at $TREE"
 
 # What QEMU's configure wants in its venv (pythondeps.toml, group "meson"); Debian's
@@ -138,10 +147,8 @@ if ! "$VENV/bin/python3" -c 'import mesonbuild, pycotap' 2>/dev/null; then
     "$VENV/bin/pip" install -q "${PYDEPS[@]}" >&2 || die "pip install ${PYDEPS[*]} failed"
 fi
 
-say "step 4/6: applying $(basename "$PATCH")"
-if ! grep -q populate_on_deflate "$TREE/hw/virtio/virtio-balloon.c"; then
-    patch -d "$TREE" -p1 --quiet < "$PATCH" || die "the patch does not apply to $TREE"
-fi
+say "step 4/6: applying ${#PATCHES[@]} patches"
+qb_apply_series "$TREE" "${PATCHES[@]}"
 # Debian's +ds tarball leaves out the prebuilt firmware, edk2's included: do not unpack it
 # (the wrapper points at the installed QEMU 10's firmware instead).
 sed -i 's/^\( *\)unpack_edk2_blobs = bzip2.found()$/\1unpack_edk2_blobs = false/' "$TREE/meson.build"
@@ -151,7 +158,7 @@ B="$TREE/_build-populate"
 rm -rf "$B" "$DEST.tmp"
 mkdir -p "$B"
 (cd "$B" && ../configure --prefix="$DEST.tmp" --python="$VENV/bin/python3" "${CONFIGURE[@]}" \
-    --with-pkgversion="Debian $DEBV upstream source, autoballoon: x-populate-on-deflate") >"$B/configure.log" 2>&1 \
+    --with-pkgversion="Debian $DEBV upstream source, autoballoon: x-populate-on-deflate, x-populate-reported") >"$B/configure.log" 2>&1 \
     || { tail -20 "$B/configure.log" >&2; die "configure failed (log: $B/configure.log)"; }
 qb_ninja "$B"
 

@@ -4,13 +4,14 @@
 # clears bits without resetting TCG's TLB; upstream 03bfc2188f, QEMU 9.0). KVM hosts are not
 # affected, and this machine has no KVM, so without the fix a QEMU 7.2 destination breaks
 # whether or not anything balloons (docs/migration.md, "Why destinations crashed").
-# The build also carries the project's balloon patch, x-populate-on-deflate (off by default,
-# so the device behaves as Debian's): the QEMU 10 build's patch ported to 7.2,
-# scripts/qemu72/virtio-balloon-populate-on-deflate.patch (docs/spikes.md).
+# The build also carries the project's two balloon patches, the QEMU 10 build's ported to 7.2:
+# x-populate-on-deflate (off by default, so the device behaves as Debian's),
+# scripts/qemu72/virtio-balloon-populate-on-deflate.patch, and x-populate-reported on top of
+# it, scripts/qemu72/virtio-balloon-populate-reported.patch (docs/spikes.md).
 #
 # Steps: fetch the source package of the installed qemu-system-x86 version through a private
-# apt configuration (deb-src lines of its own; /etc/apt is left alone), apply the two patches
-# in scripts/qemu72/, configure x86_64-softmmu only with what the test bed uses (no GUI, no
+# apt configuration (deb-src lines of its own; /etc/apt is left alone), apply the three
+# patches in scripts/qemu72/ (the TCG fix first), configure x86_64-softmmu only with what the test bed uses (no GUI, no
 # docs), build with ninja (nice 19) and install into
 #   ${AUTOBALLOON_CACHE:-$HOME/.cache/autoballoon}/qemu/7.2-fixed-<hash>/
 # keyed by the source version, the patches and the configure flags. A wrapper there,
@@ -31,8 +32,7 @@ BASE="$CACHE/qemu"
 MIRROR="${AUTOBALLOON_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-TCG_PATCH="$HERE/qemu72/tcg-dirty-bitmap-sync.patch"
-POPULATE_PATCH="$HERE/qemu72/virtio-balloon-populate-on-deflate.patch"
+PATCHES=("$HERE/qemu72/tcg-dirty-bitmap-sync.patch" "$HERE/qemu72/virtio-balloon-populate-on-deflate.patch" "$HERE/qemu72/virtio-balloon-populate-reported.patch")
 BUILD_DEPS=(meson ninja-build pkg-config libglib2.0-dev libpixman-1-dev libfdt-dev zlib1g-dev python3-venv flex bison dpkg-dev)
 
 say() { echo "build-qemu72-fixed: $*" >&2; }
@@ -61,7 +61,7 @@ CONFIGURE=(--target-list=x86_64-softmmu
     --disable-gnutls --disable-nettle --disable-gcrypt --disable-libssh --disable-seccomp
     --disable-cap-ng --disable-linux-aio --disable-linux-io-uring --disable-bpf
     --disable-libpmem --disable-rdma --disable-fuse --disable-slirp)
-KEY="$( { echo "$SRCV" "${CONFIGURE[*]}"; cat "$TCG_PATCH" "$POPULATE_PATCH"; } | sha256sum | cut -c1-12)"
+KEY="$( { echo "$SRCV" "${CONFIGURE[*]}"; cat "${PATCHES[@]}"; } | sha256sum | cut -c1-12)"
 DEST="$BASE/7.2-fixed-$KEY"
 WRAPPER="$DEST/bin/qemu-system-x86_64"
 
@@ -111,24 +111,24 @@ EOF
         || { tail -5 "$SRC/source.log" >&2; die "apt-get source qemu=$SRCV failed"; }
     touch "$SRC/.unpacked-$SRCV"
 else
-    say "step 2/5: source qemu=$SRCV already unpacked in $TREE"
+    # A fresh tree for every build, so that the patches apply to Debian's source whatever
+    # an earlier build applied.
+    say "step 2/5: source qemu=$SRCV already downloaded: unpacking it afresh into $TREE"
+    rm -rf "$TREE"
+    (cd "$SRC" && dpkg-source -x "$(basename "$(ls "$SRC"/qemu_*.dsc | head -1)")") >"$SRC/unpack.log" 2>&1 \
+        || { tail -5 "$SRC/unpack.log" >&2; die "dpkg-source -x failed"; }
 fi
 [ -f "$TREE/include/exec/ram_addr.h" ] || die "no QEMU tree at $TREE"
 
-say "step 3/5: applying $(basename "$TCG_PATCH") and $(basename "$POPULATE_PATCH")"
-if ! grep -q cpu_physical_memory_dirty_bits_cleared "$TREE/softmmu/physmem.c"; then
-    patch -d "$TREE" -p1 --quiet < "$TCG_PATCH" || die "$(basename "$TCG_PATCH") does not apply to $TREE"
-fi
-if ! grep -q populate_on_deflate "$TREE/hw/virtio/virtio-balloon.c"; then
-    patch -d "$TREE" -p1 --quiet < "$POPULATE_PATCH" || die "$(basename "$POPULATE_PATCH") does not apply to $TREE"
-fi
+say "step 3/5: applying ${#PATCHES[@]} patches"
+qb_apply_series "$TREE" "${PATCHES[@]}"
 
 say "step 4/5: configure + ninja (x86_64-softmmu, nice 19; a progress line a minute)"
 B="$TREE/_build-fixed"
 rm -rf "$B" "$DEST.tmp"
 mkdir -p "$B"
 (cd "$B" && ../configure --prefix="$DEST.tmp" "${CONFIGURE[@]}" \
-    --with-pkgversion="Debian $SRCV, autoballoon test bed: 03bfc2188f backported, x-populate-on-deflate") >"$B/configure.log" 2>&1 \
+    --with-pkgversion="Debian $SRCV, autoballoon test bed: 03bfc2188f backported, x-populate-on-deflate, x-populate-reported") >"$B/configure.log" 2>&1 \
     || { tail -20 "$B/configure.log" >&2; die "configure failed (log: $B/configure.log)"; }
 qb_ninja "$B"
 

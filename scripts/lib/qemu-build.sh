@@ -15,6 +15,15 @@ qb_apt_options() {
         -o "APT::Sandbox::User=$(id -un)")
 }
 
+# qb_apply_series TREE PATCH...: applies each patch to TREE (freshly unpacked) in order.
+qb_apply_series() {
+    local tree=$1 p
+    shift
+    for p in "$@"; do
+        patch -d "$tree" -p1 --quiet < "$p" || die "$(basename "$p") does not apply to $tree"
+    done
+}
+
 # qb_ninja BUILD_DIR: builds qemu-system-x86_64 there (nice 19, all cores), a progress line a
 # minute on stderr, the log in BUILD_DIR/ninja.log.
 qb_ninja() {

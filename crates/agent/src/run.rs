@@ -73,6 +73,13 @@ fn start(a: &RunArgs, policy: &PolicyConfig, trim: CacheTrimRule) -> Result<(), 
         let rule = FineReportRule { after: Duration::from_secs(a.report_pieces_after_s), band: crate::report::BAND };
         agent.reporting = FineReporting::start(std::path::Path::new("/sys"), &a.proc_dir, rule);
     }
+    // Reported free memory comes back page by page: with a host to tell, every commitment
+    // is worth telling it at once (crate::watch).
+    let reports = std::fs::read_to_string(crate::report::param_path(std::path::Path::new("/sys"))).ok().and_then(|t| crate::report::parse_order(&t)).is_some();
+    if agent.channel.is_some() && reports && !a.no_commit_watch {
+        agent.watch = Watch::whatever_the_margin();
+        info(format_args!("commitment watch at any margin: free page reporting gives this guest's free memory back, and the host may back it again ahead of a program"));
+    }
     if !a.no_pressure_trigger {
         match PressureTrigger::open(&a.proc_dir, STALL, WINDOW) {
             Ok(t) => agent.trigger = Some(t),

@@ -120,7 +120,7 @@ impl Source for ProcSource {
             None => None,
         };
         self.balloon = vmstat.balloon_pages();
-        Ok(Sample { at, guest_size, max, target_in_force, mem: Some(mem), migrating: self.migrating(), preparing_migration: false, shrink_while_migrating: self.migration == Migration::ShrinkAllowed, reports_free_pages: false, hints_free_pages: false, pressure, oom_kills: vmstat.oom_kills(), file_refaults: vmstat.file_refaults(), running_short: false })
+        Ok(Sample { at, guest_size, max, target_in_force, mem: Some(mem), migrating: self.migrating(), preparing_migration: false, shrink_while_migrating: self.migration == Migration::ShrinkAllowed, reports_free_pages: false, hints_free_pages: false, backs_reported: false, pressure, oom_kills: vmstat.oom_kills(), file_refaults: vmstat.file_refaults(), running_short: false })
     }
 }
 

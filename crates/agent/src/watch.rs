@@ -17,6 +17,13 @@
 //! (seen on QEMU 10: a hinted migration's shed followed by a growth of 857 MiB half a second
 //! later, docs/migration.md).
 //!
+//! A guest whose balloon device reports free pages is watched whatever its margin
+//! ([`Watch::whatever_the_margin`]): what it keeps free has gone back to the host, and it
+//! faults that memory in again page by page, so a program's commitment is worth telling the
+//! host at once even when the guest has room for it; a host whose QEMU backs reported
+//! memory again on request does so ahead of the program (core's `back_ahead`,
+//! docs/spikes.md, *Backing reported memory ahead of a spike*).
+//!
 //! The rule is pure; the agent's loop reads the file and acts on it.
 
 use autoballoon_core::policy::MemView;
@@ -37,16 +44,23 @@ pub fn margin(m: &MemView) -> Kib {
 }
 
 /// The demand at the last sample, if the guest is watched after it (its margin was
-/// below [`WATCH_BELOW`]).
+/// below [`WATCH_BELOW`], or it is watched whatever its margin).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Watch {
     last: Option<Kib>,
+    always: bool,
 }
 
 impl Watch {
+    /// A watch of a guest whose free memory goes back to the host (its balloon device
+    /// reports free pages): watched after every sample with a view.
+    pub fn whatever_the_margin() -> Watch {
+        Watch { last: None, always: true }
+    }
+
     /// Takes the last sample's view (none: not watched).
     pub fn after_sample(&mut self, m: Option<&MemView>) {
-        self.last = m.filter(|m| margin(m) < WATCH_BELOW).map(MemView::demand);
+        self.last = m.filter(|m| self.always || margin(m) < WATCH_BELOW).map(MemView::demand);
     }
 
     pub fn watching(&self) -> bool {
@@ -95,6 +109,16 @@ mod tests {
         w.after_sample(Some(&view(1800, 200, 190)));
         assert!(!w.watching());
         assert!(!w.grew(&view(0, 2000, 190)), "not watched: the next sample sees it");
+        w.after_sample(None);
+        assert!(!w.watching(), "no view: not watched");
+    }
+
+    #[test]
+    fn a_guest_whose_free_memory_is_reported_is_watched_with_room_to_spare() {
+        let mut w = Watch::whatever_the_margin();
+        w.after_sample(Some(&view(1800, 200, 190)));
+        assert!(w.watching());
+        assert!(w.grew(&view(1800, 1400, 190)), "1.2 GiB mapped into a guest that has it free");
         w.after_sample(None);
         assert!(!w.watching(), "no view: not watched");
     }

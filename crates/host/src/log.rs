@@ -51,6 +51,8 @@ pub enum EventKind {
     VmAdded,
     /// A VM left control (its socket or domain gone, its QEMU gone, removed by a reload).
     VmRemoved,
+    /// Reported memory backed again ahead of a program's allocation (x-populate-reported).
+    BackAhead,
     Debug,
 }
 
@@ -127,7 +129,8 @@ impl EventKind {
             | EventKind::Reclaim
             | EventKind::Endpoint
             | EventKind::VmAdded
-            | EventKind::VmRemoved => Level::Info,
+            | EventKind::VmRemoved
+            | EventKind::BackAhead => Level::Info,
             EventKind::Debug => Level::Debug,
         }
     }
@@ -163,6 +166,7 @@ impl EventKind {
             EventKind::VmAdded => "vm_added",
             EventKind::VmRemoved => "vm_removed",
             EventKind::Endpoint => "endpoint",
+            EventKind::BackAhead => "back_ahead",
             EventKind::Debug => "debug",
         }
     }

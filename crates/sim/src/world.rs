@@ -641,6 +641,8 @@ impl World for SimWorld {
                     reports_free_pages: self.side.fpr && !self.side.target_in_force,
                     // The model's guests hint nothing to a migration.
                     hints_free_pages: false,
+                    // Nor do they back reported memory ahead (the project's QEMU patch).
+                    backs_reported: false,
                     pressure: Some(psi(v.psi)),
                     oom_kills: Some(v.oom_kills),
                     // The model keeps no refault history (docs/simulator.md, limits).

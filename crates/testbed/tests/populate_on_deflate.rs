@@ -73,3 +73,58 @@ fn backs_deflated_memory(test: &str, off: &Path) {
         assert_eq!(r.status, 0, "{}", r.text);
     }
 }
+
+/// `x-populate-reported` (scripts/qemu*/virtio-balloon-populate-reported.patch): with
+/// `x-populate-on-deflate` on, QEMU remembers what free page reporting discarded and backs
+/// as much of it again as it is asked to, before the guest touches it; an inflation forgets
+/// it. The guest's memory is intact.
+#[test]
+fn qemu_backs_reported_memory_again_on_request() {
+    let test = "populate_reported";
+    for (i, off) in common::populate_qemus(test).iter().enumerate() {
+        eprintln!("{}:", off.display());
+        backs_reported_memory(&format!("{test}-{i}"), off);
+    }
+}
+
+fn backs_reported_memory(test: &str, off: &Path) {
+    let on = off.with_file_name("qemu-system-x86_64-populate");
+    let spec = VmSpec { qemu: on, agent: GuestAgent::None, free_page_reporting: true, ..VmSpec::new("on", Kib::from_mib_saturating(1024)) };
+    let vm = Qemu::start(&common::image(), spec, &common::vm_dir(test, "on")).unwrap_or_else(|e| panic!("{e}"));
+    vm.wait_booted(Duration::from_secs(120)).unwrap_or_else(|e| panic!("{e}"));
+    let q = Qmp::connect_with_retry(&vm.qmp_ctl, Instant::now() + Duration::from_secs(10)).unwrap();
+    let dev = "/machine/peripheral/balloon0";
+    let recorded = || q.qom_get(dev, "x-populate-reported").ok().and_then(|v| v.as_u64());
+    if recorded().is_none() {
+        eprintln!("SKIPPED {test} on {}: no x-populate-reported (built before that patch: build it again)", off.display());
+        return;
+    }
+
+    // 600 MiB written and freed: free page reporting gives it back to the host, and QEMU
+    // remembers the ranges.
+    let r = vm.console.run("spike 2 300 0.5 0 1", Duration::from_secs(180)).unwrap();
+    assert_eq!(r.status, 0, "{}", r.text);
+    let enough = wait_for(Duration::from_secs(60), Duration::from_millis(200), || recorded().is_some_and(|b| b >= 512 * MIB));
+    assert!(enough.is_some(), "free page reporting gave back {:?} bytes", recorded());
+    let reported = recorded().unwrap();
+    let before = rss_mib(&vm);
+    eprintln!("reported {} MiB; QEMU resident {before} MiB", reported / MIB);
+
+    // Asked for 400 MiB, QEMU backs at least that much before the guest touches any.
+    q.qom_set(dev, "x-populate-reported", serde_json::json!(400 * MIB)).unwrap();
+    let backed = wait_for(Duration::from_secs(60), Duration::from_millis(100), || rss_mib(&vm) >= before + 384);
+    let after = rss_mib(&vm);
+    eprintln!("asked for 400 MiB: QEMU resident {after} MiB (+{}), {} MiB still recorded", after.saturating_sub(before), recorded().unwrap_or(0) / MIB);
+    assert!(backed.is_some(), "QEMU backed {} MiB of the 400 MiB asked", after.saturating_sub(before));
+    assert!(recorded().unwrap_or(u64::MAX) <= reported - 400 * MIB, "what was backed is no longer recorded");
+
+    // An inflation forgets the rest: reported pages may be in the balloon now.
+    q.set_balloon_guest_size(768 * MIB).unwrap();
+    let forgot = wait_for(Duration::from_secs(60), Duration::from_millis(100), || q.query_balloon().unwrap() == 768 * MIB);
+    assert!(forgot.is_some(), "the balloon did not reach 768 MiB");
+    assert_eq!(recorded(), Some(0), "an inflation forgets the reported ranges");
+
+    // The memory backed again holds what the guest writes: every word read back.
+    let r = vm.console.run("spike 2 200 0.5 0 1 verify", Duration::from_secs(180)).unwrap();
+    assert_eq!(r.status, 0, "{}", r.text);
+}

@@ -11,6 +11,7 @@
 //!  World::set_guest_size ◄─ Action ◄─ per VM: final check, outlier filter, interval
 //! ```
 
+mod ahead;
 mod balancer;
 mod choice;
 mod classify;
@@ -24,6 +25,7 @@ mod shares;
 #[cfg(test)]
 mod testkit;
 
+pub use ahead::{back_ahead, BACK_AHEAD_MIN};
 pub use balancer::{Balancer, CapGrowth, Claim, Independent};
 pub use choice::BalancerKind;
 pub use classify::{observed_free, Class, Classifier, ClassifierConfig};
@@ -91,6 +93,9 @@ struct Slot<P> {
     lp: ControlLoop<P>,
     /// The earliest time this VM wants its next decision (its loop's interval).
     due: Duration,
+    /// The time of the last sample reported memory was backed ahead for: each sample asks
+    /// once, however many steps see it.
+    backed_for: Option<Duration>,
 }
 
 /// One per-VM loop per VM and one balancer over them all.
@@ -106,7 +111,7 @@ impl<P: Policy, B: Balancer> HostLoop<P, B> {
 
     /// Adds (or replaces) a VM's loop; it is decided on at its next sample.
     pub fn add_vm(&mut self, vm: VmId, lp: ControlLoop<P>) {
-        self.vms.insert(vm, Slot { lp, due: Duration::ZERO });
+        self.vms.insert(vm, Slot { lp, due: Duration::ZERO, backed_for: None });
     }
 
     pub fn remove_vm(&mut self, vm: VmId) -> Option<ControlLoop<P>> {
@@ -128,6 +133,23 @@ impl<P: Policy, B: Balancer> HostLoop<P, B> {
     /// The earliest time any VM wants a decision.
     pub fn next_due(&self) -> Option<Duration> {
         self.vms.values().map(|s| s.due).min()
+    }
+
+    /// The VMs whose sample asks for reported memory backed ahead, and how much
+    /// ([`back_ahead`]); each sample once. Pure.
+    pub fn back_ahead(&mut self, s: &HostSample) -> Vec<(VmId, Kib)> {
+        let mut out = Vec::new();
+        for (vm, sample) in &s.vms {
+            let Some(slot) = self.vms.get_mut(vm) else { continue };
+            if slot.backed_for.is_some_and(|t| sample.at <= t) {
+                continue;
+            }
+            if let Some(k) = back_ahead(sample) {
+                slot.backed_for = Some(sample.at);
+                out.push((*vm, k));
+            }
+        }
+        out
     }
 
     /// One decision step for every VM in the sample. VMs whose interval has not run out
@@ -196,6 +218,9 @@ pub trait World {
     fn sample(&mut self) -> HostSample;
     /// Asks for `vm`'s logical size to become `guest_size`. Never waits for the balloon.
     fn set_guest_size(&mut self, vm: VmId, guest_size: Kib) -> Result<(), Self::Error>;
+    /// Asks for `size` of what free page reporting gave back of `vm`'s memory to be backed
+    /// again now ([`back_ahead`]). Never waits; a world whose VMs cannot do it ignores it.
+    fn back_ahead(&mut self, _vm: VmId, _size: Kib) {}
 }
 
 /// The outcome of [`host_step`].
@@ -210,6 +235,9 @@ pub struct HostStep<E> {
 /// Samples the world, decides for every VM at once, and applies the actions.
 pub fn host_step<P: Policy, B: Balancer, W: World>(hl: &mut HostLoop<P, B>, world: &mut W) -> HostStep<W::Error> {
     let sample = world.sample();
+    for (vm, size) in hl.back_ahead(&sample) {
+        world.back_ahead(vm, size);
+    }
     let ticks = hl.tick(&sample);
     let mut errors = Vec::new();
     for t in &ticks {

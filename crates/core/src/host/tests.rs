@@ -229,3 +229,25 @@ fn a_vm_running_short_is_due_at_once_for_a_growth_only() {
     let lie = Sample { running_short: true, ..at(vm(0, 1388, 100), 400) };
     assert_eq!(hl.tick(&HostSample { at: lie.at, ..host(0, None, vec![lie]) }).len(), 0, "a shrink waits for its interval");
 }
+
+#[test]
+fn reported_memory_is_backed_ahead_once_per_sample_that_asks() {
+    let mut hl = HostLoop::new(Independent);
+    hl.add_vm(VmId(0), lp());
+    hl.add_vm(VmId(1), lp());
+    // VM 0: a program mapped 1 GiB it has not touched, on a device that backs reported
+    // memory; VM 1 the same on QEMU as it is.
+    let mut short = vm(0, 2048, 300);
+    if let Some(m) = &mut short.mem {
+        m.committed_as = m.committed_as.saturating_add(mib(1024));
+    }
+    short.running_short = true;
+    short.reports_free_pages = true;
+    let backs = Sample { backs_reported: true, ..short.clone() };
+    let s = host(0, None, vec![backs, short]);
+    assert_eq!(hl.back_ahead(&s), vec![(VmId(0), mib(1024))]);
+    assert_eq!(hl.back_ahead(&s), vec![], "a step that sees the same sample again asks nothing");
+    let mut later = s.clone();
+    later.vms[0].1.at = Duration::from_millis(100);
+    assert_eq!(hl.back_ahead(&later), vec![(VmId(0), mib(1024))], "a new sample asks again");
+}

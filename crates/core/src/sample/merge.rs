@@ -85,7 +85,7 @@ pub fn merge(v: &SizeViews) -> Merged {
 impl Merged {
     /// The sample for the policy.
     pub fn sample(&self, at: Duration, max: Kib, migrating: bool) -> Sample {
-        Sample { at, guest_size: self.guest_size, max, target_in_force: None, mem: self.mem, migrating, preparing_migration: false, reports_free_pages: false, hints_free_pages: false, shrink_while_migrating: false, pressure: self.pressure, oom_kills: self.oom_kills, file_refaults: self.file_refaults, running_short: self.running_short }
+        Sample { at, guest_size: self.guest_size, max, target_in_force: None, mem: self.mem, migrating, preparing_migration: false, reports_free_pages: false, hints_free_pages: false, backs_reported: false, shrink_while_migrating: false, pressure: self.pressure, oom_kills: self.oom_kills, file_refaults: self.file_refaults, running_short: self.running_short }
     }
 }
 

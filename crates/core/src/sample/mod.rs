@@ -54,6 +54,11 @@ pub struct Sample {
     /// shrinker under pressure), so `mem` then understates what the guest has
     /// ([`Sample::hinting`]).
     pub hints_free_pages: bool,
+    /// The VM's balloon device can back again, on request, the free memory that free page
+    /// reporting gave back to the host (QEMU with the project's `x-populate-reported`,
+    /// docs/spikes.md): a host asks for it when a program committed memory it has not
+    /// touched yet ([`crate::host::back_ahead`]).
+    pub backs_reported: bool,
     /// The guest's memory pressure (its /proc/pressure/memory), if reported.
     pub pressure: Option<Pressure>,
     /// OOM kills in the guest since boot, if reported.

@@ -238,6 +238,11 @@ impl Actor {
                         }
                     }
                 }
+                Ok(Msg::BackAhead { size }) => {
+                    if let (Some(h), false) = (hv, self.paused) {
+                        self.back_ahead(h, size);
+                    }
+                }
                 // Sample now (with a session to sample; paused VMs are left alone).
                 Ok(Msg::Short | Msg::Migration) if hv.is_some() && !self.paused => return None,
                 Ok(Msg::Short | Msg::Migration) => {}
@@ -289,6 +294,18 @@ impl Actor {
 
     fn idle(&mut self, d: Duration) -> Option<End> {
         self.wait(d, None)
+    }
+
+    /// Has QEMU back `size` of the guest's reported memory again: one line (rate-limited,
+    /// the guest's programs cause it), counted in the status.
+    fn back_ahead(&mut self, hv: &dyn Hypervisor, size: Kib) {
+        match hv.back_reported(size) {
+            Ok(()) => {
+                lock(&self.shared.status).backed_ahead += 1;
+                self.note(EventKind::BackAhead, &format!("backing up to {size} of reported memory again: the guest's programs committed it and have not touched it yet"), &[("size_kib", serde_json::json!(size.0))]);
+            }
+            Err(e) => self.note(EventKind::BackAhead, &format!("could not back reported memory ahead ({e}); the guest faults it in itself"), &[]),
+        }
     }
 
     /// Applies a target: the guest's size. A grow (`grow_seen`: since when the host had

@@ -221,6 +221,13 @@ impl World for QemuHost {
         let grow_seen = v.seen.filter(|_| guest_size > v.size);
         offer(&v.tx, Msg::Set { size: guest_size, grow_seen })
     }
+
+    fn back_ahead(&mut self, vm: VmId, size: Kib) {
+        if let Some(v) = self.find(vm) {
+            // A full queue drops it: the next running-short sample asks again.
+            let _ = offer(&v.tx, Msg::BackAhead { size });
+        }
+    }
 }
 
 pub(crate) struct Decider {

@@ -68,6 +68,9 @@ pub(crate) enum Msg {
     Set { size: autoballoon_core::Kib, grow_seen: Option<Instant> },
     /// The decider decided on a sample that prepares a migration and changed nothing.
     Held,
+    /// Back again this much of what free page reporting gave back of the guest's memory
+    /// (core's `back_ahead`): a program committed it and has not touched it yet.
+    BackAhead { size: autoballoon_core::Kib },
     /// The agent reports its guest running short of memory: sample now, so the decider
     /// can grow the VM without waiting for the next tick.
     Short,

@@ -130,6 +130,8 @@ pub struct VmStatus {
     pub actual_rejected: u64,
     /// Balloon-driver statistics (guest-stats, libvirt's memory statistics) refused at the border.
     pub guest_stats_rejected: u64,
+    /// Requests to back reported memory ahead of a program's allocation that QEMU took.
+    pub backed_ahead: u64,
     /// The running or last live migration of this VM seen by this controller.
     pub last_migration: Option<MigrationReport>,
     /// Whether the balloon may shrink while a migration of this VM runs, and why (from

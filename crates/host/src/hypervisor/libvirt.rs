@@ -64,7 +64,7 @@ fn facts_of(version: Option<(u32, u32, u32)>, accel: migration::Accel) -> migrat
 /// `autodeflate` and `freePageReporting` only when on, and has no free page hinting.
 fn features_of(b: Option<parse::Memballoon>) -> BalloonFeatures {
     match b {
-        Some(b) if b.model.starts_with("virtio") => BalloonFeatures { free_page_reporting: Some(b.free_page_reporting), free_page_hint: None, deflate_on_oom: Some(b.autodeflate) },
+        Some(b) if b.model.starts_with("virtio") => BalloonFeatures { free_page_reporting: Some(b.free_page_reporting), free_page_hint: None, deflate_on_oom: Some(b.autodeflate), backs_reported: None },
         _ => BalloonFeatures::default(),
     }
 }
@@ -256,7 +256,7 @@ mod tests {
         let tcg = facts_of(None, parse::domain_accel_in_xml("<domain type='qemu' id='1'>"));
         assert_eq!(migration::MigrationShrink::of(&tcg), migration::MigrationShrink::HeldUnknown);
         let b = features_of(parse::memballoon_in_xml(kvm));
-        assert_eq!(b, BalloonFeatures { free_page_reporting: Some(true), free_page_hint: None, deflate_on_oom: Some(true) });
+        assert_eq!(b, BalloonFeatures { free_page_reporting: Some(true), free_page_hint: None, deflate_on_oom: Some(true), backs_reported: None });
         assert_eq!(features_of(parse::memballoon_in_xml("<memballoon model='virtio'>")).missing(), ["free-page-reporting"]);
         assert_eq!(features_of(parse::memballoon_in_xml("<memballoon model='none'/>")), BalloonFeatures::default());
         assert_eq!(features_of(None), BalloonFeatures::default());

@@ -96,6 +96,10 @@ pub struct BalloonFeatures {
     pub free_page_reporting: Option<bool>,
     pub free_page_hint: Option<bool>,
     pub deflate_on_oom: Option<bool>,
+    /// The device backs again, on request, what free page reporting gave back
+    /// (`x-populate-reported` with `x-populate-on-deflate` on: the project's QEMU patches,
+    /// docs/qemu-versions.md); `None` where the device has no such property.
+    pub backs_reported: Option<bool>,
 }
 
 impl BalloonFeatures {
@@ -121,7 +125,11 @@ impl std::fmt::Display for BalloonFeatures {
             Some(false) => "off",
             None => "unknown",
         };
-        write!(f, "free-page-reporting {}, free-page-hint {}, deflate-on-oom {}", s(self.free_page_reporting), s(self.free_page_hint), s(self.deflate_on_oom))
+        write!(f, "free-page-reporting {}, free-page-hint {}, deflate-on-oom {}", s(self.free_page_reporting), s(self.free_page_hint), s(self.deflate_on_oom))?;
+        match self.backs_reported {
+            Some(b) => write!(f, ", x-populate-reported {}", s(Some(b))),
+            None => Ok(()),
+        }
     }
 }
 
@@ -143,6 +151,11 @@ pub(crate) trait Hypervisor: Send + Sync {
     /// The hypervisor's own switches on the balloon device. Never fails: what cannot be
     /// read is unknown.
     fn balloon_features(&self) -> BalloonFeatures;
+    /// Backs again `size` of what free page reporting gave back of the guest's memory
+    /// (`BalloonFeatures::backs_reported`). A hypervisor that cannot does nothing.
+    fn back_reported(&self, _size: Kib) -> Result<()> {
+        Ok(())
+    }
     /// Has the guest's balloon driver refresh its statistics every `secs`.
     fn set_stats_period(&self, secs: u32) -> Result<()>;
     /// The balloon driver's statistics, raw: use [`balloon_view`].

@@ -69,7 +69,12 @@ impl Hypervisor for QmpHypervisor {
     }
     fn balloon_features(&self) -> BalloonFeatures {
         let get = |p: &str| self.qmp.qom_get(&self.balloon_device, p).ok().and_then(|v| v.as_bool());
-        BalloonFeatures { free_page_reporting: get("free-page-reporting"), free_page_hint: get("free-page-hint"), deflate_on_oom: get("deflate-on-oom") }
+        // `x-populate-reported` works only with `x-populate-on-deflate` on (its thread).
+        let backs_reported = self.qmp.qom_get(&self.balloon_device, "x-populate-reported").ok().map(|_| get("x-populate-on-deflate") == Some(true));
+        BalloonFeatures { free_page_reporting: get("free-page-reporting"), free_page_hint: get("free-page-hint"), deflate_on_oom: get("deflate-on-oom"), backs_reported }
+    }
+    fn back_reported(&self, size: Kib) -> Result<()> {
+        Ok(self.qmp.qom_set(&self.balloon_device, "x-populate-reported", serde_json::json!(size.to_bytes_saturating().0))?)
     }
     fn balloon_stats(&self) -> Result<BalloonStats> {
         Ok(balloon_stats_of(&self.qmp.guest_stats(&self.balloon_device)?))

@@ -82,6 +82,7 @@ impl Actor {
         sample.shrink_while_migrating = self.migration_shrink.allowed();
         sample.reports_free_pages = self.balloon.free_page_reporting == Some(true);
         sample.hints_free_pages = self.balloon.free_page_hint == Some(true);
+        sample.backs_reported = self.balloon.backs_reported == Some(true);
         // Publish for the decider (not while paused), and show it.
         if !self.paused {
             // The agent's view is the host's since its report arrived.
