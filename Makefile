@@ -35,7 +35,7 @@ help:
 	@echo "make systemd-test - the host .deb under a real systemd (PID 1 in systemd-nspawn, Debian 12): unit, sandbox, socket directory, discovery (part of make test)"
 	@echo "make qemu10 - QEMU 10 from bookworm-backports beside the system QEMU (under $(CACHE)/qemu)"
 	@echo "make test-qemu10 - the QEMU integration tests with every VM under QEMU 10"
-	@echo "make qemu10-populate - QEMU 10 with the project's x-populate-on-deflate balloon patch (under $(CACHE)/qemu), and its test"
+	@echo "make qemu10-populate - QEMU 10 with the project's balloon patches, x-populate-on-deflate and x-populate-reported (under $(CACHE)/qemu), and their tests"
 
 deps:
 	@scripts/install-deps.sh
@@ -49,11 +49,12 @@ QEMU10_INSTALL := $(if $(filter 1,$(QEMU10)),scripts/install-qemu10.sh >/dev/nul
 qemu10:
 	@scripts/install-qemu10.sh
 
-# QEMU 10.0.2 built from Debian's backports source with the project's balloon patch,
-# x-populate-on-deflate (scripts/qemu10/; docs/spikes.md, "Backing deflated memory off the
-# vCPU's thread"), under $(CACHE)/qemu/qemu10-populate (about 6 min the first time), then
-# its test (crates/testbed/tests/populate_on_deflate.rs, which also runs on the fixed 7.2 of
-# scripts/build-qemu72-fixed.sh, ported patch in scripts/qemu72/, where that is built).
+# QEMU 10.0.2 built from Debian's backports source with the project's balloon patches,
+# x-populate-on-deflate and x-populate-reported (scripts/qemu10/; docs/spikes.md, "Backing
+# deflated memory off the vCPU's thread" and "Backing reported memory ahead of a spike"),
+# under $(CACHE)/qemu/qemu10-populate (about 6 min the first time), then their tests
+# (crates/testbed/tests/populate_on_deflate.rs, which also run on the fixed 7.2 of
+# scripts/build-qemu72-fixed.sh, ported patches in scripts/qemu72/, where that is built).
 # `make test` builds neither (its run would grow by the builds) but runs that test on what
 # is built; `make bench` builds both for its spike stage.
 qemu10-populate: testbed image
@@ -207,8 +208,9 @@ test-qemu10: image
 # BENCH_ARGS passes options to autoballoon-bench (--help).
 BENCH_KERNEL ?= 1
 # Then autoballoon-spikebench (bench/SPIKES.md): spikes at steady state against FPR alone
-# on both QEMU lines, each also with the project's balloon patch, x-populate-on-deflate, on
-# (scripts/build-qemu72-fixed.sh --populate, scripts/build-qemu10-populate.sh --populate),
+# on both QEMU lines, each also with the project's balloon patches on (x-populate-on-deflate,
+# and with it x-populate-reported, which the controller uses for the stock kernel's spikes;
+# scripts/build-qemu72-fixed.sh --populate, scripts/build-qemu10-populate.sh --populate),
 # 1 and 2 vCPUs (about 80 min);
 # BENCH_SPIKES=0 skips it, SPIKEBENCH_ARGS passes options (--help).
 BENCH_SPIKES ?= 1

@@ -1,10 +1,12 @@
-//! The project's QEMU change, `x-populate-on-deflate` (scripts/qemu10/ and scripts/qemu72/,
-//! built by `scripts/build-qemu10-populate.sh` (`make qemu10-populate`) and
-//! `scripts/build-qemu72-fixed.sh`; docs/spikes.md, "Backing deflated memory off the
-//! vCPU's thread"): with it on, QEMU backs the memory the guest deflated before the guest
-//! writes to it; off, the same build leaves it to the guest's faults, as QEMU does. The
-//! guest's memory is intact either way. Run on each of the two builds that is built, and
-//! skipped with a printed reason for one that is not.
+//! The project's QEMU changes (scripts/qemu10/ and scripts/qemu72/, built by
+//! `scripts/build-qemu10-populate.sh` (`make qemu10-populate`) and
+//! `scripts/build-qemu72-fixed.sh`; docs/spikes.md): with `x-populate-on-deflate` on, QEMU
+//! backs the memory the guest deflated before the guest writes to it ("Backing deflated
+//! memory off the vCPU's thread"); off, the same build leaves it to the guest's faults, as
+//! QEMU does. With it on, `x-populate-reported` backs again, on request, what free page
+//! reporting gave back ("Backing reported memory ahead of a spike"). The guest's memory is
+//! intact either way. Run on each of the two builds that is built, and skipped with a
+//! printed reason for one that is not (or that was built before a patch).
 mod common;
 
 use autoballoon_core::Kib;
@@ -19,13 +21,17 @@ fn rss_mib(q: &Qemu) -> u64 {
     q.rss().expect("QEMU's VmRSS").0 / 1024
 }
 
-#[test]
-fn qemu_backs_what_the_guest_deflated_before_the_guest_touches_it() {
-    let test = "populate_on_deflate";
+/// Runs `check` on each build that is built (`off`: its wrapper with the properties off).
+fn on_each_build(test: &str, check: fn(&str, &Path)) {
     for (i, off) in common::populate_qemus(test).iter().enumerate() {
         eprintln!("{}:", off.display());
-        backs_deflated_memory(&format!("{test}-{i}"), off);
+        check(&format!("{test}-{i}"), off);
     }
+}
+
+#[test]
+fn qemu_backs_what_the_guest_deflated_before_the_guest_touches_it() {
+    on_each_build("populate_on_deflate", backs_deflated_memory);
 }
 
 fn backs_deflated_memory(test: &str, off: &Path) {
@@ -80,11 +86,7 @@ fn backs_deflated_memory(test: &str, off: &Path) {
 /// it. The guest's memory is intact.
 #[test]
 fn qemu_backs_reported_memory_again_on_request() {
-    let test = "populate_reported";
-    for (i, off) in common::populate_qemus(test).iter().enumerate() {
-        eprintln!("{}:", off.display());
-        backs_reported_memory(&format!("{test}-{i}"), off);
-    }
+    on_each_build("populate_reported", backs_reported_memory);
 }
 
 fn backs_reported_memory(test: &str, off: &Path) {

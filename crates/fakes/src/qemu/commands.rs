@@ -194,7 +194,11 @@ fn qom_get(st: &VmState, args: &Map<String, Value>) -> Outcome {
             }, "last-update": written}))
         }
         "guest-stats-polling-interval" => Ok(json!(st.polling_interval)),
-        "deflate-on-oom" | "free-page-reporting" | "free-page-hint" => Ok(json!(false)),
+        "free-page-reporting" => Ok(json!(st.backs_reported)),
+        "deflate-on-oom" | "free-page-hint" => Ok(json!(false)),
+        "x-populate-on-deflate" if st.backs_reported => Ok(json!(true)),
+        // What is recorded: the fake records nothing.
+        "x-populate-reported" if st.backs_reported => Ok(json!(0)),
         other => no_property(other),
     }
 }
@@ -204,6 +208,16 @@ fn qom_set(st: &mut VmState, args: &Map<String, Value>) -> Outcome {
         Ok(p) => p,
         Err(e) => return e,
     };
+    if property == "x-populate-reported" && st.backs_reported {
+        return match args.get("value").map(Value::as_u64) {
+            None => missing("value"),
+            Some(Some(bytes)) => {
+                st.populate_requests.push(bytes);
+                Ok(json!({}))
+            }
+            Some(None) => bad_type("value", "size"),
+        };
+    }
     if property != "guest-stats-polling-interval" {
         return no_property(property);
     }

@@ -104,6 +104,11 @@ pub struct FakeQemuConfig {
     /// What `query-kvm` answers for `enabled` (`present` is always true); `None`: the
     /// command is not found (as if the QEMU were built without it).
     pub kvm: Option<bool>,
+    /// The balloon device reports free pages and carries the project's QEMU patches with
+    /// `x-populate-on-deflate` on, so it offers `x-populate-reported` (docs/qemu-versions.md):
+    /// every value written to it is kept ([`super::FakeQemu::populate_requests`]). Off (the
+    /// default): `free-page-reporting` reads false and neither property exists.
+    pub backs_reported: bool,
 }
 
 impl FakeQemuConfig {
@@ -130,6 +135,7 @@ impl Default for FakeQemuConfig {
             write_timeout: Duration::from_secs(5),
             version: None,
             kvm: Some(false),
+            backs_reported: false,
         }
     }
 }

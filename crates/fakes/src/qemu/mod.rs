@@ -165,6 +165,12 @@ impl FakeQemu {
         self.state().guest_stats
     }
 
+    /// Every value written to `x-populate-reported` ([`FakeQemuConfig::backs_reported`]),
+    /// in bytes, oldest first.
+    pub fn populate_requests(&self) -> Vec<u64> {
+        self.state().populate_requests.clone()
+    }
+
     /// Changes what `qom-get ... guest-stats` returns.
     pub fn set_guest_stats(&self, stats: FakeGuestStats) {
         self.state().guest_stats = stats;

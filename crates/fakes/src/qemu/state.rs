@@ -110,6 +110,9 @@ pub(crate) struct VmState {
     pub write_timeout: Duration,
     pub version: Option<(u32, u32, u32)>,
     pub kvm: Option<bool>,
+    pub backs_reported: bool,
+    /// Every `x-populate-reported` value written, in bytes.
+    pub populate_requests: Vec<u64>,
 }
 
 impl VmState {
@@ -141,6 +144,8 @@ impl VmState {
             write_timeout: cfg.write_timeout,
             version: cfg.version,
             kvm: cfg.kvm,
+            backs_reported: cfg.backs_reported,
+            populate_requests: Vec::new(),
         }
     }
 
