@@ -16,7 +16,7 @@ use crate::logging::{debug, info, log, Level, RateLimited};
 use crate::source::{Migration, ProcSource};
 use crate::report::FineReporting;
 use crate::trim::{TrimFirst, Trimmer};
-use crate::watch::{Watch, WATCH_EVERY};
+use crate::watch::Watch;
 use crate::{protect, BackendKind, Failure, RunArgs};
 use autoballoon_core::config::PolicyConfig;
 use autoballoon_core::control::{Source, Tick};
@@ -316,7 +316,7 @@ impl<'a> Agent<'a> {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let watching = self.watch.watching();
-            let slice = if watching { WATCH_EVERY.min(left) } else { left };
+            let slice = if watching { self.watch.every().min(left) } else { left };
             if self.wait_once(slice) || Instant::now() >= deadline {
                 return;
             }
