@@ -36,9 +36,11 @@ fn start(backs_reported: bool) -> (std::sync::Arc<Fakes>, Daemon) {
 fn a_program_that_committed_memory_has_it_backed_ahead_where_qemu_can() {
     let (f, d) = start(true);
     assert!(d.log.text().contains("x-populate-reported on"), "the managing line names the switch: {}", d.log.text());
-    // A routine sample asks nothing, however much was committed.
+    // A routine sample asks nothing, however much was committed: once the growth it asked
+    // for is applied, nothing else was (the actor takes its messages in order, and a
+    // step hands a request to back memory over before its target).
     send(&f, 1200, false);
-    std::thread::sleep(Duration::from_millis(600));
+    wait_for(Duration::from_secs(5), "the growth", || f.last_request().is_some_and(|r| r >= mib(1500)));
     assert_eq!(f.q().populate_requests(), Vec::<u64>::new());
     // The agent's watch saw the commitment: QEMU is asked for it at once.
     send(&f, 1200, true);
@@ -51,8 +53,7 @@ fn a_program_that_committed_memory_has_it_backed_ahead_where_qemu_can() {
 fn qemu_as_it_is_is_not_asked() {
     let (f, d) = start(false);
     send(&f, 1200, true);
-    wait_for(Duration::from_secs(5), "the sample seen", || f.last_request().is_some_and(|r| r >= mib(1500)));
-    std::thread::sleep(Duration::from_millis(400));
+    wait_for(Duration::from_secs(5), "the growth", || f.last_request().is_some_and(|r| r >= mib(1500)));
     assert_eq!(f.q().command_count("qom-set"), 1, "only the statistics interval was set");
     assert_eq!(d.status("a").backed_ahead, 0);
 }
