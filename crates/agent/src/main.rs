@@ -98,7 +98,8 @@ pub struct RunArgs {
     /// No commitment watch: memory programs commit is seen at the next sample only (by
     /// default, while the guest has less than 512 MiB to spare, /proc/meminfo is read every
     /// 100 ms and the agent samples at once when what programs hold or committed grew by
-    /// 32 MiB).
+    /// 32 MiB; a guest with a host port and a free page reporting device is watched with
+    /// more to spare too, every 250 ms, so the host can back reported memory ahead).
     #[arg(long)]
     pub no_commit_watch: bool,
     /// Free page reporting reports free pieces down to 4 KiB, not only 2 MiB blocks, once
