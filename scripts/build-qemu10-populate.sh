@@ -11,8 +11,8 @@
 #     x-populate-reported hands that much of it to the same thread (docs/spikes.md,
 #     "Backing reported memory ahead of a spike").
 # Off, the device behaves as QEMU's own, so one build serves the baselines and the changes
-# side by side. `make test` does not build it (it runs its test
-# where it is built); `make bench` builds it for its spike stage.
+# side by side. `make test` does not build it (it runs its tests where it is built);
+# `make bench` builds it for its spike stage.
 #
 # Steps: the orig tarball of the source package, through a private apt configuration
 # (deb-src lines of its own; /etc/apt is left alone) and checked against the archive's
@@ -49,7 +49,7 @@ die() { say "ERROR: $*"; exit 1; }
 . "$HERE/lib/qemu-build.sh"
 suffix=""
 case "${1:-}" in
-    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) qb_usage "$0"; exit 0 ;;
     --populate) suffix=-populate ;;
     "") ;;
     *) die "unknown argument: $1 (--help)" ;;

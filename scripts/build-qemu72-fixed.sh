@@ -10,9 +10,10 @@
 # it, scripts/qemu72/virtio-balloon-populate-reported.patch (docs/spikes.md).
 #
 # Steps: fetch the source package of the installed qemu-system-x86 version through a private
-# apt configuration (deb-src lines of its own; /etc/apt is left alone), apply the three
-# patches in scripts/qemu72/ (the TCG fix first), configure x86_64-softmmu only with what the test bed uses (no GUI, no
-# docs), build with ninja (nice 19) and install into
+# apt configuration (deb-src lines of its own; /etc/apt is left alone), unpack it afresh for
+# every build, apply the three patches in scripts/qemu72/ (the TCG fix first), configure
+# x86_64-softmmu only with what the test bed uses (no GUI, no docs), build with ninja
+# (nice 19) and install into
 #   ${AUTOBALLOON_CACHE:-$HOME/.cache/autoballoon}/qemu/7.2-fixed-<hash>/
 # keyed by the source version, the patches and the configure flags. A wrapper there,
 # bin/qemu-system-x86_64, runs it with the system QEMU's firmware (-L /usr/share/qemu,
@@ -41,7 +42,7 @@ die() { say "ERROR: $*"; exit 1; }
 . "$HERE/lib/qemu-build.sh"
 suffix=""
 case "${1:-}" in
-    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) qb_usage "$0"; exit 0 ;;
     --populate) suffix=-populate ;;
     "") ;;
     *) die "unknown argument: $1 (--help)" ;;

@@ -5,6 +5,12 @@
 # scripts/install-deps.sh --only). Sourced, not run; the caller defines say() and die() and
 # runs under `set -euo pipefail`.
 
+# qb_usage SCRIPT: prints SCRIPT's header comment (after the #! line, up to its first line
+# that is not a comment) without the leading "# ", for --help.
+qb_usage() {
+    awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$1"
+}
+
 # qb_apt_options DIR: sets QB_APT to apt-get options that read only DIR/sources.list and keep
 # their lists and downloads under DIR (/etc/apt is left alone); makes DIR's folders.
 qb_apt_options() {

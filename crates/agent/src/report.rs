@@ -66,6 +66,12 @@ pub fn parse_order(text: &str) -> Option<u32> {
     text.trim().parse::<u32>().ok().filter(|&o| o <= 10)
 }
 
+/// Free page reporting's order now, read under `sys`: `None` where the guest has no
+/// reporting device (or a kernel without reporting).
+pub fn read_order(sys: &Path) -> Option<u32> {
+    std::fs::read_to_string(param_path(sys)).ok().and_then(|t| parse_order(&t))
+}
+
 pub struct FineReporting {
     param: PathBuf,
     /// `/proc/sys/vm/compact_memory`.
@@ -87,7 +93,7 @@ impl FineReporting {
             return None;
         }
         let param = param_path(sys);
-        let Some(coarse) = std::fs::read_to_string(&param).ok().and_then(|t| parse_order(&t)) else {
+        let Some(coarse) = read_order(sys) else {
             info(format_args!("fine reporting off: {} does not hold an order (no free page reporting device, or a kernel without it)", param.display()));
             return None;
         };

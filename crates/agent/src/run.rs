@@ -75,7 +75,7 @@ fn start(a: &RunArgs, policy: &PolicyConfig, trim: CacheTrimRule) -> Result<(), 
     }
     // Reported free memory comes back page by page: with a host to tell, every commitment
     // is worth telling it at once (crate::watch).
-    let reports = std::fs::read_to_string(crate::report::param_path(std::path::Path::new("/sys"))).ok().and_then(|t| crate::report::parse_order(&t)).is_some();
+    let reports = crate::report::read_order(std::path::Path::new("/sys")).is_some();
     if agent.channel.is_some() && reports && !a.no_commit_watch {
         agent.watch = Watch::whatever_the_margin();
         info(format_args!("commitment watch at any margin: free page reporting gives this guest's free memory back, and the host may back it again ahead of a program"));

@@ -95,7 +95,7 @@ fn backs_reported_memory(test: &str, off: &Path) {
     let vm = Qemu::start(&common::image(), spec, &common::vm_dir(test, "on")).unwrap_or_else(|e| panic!("{e}"));
     vm.wait_booted(Duration::from_secs(120)).unwrap_or_else(|e| panic!("{e}"));
     let q = Qmp::connect_with_retry(&vm.qmp_ctl, Instant::now() + Duration::from_secs(10)).unwrap();
-    let dev = "/machine/peripheral/balloon0";
+    let dev = autoballoon_qmp::BALLOON_DEVICE_PATH;
     let recorded = || q.qom_get(dev, "x-populate-reported").ok().and_then(|v| v.as_u64());
     if recorded().is_none() {
         eprintln!("SKIPPED {test} on {}: no x-populate-reported (built before that patch: build it again)", off.display());
