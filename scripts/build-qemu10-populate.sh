@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build QEMU 10 (the upstream source of Debian's bookworm-backports package, the same version
-# scripts/install-qemu10.sh installs) with two changes of ours, in this order:
+# scripts/install-qemu10.sh installs) with three changes of ours, in this order:
 #   scripts/qemu10/virtio-balloon-populate-on-deflate.patch: an experimental balloon property,
 #     x-populate-on-deflate (off by default), with which QEMU acknowledges a deflation first
 #     and then backs the deflated pages in a thread of its own (MADV_POPULATE_WRITE), so
@@ -9,7 +9,11 @@
 #   scripts/qemu10/virtio-balloon-populate-reported.patch: with that property on, the device
 #     remembers what free page reporting discarded, and writing a byte count to
 #     x-populate-reported hands that much of it to the same thread (docs/spikes.md,
-#     "Backing reported memory ahead of a spike").
+#     "Backing reported memory ahead of a spike");
+#   scripts/qemu10/virtio-balloon-reported-hold-lazily.patch: the thread holds that memory
+#     lazily (MADV_FREE) and, x-populate-reported-hold-ms later (5 s), pages out what the
+#     guest did not write (MADV_PAGEOUT), so a request the guest does not use up costs the
+#     host nothing after the hold.
 # Off, the device behaves as QEMU's own, so one build serves the baselines and the changes
 # side by side. `make test` does not build it (it runs its tests where it is built);
 # `make bench` builds it for its spike stage.
@@ -17,7 +21,7 @@
 # Steps: the orig tarball of the source package, through a private apt configuration
 # (deb-src lines of its own; /etc/apt is left alone) and checked against the archive's
 # SHA256; meson from PyPI in a venv of its own (QEMU 10 needs meson >= 1.5, bookworm has
-# 1.0); the patch; configure x86_64-softmmu only with what the test bed uses; ninja (nice 19);
+# 1.0); the patches; configure x86_64-softmmu only with what the test bed uses; ninja (nice 19);
 # install into
 #   ${AUTOBALLOON_CACHE:-$HOME/.cache/autoballoon}/qemu/10-populate-<hash>/
 # keyed by the source version, the patch and the configure flags. A wrapper there,
@@ -39,7 +43,8 @@ BASE="$CACHE/qemu"
 MIRROR="${AUTOBALLOON_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-PATCHES=("$HERE/qemu10/virtio-balloon-populate-on-deflate.patch" "$HERE/qemu10/virtio-balloon-populate-reported.patch")
+PATCHES=("$HERE/qemu10/virtio-balloon-populate-on-deflate.patch" "$HERE/qemu10/virtio-balloon-populate-reported.patch"
+         "$HERE/qemu10/virtio-balloon-reported-hold-lazily.patch")
 MESON_VERSION=1.5.0
 BUILD_DEPS=(ninja-build pkg-config libglib2.0-dev libpixman-1-dev zlib1g-dev python3-venv flex bison)
 

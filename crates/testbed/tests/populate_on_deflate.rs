@@ -4,8 +4,9 @@
 //! backs the memory the guest deflated before the guest writes to it ("Backing deflated
 //! memory off the vCPU's thread"); off, the same build leaves it to the guest's faults, as
 //! QEMU does. With it on, `x-populate-reported` backs again, on request, what free page
-//! reporting gave back ("Backing reported memory ahead of a spike"). The guest's memory is
-//! intact either way. Run on each of the two builds that is built, and skipped with a
+//! reporting gave back ("Backing reported memory ahead of a spike"), and gives back what the
+//! guest did not write within `x-populate-reported-hold-ms`. The guest's memory is intact
+//! either way. Run on each of the two builds that is built, and skipped with a
 //! printed reason for one that is not (or that was built before a patch).
 mod common;
 
@@ -119,6 +120,24 @@ fn backs_reported_memory(test: &str, off: &Path) {
     eprintln!("asked for 400 MiB: QEMU resident {after} MiB (+{}), {} MiB still recorded", after.saturating_sub(before), recorded().unwrap_or(0) / MIB);
     assert!(backed.is_some(), "QEMU backed {} MiB of the 400 MiB asked", after.saturating_sub(before));
     assert!(recorded().unwrap_or(u64::MAX) <= reported - 400 * MIB, "what was backed is no longer recorded");
+
+    // The guest took none of it: once the hold is over (x-populate-reported-hold-ms, 5 s by
+    // default), QEMU gives it back. A build from before that patch keeps it.
+    let given_back = wait_for(Duration::from_secs(30), Duration::from_millis(200), || rss_mib(&vm) <= before + 64);
+    eprintln!("after the hold: QEMU resident {} MiB", rss_mib(&vm));
+    if q.qom_get(dev, "x-populate-reported-hold-ms").is_ok() {
+        assert!(given_back.is_some(), "QEMU kept {} MiB the guest did not take", rss_mib(&vm).saturating_sub(before));
+    }
+
+    // Backed again and written while held, past the hold: QEMU keeps what the guest wrote,
+    // every word read back.
+    let r = vm.console.run("spike 2 300 0.5 0 1", Duration::from_secs(180)).unwrap();
+    assert_eq!(r.status, 0, "{}", r.text);
+    let enough = wait_for(Duration::from_secs(60), Duration::from_millis(200), || recorded().is_some_and(|b| b >= 400 * MIB));
+    assert!(enough.is_some(), "free page reporting gave back {:?} bytes", recorded());
+    q.qom_set(dev, "x-populate-reported", serde_json::json!(400 * MIB)).unwrap();
+    let r = vm.console.run("spike 2 200 8 0 1 verify", Duration::from_secs(180)).unwrap();
+    assert_eq!(r.status, 0, "{}", r.text);
 
     // An inflation forgets the rest: reported pages may be in the balloon now.
     q.set_balloon_guest_size(768 * MIB).unwrap();
