@@ -97,7 +97,7 @@ impl FineReporting {
             info(format_args!("fine reporting off: {} does not hold an order (no free page reporting device, or a kernel without it)", param.display()));
             return None;
         };
-        if coarse <= FINE_ORDER {
+        if coarse == FINE_ORDER {
             info(format_args!("fine reporting off: free page reporting already reports down to order {coarse}"));
             return None;
         }
