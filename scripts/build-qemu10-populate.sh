@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build QEMU 10 (the upstream source of Debian's bookworm-backports package, the same version
-# scripts/install-qemu10.sh installs) with three changes of ours, in this order:
+# scripts/install-qemu10.sh installs) with four changes of ours, in this order:
 #   scripts/qemu10/virtio-balloon-populate-on-deflate.patch: an experimental balloon property,
 #     x-populate-on-deflate (off by default), with which QEMU acknowledges a deflation first
 #     and then backs the deflated pages in a thread of its own (MADV_POPULATE_WRITE), so
@@ -13,7 +13,10 @@
 #   scripts/qemu10/virtio-balloon-reported-hold-lazily.patch: the thread holds that memory
 #     lazily (MADV_FREE) and, x-populate-reported-hold-ms later (5 s), pages out what the
 #     guest did not write (MADV_PAGEOUT), so a request the guest does not use up costs the
-#     host nothing after the hold.
+#     host nothing after the hold;
+#   scripts/qemu10/virtio-balloon-migrate-skip-ballooned.patch: x-migrate-skip-ballooned (off
+#     by default), with which a migration skips the pages in the balloon, as it skips the
+#     free pages the guest hints, instead of sending each as a zero page (docs/migration.md).
 # Off, the device behaves as QEMU's own, so one build serves the baselines and the changes
 # side by side. `make test` does not build it (it runs its tests where it is built);
 # `make bench` builds it for its spike stage.
@@ -44,7 +47,7 @@ MIRROR="${AUTOBALLOON_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PATCHES=("$HERE/qemu10/virtio-balloon-populate-on-deflate.patch" "$HERE/qemu10/virtio-balloon-populate-reported.patch"
-         "$HERE/qemu10/virtio-balloon-reported-hold-lazily.patch")
+         "$HERE/qemu10/virtio-balloon-reported-hold-lazily.patch" "$HERE/qemu10/virtio-balloon-migrate-skip-ballooned.patch")
 MESON_VERSION=1.5.0
 BUILD_DEPS=(ninja-build pkg-config libglib2.0-dev libpixman-1-dev zlib1g-dev python3-venv flex bison)
 

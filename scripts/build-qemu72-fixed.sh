@@ -4,15 +4,17 @@
 # clears bits without resetting TCG's TLB; upstream 03bfc2188f, QEMU 9.0). KVM hosts are not
 # affected, and this machine has no KVM, so without the fix a QEMU 7.2 destination breaks
 # whether or not anything balloons (docs/migration.md, "Why destinations crashed").
-# The build also carries the project's three balloon patches, the QEMU 10 build's ported to 7.2:
+# The build also carries the project's four balloon patches, the QEMU 10 build's ported to 7.2:
 # x-populate-on-deflate (off by default, so the device behaves as Debian's),
 # scripts/qemu72/virtio-balloon-populate-on-deflate.patch, and x-populate-reported on top of
 # it, scripts/qemu72/virtio-balloon-populate-reported.patch and
-# scripts/qemu72/virtio-balloon-reported-hold-lazily.patch (docs/spikes.md).
+# scripts/qemu72/virtio-balloon-reported-hold-lazily.patch (docs/spikes.md), and
+# x-migrate-skip-ballooned, scripts/qemu72/virtio-balloon-migrate-skip-ballooned.patch
+# (docs/migration.md).
 #
 # Steps: fetch the source package of the installed qemu-system-x86 version through a private
 # apt configuration (deb-src lines of its own; /etc/apt is left alone), unpack it afresh for
-# every build, apply the four patches in scripts/qemu72/ (the TCG fix first), configure
+# every build, apply the five patches in scripts/qemu72/ (the TCG fix first), configure
 # x86_64-softmmu only with what the test bed uses (no GUI, no docs), build with ninja
 # (nice 19) and install into
 #   ${AUTOBALLOON_CACHE:-$HOME/.cache/autoballoon}/qemu/7.2-fixed-<hash>/
@@ -35,7 +37,8 @@ MIRROR="${AUTOBALLOON_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PATCHES=("$HERE/qemu72/tcg-dirty-bitmap-sync.patch" "$HERE/qemu72/virtio-balloon-populate-on-deflate.patch"
-         "$HERE/qemu72/virtio-balloon-populate-reported.patch" "$HERE/qemu72/virtio-balloon-reported-hold-lazily.patch")
+         "$HERE/qemu72/virtio-balloon-populate-reported.patch" "$HERE/qemu72/virtio-balloon-reported-hold-lazily.patch"
+         "$HERE/qemu72/virtio-balloon-migrate-skip-ballooned.patch")
 BUILD_DEPS=(meson ninja-build pkg-config libglib2.0-dev libpixman-1-dev libfdt-dev zlib1g-dev python3-venv flex bison dpkg-dev)
 
 say() { echo "build-qemu72-fixed: $*" >&2; }
