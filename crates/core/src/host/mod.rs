@@ -25,7 +25,7 @@ mod shares;
 #[cfg(test)]
 mod testkit;
 
-pub use ahead::{back_ahead, BACK_AHEAD_MIN};
+pub use ahead::{back_ahead, BackAhead, BACK_AHEAD_MIN, NEVER_REPORTED};
 pub use balancer::{Balancer, CapGrowth, Claim, Independent};
 pub use choice::BalancerKind;
 pub use classify::{observed_free, Class, Classifier, ClassifierConfig};
@@ -93,9 +93,9 @@ struct Slot<P> {
     lp: ControlLoop<P>,
     /// The earliest time this VM wants its next decision (its loop's interval).
     due: Duration,
-    /// The time of the last sample reported memory was backed ahead for: each sample asks
-    /// once, however many steps see it.
-    backed_for: Option<Duration>,
+    /// Reported memory asked to be backed ahead: each sample asks once, however many
+    /// steps see it, and only for what was not asked already.
+    ahead: BackAhead,
 }
 
 /// One per-VM loop per VM and one balancer over them all.
@@ -111,7 +111,7 @@ impl<P: Policy, B: Balancer> HostLoop<P, B> {
 
     /// Adds (or replaces) a VM's loop; it is decided on at its next sample.
     pub fn add_vm(&mut self, vm: VmId, lp: ControlLoop<P>) {
-        self.vms.insert(vm, Slot { lp, due: Duration::ZERO, backed_for: None });
+        self.vms.insert(vm, Slot { lp, due: Duration::ZERO, ahead: BackAhead::default() });
     }
 
     pub fn remove_vm(&mut self, vm: VmId) -> Option<ControlLoop<P>> {
@@ -141,11 +141,8 @@ impl<P: Policy, B: Balancer> HostLoop<P, B> {
         let mut out = Vec::new();
         for (vm, sample) in &s.vms {
             let Some(slot) = self.vms.get_mut(vm) else { continue };
-            if slot.backed_for.is_some_and(|t| sample.at <= t) {
-                continue;
-            }
-            if let Some(k) = back_ahead(sample) {
-                slot.backed_for = Some(sample.at);
+            let band = slot.lp.rails().dead_band;
+            if let Some(k) = slot.ahead.observe(sample, slot.lp.commanded(), band) {
                 out.push((*vm, k));
             }
         }

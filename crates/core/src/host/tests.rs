@@ -249,5 +249,10 @@ fn reported_memory_is_backed_ahead_once_per_sample_that_asks() {
     assert_eq!(hl.back_ahead(&s), vec![], "a step that sees the same sample again asks nothing");
     let mut later = s.clone();
     later.vms[0].1.at = Duration::from_millis(100);
-    assert_eq!(hl.back_ahead(&later), vec![(VmId(0), mib(1024))], "a new sample asks again");
+    assert_eq!(hl.back_ahead(&later), vec![], "a new sample with the same commitment asks nothing more");
+    if let Some(m) = &mut later.vms[0].1.mem {
+        m.committed_as = m.committed_as.saturating_add(mib(512));
+    }
+    later.vms[0].1.at = Duration::from_millis(200);
+    assert_eq!(hl.back_ahead(&later), vec![(VmId(0), mib(512))], "one that committed more asks for the rest");
 }

@@ -87,7 +87,7 @@ impl MemView {
 
     /// The programs' resident memory: `AnonPages + Shmem`, or `Active + Inactive` (page
     /// cache included) where meminfo has no `AnonPages`.
-    fn resident(&self) -> Kib {
+    pub(crate) fn resident(&self) -> Kib {
         self.anon_and_shmem.unwrap_or_else(|| self.active.saturating_add(self.inactive))
     }
 

@@ -8,6 +8,7 @@ mod cachetrim;
 mod finereport;
 mod headroom;
 mod memview;
+mod overcommit;
 mod rinse;
 mod swapfree;
 
@@ -16,6 +17,7 @@ pub use cachetrim::{CacheTrim, CacheTrimRule, TrimInput, TrimStep};
 pub use finereport::{FineReport, FineReportRule};
 pub use headroom::{Headroom, HeadroomRule, ReportDrain, Steady};
 pub use memview::MemView;
+pub use overcommit::{Counted, Overcommit};
 pub use rinse::{Rinse, RinseRule};
 pub use swapfree::{estimate, Estimate, KeptThrough, MigrationWatch, SwapFree};
 /// Policies see the sample type of [`crate::sample`].
@@ -47,6 +49,9 @@ impl fmt::Display for Reason {
         match self {
             Reason::Estimate(e) => {
                 write!(f, "size {} - available {} + overcommitted {}", e.current, e.available, e.overcommitted)?;
+                if e.freeing > crate::units::Kib::ZERO {
+                    write!(f, " ({} more being freed, its commitment not yet given back: not counted)", e.freeing)?;
+                }
                 if e.swapped > crate::units::Kib::ZERO {
                     write!(f, " + swapped {}", e.swapped)?;
                 }

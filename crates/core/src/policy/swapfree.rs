@@ -1,4 +1,4 @@
-use super::{CacheKeep, CacheKeepRule, Decision, Headroom, HeadroomRule, MemView, Policy, Reason, ReportDrain, Rinse, RinseRule, Sample, Steady};
+use super::{CacheKeep, CacheKeepRule, Counted, Decision, Headroom, HeadroomRule, MemView, Overcommit, Policy, Reason, ReportDrain, Rinse, RinseRule, Sample, Steady};
 use crate::units::Kib;
 use std::time::Duration;
 
@@ -9,6 +9,9 @@ pub struct Estimate {
     pub current: Kib,
     pub available: Kib,
     pub overcommitted: Kib,
+    /// Overcommitted as meminfo shows it but not counted: memory being freed whose
+    /// commitment is still accounted ([`Overcommit`]); zero from [`estimate`].
+    pub freeing: Kib,
     /// Memory the guest has in swap (`SwapTotal − SwapFree`): demand it had no room for.
     pub swapped: Kib,
     pub buffer: Kib,
@@ -50,7 +53,12 @@ pub struct Estimate {
 /// guest without swap (SwapTotal 0) is unaffected. Pages in the swap cache are counted in
 /// swap and as used alike (a little too much while swap-outs are under way).
 pub fn estimate(mem: &MemView, current: Kib, max: Kib, buffer: Kib) -> Estimate {
-    let overcommitted = mem.overcommitted();
+    estimate_counting(mem, Counted { counted: mem.overcommitted(), freeing: Kib::ZERO }, current, max, buffer)
+}
+
+/// [`estimate`] with the overcommitment `over` counted instead of meminfo's.
+fn estimate_counting(mem: &MemView, over: Counted, current: Kib, max: Kib, buffer: Kib) -> Estimate {
+    let overcommitted = over.counted;
     let swapped = mem.swapped();
     let raw = current.saturating_add(overcommitted).saturating_add(swapped).saturating_add(buffer).saturating_sub(mem.available);
     Estimate {
@@ -58,6 +66,7 @@ pub fn estimate(mem: &MemView, current: Kib, max: Kib, buffer: Kib) -> Estimate 
         current,
         available: mem.available,
         overcommitted,
+        freeing: over.freeing,
         swapped,
         buffer,
         headroom: Kib::ZERO,
@@ -161,6 +170,8 @@ pub struct SwapFree {
     /// runs or is prepared.
     pub rinse_rule: RinseRule,
     pub rinse: Rinse,
+    /// The overcommitment counted: memory being freed is left out ([`Overcommit`]).
+    pub overcommit: Overcommit,
 }
 
 impl SwapFree {
@@ -183,6 +194,7 @@ impl SwapFree {
             cache_keep: CacheKeep::default(),
             rinse_rule: RinseRule::OFF,
             rinse: Rinse::default(),
+            overcommit: Overcommit::default(),
         }
     }
 }
@@ -195,8 +207,9 @@ impl Policy for SwapFree {
     fn decide(&mut self, s: &Sample) -> Option<Decision> {
         let mem = s.mem.as_ref()?;
         let buffer = if s.preparing_migration { self.migration_buffer } else { self.buffer.saturating_add(mem.cached.min(self.cache_buffer)) };
-        let mut e = estimate(mem, s.guest_size, s.max, buffer);
-        let need = estimate(mem, s.guest_size, s.max, Kib::ZERO).target;
+        let over = self.overcommit.observe(mem);
+        let mut e = estimate_counting(mem, over, s.guest_size, s.max, buffer);
+        let need = estimate_counting(mem, over, s.guest_size, s.max, Kib::ZERO).target;
         // A need seen while a migration runs is not remembered: it would keep memory the
         // next migration sends.
         let rule = if s.reports_free_pages { &self.headroom_fpr_rule } else { &self.headroom_rule };
@@ -242,7 +255,7 @@ impl Policy for SwapFree {
                 let whole = if s.hints_free_pages { self.watch.hintable_before.unwrap_or(Kib::ZERO).saturating_sub(kept_headroom) } else { Kib::ZERO };
                 let kept_buffer = e.buffer.min(whole.max(self.migration_buffer));
                 if kept_buffer < e.buffer {
-                    e = Estimate { buffer_shed: e.buffer.saturating_sub(kept_buffer), ..estimate(mem, s.guest_size, s.max, kept_buffer) };
+                    e = Estimate { buffer_shed: e.buffer.saturating_sub(kept_buffer), ..estimate_counting(mem, over, s.guest_size, s.max, kept_buffer) };
                 }
             }
             // Kept, never grown back: a migration keeps at most what the guest still holds.
@@ -336,6 +349,30 @@ mod tests {
         assert_eq!(p.decide(&s).unwrap().target, Kib::from_mib_saturating(1000 - 500 + 10 + 30));
         s.preparing_migration = true;
         assert_eq!(p.decide(&s).unwrap().target, Kib::from_mib_saturating(1000 - 500 + 2), "the migration buffer, no cache buffer");
+    }
+
+    #[test]
+    fn memory_freed_before_its_commitment_goes_neither_grows_the_guest_nor_stays_as_headroom() {
+        use std::time::Duration;
+        let mib = Kib::from_mib_saturating;
+        let rule = HeadroomRule { hold: Duration::from_secs(600), fade: Duration::from_secs(60) };
+        let mut p = SwapFree { headroom_rule: rule, ..SwapFree::new(mib(64)) };
+        // A 1327 MiB guest: `resident` MiB of anonymous memory, `committed` MiB committed.
+        let at = |secs: u64, committed: u64, resident: u64| Sample {
+            at: Duration::from_secs(secs),
+            guest_size: mib(1327),
+            max: mib(2048),
+            mem: Some(MemView { available: mib(1327 - resident), committed_as: mib(committed), anon_and_shmem: Some(mib(resident)), ..view(0, 0, 0, 0) }),
+            shrink_while_migrating: true,
+            ..Sample::default()
+        };
+        assert_eq!(p.decide(&at(0, 1224, 1224)).unwrap().target, mib(1224 + 64), "a fill of 1 GiB, touched");
+        // Its munmap: 600 MiB freed, the commitment still accounted (run/fp2 grew the guest
+        // to 1910 MiB here).
+        let d = p.decide(&at(1, 1224, 624)).unwrap();
+        assert_eq!(d.target, mib(1224 + 64), "the fill's need, kept as headroom, and no more");
+        assert!(d.reason.to_string().contains("overcommitted 0.0 MiB (600.0 MiB more being freed"), "{}", d.reason);
+        assert_eq!(p.decide(&at(2, 200, 200)).unwrap().target, mib(1224 + 64), "the headroom is the fill's, not more");
     }
 
     #[test]
