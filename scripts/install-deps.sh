@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --no-rust) want_rust=0 ;;
         --only) shift; PKGS=("$@"); want_rust=0; break ;;
-        -h|--help) awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$0"; exit 0 ;;
+        -h|--help) . "$(dirname "$0")/lib/qemu-build.sh"; qb_usage "$0"; exit 0 ;;
         *) echo "install-deps: unknown argument: $1" >&2; exit 2 ;;
     esac
     shift

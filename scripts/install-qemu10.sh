@@ -31,7 +31,7 @@ refresh=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --refresh) refresh=1 ;;
-        -h|--help) awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$0"; exit 0 ;;
+        -h|--help) . "$(dirname "$0")/lib/qemu-build.sh"; qb_usage "$0"; exit 0 ;;
         *) echo "install-qemu10: unknown argument: $1" >&2; exit 2 ;;
     esac
     shift

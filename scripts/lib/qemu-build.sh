@@ -2,8 +2,9 @@
 # What scripts/build-qemu72-fixed.sh and scripts/build-qemu10-populate.sh share: a private
 # apt configuration for deb-src, ninja with a progress line, and the wrappers of a build
 # that carries x-populate-on-deflate (their build dependencies go through
-# scripts/install-deps.sh --only). Sourced, not run; the caller defines say() and die() and
-# runs under `set -euo pipefail`.
+# scripts/install-deps.sh --only), and the --help of those scripts and of
+# scripts/install-deps.sh and scripts/install-qemu10.sh (qb_usage). Sourced, not run; the
+# caller defines say() and die() (qb_usage needs neither) and runs under `set -euo pipefail`.
 
 # qb_usage SCRIPT: prints SCRIPT's header comment (after the #! line, up to its first line
 # that is not a comment) without the leading "# ", for --help.
