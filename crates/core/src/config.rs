@@ -6,7 +6,7 @@ use crate::control::ControlLoop;
 use crate::guard::GuardRails;
 use crate::interval::{AdaptiveInterval, Interval};
 use crate::outlier::{Filtered, OutlierFilter};
-use crate::policy::{CacheKeep, CacheKeepRule, Headroom, HeadroomRule, MigrationWatch, Overcommit, Policy, ReportDrain, Rinse, RinseRule, Steady, SwapFree};
+use crate::policy::{CacheKeep, CacheKeepRule, Headroom, HeadroomRule, MigrationWatch, Policy, ReportDrain, Rinse, RinseRule, Steady, SwapFree};
 use crate::units::Kib;
 use serde::Deserialize;
 use std::time::Duration;
@@ -181,7 +181,6 @@ impl PolicyConfig {
                 cache_keep: CacheKeep::default(),
                 rinse_rule: RinseRule { after: Duration::from_secs(self.rinse_after_s), every: Duration::from_secs(self.rinse_every_s), band: Kib::from_mib_saturating(self.dead_band_mib) },
                 rinse: Rinse::default(),
-                overcommit: Overcommit::default(),
             },
         }
     }

@@ -220,6 +220,7 @@ pub fn sample(total: Kib, available: Kib, committed: Kib, balloon: Pages) -> Age
         anon_and_shmem: None,
         file_cache: Some(cached),
         free_in_hint_blocks: None,
+        freeing: Kib::ZERO,
     };
     AgentSample {
         seq: 0,

@@ -280,6 +280,7 @@ impl Guest {
             file_cache: Some(self.cache),
             // The model has no buddy allocator (and no free page hinting).
             free_in_hint_blocks: None,
+            freeing: Kib::ZERO,
         }
     }
 

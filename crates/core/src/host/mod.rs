@@ -38,7 +38,7 @@ pub use shares::{shares_per_kib, Shares, SharesConfig, VmShares};
 
 use crate::control::{ControlLoop, Tick};
 use crate::guard::Room;
-use crate::policy::Policy;
+use crate::policy::{Overcommit, Policy};
 use crate::procfs::Pressure;
 use crate::sample::Sample;
 use crate::units::Kib;
@@ -96,6 +96,8 @@ struct Slot<P> {
     /// Reported memory asked to be backed ahead: each sample asks once, however many
     /// steps see it, and only for what was not asked already.
     ahead: BackAhead,
+    /// The overcommitment counted from this VM's samples: memory being freed is left out.
+    overcommit: Overcommit,
 }
 
 /// One per-VM loop per VM and one balancer over them all.
@@ -111,7 +113,7 @@ impl<P: Policy, B: Balancer> HostLoop<P, B> {
 
     /// Adds (or replaces) a VM's loop; it is decided on at its next sample.
     pub fn add_vm(&mut self, vm: VmId, lp: ControlLoop<P>) {
-        self.vms.insert(vm, Slot { lp, due: Duration::ZERO, ahead: BackAhead::default() });
+        self.vms.insert(vm, Slot { lp, due: Duration::ZERO, ahead: BackAhead::default(), overcommit: Overcommit::default() });
     }
 
     pub fn remove_vm(&mut self, vm: VmId) -> Option<ControlLoop<P>> {
@@ -133,6 +135,20 @@ impl<P: Policy, B: Balancer> HostLoop<P, B> {
     /// The earliest time any VM wants a decision.
     pub fn next_due(&self) -> Option<Duration> {
         self.vms.values().map(|s| s.due).min()
+    }
+
+    /// The sample as the VMs' loops read it: each VM's view with the memory being freed
+    /// set aside ([`Overcommit`], [`MemView::freeing`]), from the samples admitted before
+    /// it. [`host_step`] admits every sample once, before anything reads it. Pure.
+    ///
+    /// [`MemView::freeing`]: crate::policy::MemView::freeing
+    pub fn admit(&mut self, mut s: HostSample) -> HostSample {
+        for (vm, sample) in &mut s.vms {
+            if let (Some(slot), Some(mem)) = (self.vms.get_mut(vm), sample.mem.as_mut()) {
+                *mem = slot.overcommit.admit(*mem);
+            }
+        }
+        s
     }
 
     /// The VMs whose sample asks for reported memory backed ahead, and how much
@@ -231,7 +247,7 @@ pub struct HostStep<E> {
 
 /// Samples the world, decides for every VM at once, and applies the actions.
 pub fn host_step<P: Policy, B: Balancer, W: World>(hl: &mut HostLoop<P, B>, world: &mut W) -> HostStep<W::Error> {
-    let sample = world.sample();
+    let sample = hl.admit(world.sample());
     for (vm, size) in hl.back_ahead(&sample) {
         world.back_ahead(vm, size);
     }

@@ -256,3 +256,46 @@ fn reported_memory_is_backed_ahead_once_per_sample_that_asks() {
     later.vms[0].1.at = Duration::from_millis(200);
     assert_eq!(hl.back_ahead(&later), vec![(VmId(0), mib(512))], "one that committed more asks for the rest");
 }
+
+/// One VM's samples replayed in order, and what the loop asked of it.
+struct Replay {
+    samples: Vec<Sample>,
+    sizes: Vec<u64>,
+    backed: Vec<u64>,
+}
+
+impl World for Replay {
+    type Error = ();
+    fn sample(&mut self) -> HostSample {
+        let s = self.samples.remove(0);
+        HostSample { at: s.at, vms: vec![(VmId(0), s)], ..HostSample::default() }
+    }
+    fn set_guest_size(&mut self, _vm: VmId, size: Kib) -> Result<(), ()> {
+        self.sizes.push(size.0 / 1024);
+        Ok(())
+    }
+    fn back_ahead(&mut self, _vm: VmId, size: Kib) {
+        self.backed.push(size.0 / 1024);
+    }
+}
+
+#[test]
+fn memory_being_freed_is_not_counted_by_any_reader_of_the_sample() {
+    // A 1327 MiB guest with free page reporting and a device that backs reported memory:
+    // a program holds 1224 MiB, then unmaps 600 MiB of it; the sample in between shows the
+    // freed 600 MiB available and still committed (its commitment not yet given back).
+    let at = |secs: u64, resident: u64, running_short: bool| {
+        let mem = MemView { total: mib(1327), available: mib(1327 - resident), committed_as: mib(1224), anon_and_shmem: Some(mib(resident)), ..MemView::default() };
+        Sample { at: Duration::from_secs(secs), guest_size: mib(1327), max: mib(2048), mem: Some(mem), running_short, reports_free_pages: true, backs_reported: true, ..Sample::default() }
+    };
+    let mut world = Replay { samples: vec![at(0, 1224, false), at(1, 624, true)], sizes: vec![], backed: vec![] };
+    let mut hl = HostLoop::new(Independent);
+    hl.add_vm(VmId(0), lp());
+    host_step(&mut hl, &mut world);
+    let step = host_step(&mut hl, &mut world);
+    let seen = &step.sample.vms[0].1;
+    assert_eq!(seen.mem.unwrap().freeing, mib(600), "set aside where the sample entered");
+    assert_eq!(seen.in_use(), Some(mib(624)), "the rails' floor: what the program still holds");
+    assert_eq!(world.sizes, vec![1224 + 64, 624 + 64], "the estimator: shrunk to what is held, not kept for what is being freed");
+    assert!(world.backed.is_empty(), "back-ahead asked nothing for memory being freed: {:?}", world.backed);
+}

@@ -30,6 +30,12 @@ pub struct MemView {
     /// hinting skips. The rest of `free` lies in smaller pieces, which it sends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub free_in_hint_blocks: Option<Kib>,
+    /// Memory being freed whose commitment is still accounted: overcommitted as meminfo
+    /// shows it, not counted ([`crate::policy::Overcommit`]). Set where a sample enters a
+    /// host loop ([`crate::host::HostLoop::admit`]), from the samples before it; never
+    /// taken from a report.
+    #[serde(skip)]
+    pub freeing: Kib,
 }
 
 impl MemView {
@@ -48,6 +54,7 @@ impl MemView {
             anon_and_shmem: m.kib("AnonPages").ok().zip(m.kib("Shmem").ok()).map(|(a, s)| a.saturating_add(s)),
             file_cache: m.kib("Active(file)").ok().zip(m.kib("Inactive(file)").ok()).map(|(a, i)| a.saturating_add(i)),
             free_in_hint_blocks: None,
+            freeing: Kib::ZERO,
         })
     }
 
@@ -81,7 +88,15 @@ impl MemView {
     /// guest holding 300 MiB of cache looked 300 MiB less overcommitted, so a program that
     /// allocated 800 MiB there was met in 20 MiB steps as it touched its memory (the
     /// density benchmark's `fill`, 12 s) instead of at once.
+    ///
+    /// Memory being freed ([`MemView::freeing`]) is left out: every reader (the estimator,
+    /// the rails' floor, the balancers, back-ahead) sees the overcommitment counted.
     pub fn overcommitted(&self) -> Kib {
+        self.overcommitted_shown().saturating_sub(self.freeing)
+    }
+
+    /// The overcommitment as meminfo shows it, memory being freed included.
+    pub fn overcommitted_shown(&self) -> Kib {
         self.committed_as.saturating_sub(self.resident().saturating_add(self.swapped()))
     }
 

@@ -17,7 +17,7 @@ pub use cachetrim::{CacheTrim, CacheTrimRule, TrimInput, TrimStep};
 pub use finereport::{FineReport, FineReportRule};
 pub use headroom::{Headroom, HeadroomRule, ReportDrain, Steady};
 pub use memview::MemView;
-pub use overcommit::{Counted, Overcommit};
+pub use overcommit::Overcommit;
 pub use rinse::{Rinse, RinseRule};
 pub use swapfree::{estimate, Estimate, KeptThrough, MigrationWatch, SwapFree};
 /// Policies see the sample type of [`crate::sample`].

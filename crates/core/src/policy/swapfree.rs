@@ -1,4 +1,4 @@
-use super::{CacheKeep, CacheKeepRule, Counted, Decision, Headroom, HeadroomRule, MemView, Overcommit, Policy, Reason, ReportDrain, Rinse, RinseRule, Sample, Steady};
+use super::{CacheKeep, CacheKeepRule, Decision, Headroom, HeadroomRule, MemView, Policy, Reason, ReportDrain, Rinse, RinseRule, Sample, Steady};
 use crate::units::Kib;
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ pub struct Estimate {
     pub available: Kib,
     pub overcommitted: Kib,
     /// Overcommitted as meminfo shows it but not counted: memory being freed whose
-    /// commitment is still accounted ([`Overcommit`]); zero from [`estimate`].
+    /// commitment is still accounted ([`MemView::freeing`]).
     pub freeing: Kib,
     /// Memory the guest has in swap (`SwapTotal − SwapFree`): demand it had no room for.
     pub swapped: Kib,
@@ -52,13 +52,11 @@ pub struct Estimate {
 /// pages come back in and their swap is freed, `swapped` falls and the target with it. A
 /// guest without swap (SwapTotal 0) is unaffected. Pages in the swap cache are counted in
 /// swap and as used alike (a little too much while swap-outs are under way).
+///
+/// `overcommitted` is the figure counted: memory being freed ([`MemView::freeing`]) is
+/// not promised memory.
 pub fn estimate(mem: &MemView, current: Kib, max: Kib, buffer: Kib) -> Estimate {
-    estimate_counting(mem, Counted { counted: mem.overcommitted(), freeing: Kib::ZERO }, current, max, buffer)
-}
-
-/// [`estimate`] with the overcommitment `over` counted instead of meminfo's.
-fn estimate_counting(mem: &MemView, over: Counted, current: Kib, max: Kib, buffer: Kib) -> Estimate {
-    let overcommitted = over.counted;
+    let overcommitted = mem.overcommitted();
     let swapped = mem.swapped();
     let raw = current.saturating_add(overcommitted).saturating_add(swapped).saturating_add(buffer).saturating_sub(mem.available);
     Estimate {
@@ -66,7 +64,7 @@ fn estimate_counting(mem: &MemView, over: Counted, current: Kib, max: Kib, buffe
         current,
         available: mem.available,
         overcommitted,
-        freeing: over.freeing,
+        freeing: mem.freeing,
         swapped,
         buffer,
         headroom: Kib::ZERO,
@@ -170,8 +168,6 @@ pub struct SwapFree {
     /// runs or is prepared.
     pub rinse_rule: RinseRule,
     pub rinse: Rinse,
-    /// The overcommitment counted: memory being freed is left out ([`Overcommit`]).
-    pub overcommit: Overcommit,
 }
 
 impl SwapFree {
@@ -194,7 +190,6 @@ impl SwapFree {
             cache_keep: CacheKeep::default(),
             rinse_rule: RinseRule::OFF,
             rinse: Rinse::default(),
-            overcommit: Overcommit::default(),
         }
     }
 }
@@ -207,9 +202,8 @@ impl Policy for SwapFree {
     fn decide(&mut self, s: &Sample) -> Option<Decision> {
         let mem = s.mem.as_ref()?;
         let buffer = if s.preparing_migration { self.migration_buffer } else { self.buffer.saturating_add(mem.cached.min(self.cache_buffer)) };
-        let over = self.overcommit.observe(mem);
-        let mut e = estimate_counting(mem, over, s.guest_size, s.max, buffer);
-        let need = estimate_counting(mem, over, s.guest_size, s.max, Kib::ZERO).target;
+        let mut e = estimate(mem, s.guest_size, s.max, buffer);
+        let need = estimate(mem, s.guest_size, s.max, Kib::ZERO).target;
         // A need seen while a migration runs is not remembered: it would keep memory the
         // next migration sends.
         let rule = if s.reports_free_pages { &self.headroom_fpr_rule } else { &self.headroom_rule };
@@ -255,7 +249,7 @@ impl Policy for SwapFree {
                 let whole = if s.hints_free_pages { self.watch.hintable_before.unwrap_or(Kib::ZERO).saturating_sub(kept_headroom) } else { Kib::ZERO };
                 let kept_buffer = e.buffer.min(whole.max(self.migration_buffer));
                 if kept_buffer < e.buffer {
-                    e = Estimate { buffer_shed: e.buffer.saturating_sub(kept_buffer), ..estimate_counting(mem, over, s.guest_size, s.max, kept_buffer) };
+                    e = Estimate { buffer_shed: e.buffer.saturating_sub(kept_buffer), ..estimate(mem, s.guest_size, s.max, kept_buffer) };
                 }
             }
             // Kept, never grown back: a migration keeps at most what the guest still holds.
@@ -357,12 +351,14 @@ mod tests {
         let mib = Kib::from_mib_saturating;
         let rule = HeadroomRule { hold: Duration::from_secs(600), fade: Duration::from_secs(60) };
         let mut p = SwapFree { headroom_rule: rule, ..SwapFree::new(mib(64)) };
-        // A 1327 MiB guest: `resident` MiB of anonymous memory, `committed` MiB committed.
-        let at = |secs: u64, committed: u64, resident: u64| Sample {
+        // A 1327 MiB guest: `resident` MiB of anonymous memory, `committed` MiB committed,
+        // its samples admitted as a host loop admits them.
+        let mut o = crate::policy::Overcommit::default();
+        let mut at = |secs: u64, committed: u64, resident: u64| Sample {
             at: Duration::from_secs(secs),
             guest_size: mib(1327),
             max: mib(2048),
-            mem: Some(MemView { available: mib(1327 - resident), committed_as: mib(committed), anon_and_shmem: Some(mib(resident)), ..view(0, 0, 0, 0) }),
+            mem: Some(o.admit(MemView { available: mib(1327 - resident), committed_as: mib(committed), anon_and_shmem: Some(mib(resident)), ..view(0, 0, 0, 0) })),
             shrink_while_migrating: true,
             ..Sample::default()
         };
