@@ -49,7 +49,9 @@ impl fmt::Display for Reason {
         match self {
             Reason::Estimate(e) => {
                 write!(f, "size {} - available {} + overcommitted {}", e.current, e.available, e.overcommitted)?;
-                if e.freeing > crate::units::Kib::ZERO {
+                // Below 1 MiB it is the sample's noise (a page or two between the two
+                // counters), which the line's 0.1 MiB could not show.
+                if e.freeing >= crate::units::Kib::from_mib_saturating(1) {
                     write!(f, " ({} more being freed, its commitment not yet given back: not counted)", e.freeing)?;
                 }
                 if e.swapped > crate::units::Kib::ZERO {
