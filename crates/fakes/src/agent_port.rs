@@ -157,6 +157,11 @@ impl FakeAgentPort {
         Ok(s)
     }
 
+    /// Samples sent so far ([`FakeAgentPort::send_sample`]).
+    pub fn samples_sent(&self) -> u64 {
+        self.seq.load(Ordering::SeqCst)
+    }
+
     /// How long a send may block on a daemon that does not read (default 5 s).
     pub fn set_write_timeout(&self, timeout: Duration) {
         let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);

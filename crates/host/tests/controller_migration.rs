@@ -377,3 +377,20 @@ fn a_migration_event_wakes_the_controller_before_its_next_tick() {
     wait_for(T, "the agent told", || g.p().received().contains(&HostMessage::MigrationStarted { shrink_allowed: true }));
     assert!(d.status("a").samples > samples, "a sample taken at the event");
 }
+
+#[test]
+fn memory_freed_during_a_migration_wakes_the_controller_before_its_next_tick() {
+    let g = Guest::start(Fakes::start_with(autoballoon_fakes::FakeQemuConfig { version: Some((10, 0, 2)), ..autoballoon_fakes::FakeQemuConfig::new(configured()) }), 1000);
+    // One sample every 60 s: the first at once, the next a minute later.
+    let controller = autoballoon::config::ControllerConfig { interval_ms: 60_000, ..Default::default() };
+    let d = Daemon::start_with(controller, vec![g.fakes.vm("a", Some(quick_policy()))]);
+    wait_for(T, "the first sample, events on", || d.status("a").samples >= 1 && g.q().migration_events_enabled());
+    wait_for(T, "the agent's first reports", || g.p().samples_sent() >= 2);
+    g.q().start_migration();
+    wait_for(T, "the guest shrunk to 1064 MiB at the migration's start", || g.fakes.last_request() == Some(expected_target(1000)));
+    // The guest frees 700 MiB during the migration: its agent's next report (every 250 ms)
+    // wakes the controller, which sheds the memory before the migration sends it.
+    g.set_used(300);
+    wait_for(T, "shrunk to 364 MiB, a minute before the next tick", || g.fakes.last_request() == Some(expected_target(300)));
+    assert_eq!(d.status("a").state, VmState::Migrating);
+}

@@ -75,6 +75,9 @@ pub(crate) struct Actor {
     /// The migration that runs came in: this QEMU is its destination (it waited in
     /// `inmigrate`), and the guest runs here once it completes.
     incoming: bool,
+    /// A migration of this VM runs (the session's, as of its last look): a report of
+    /// memory freed ([`Msg::Freed`]) is then worth a sample at once.
+    migrating: bool,
 }
 
 /// What one session with the hypervisor keeps from tick to tick.
@@ -123,7 +126,7 @@ impl Actor {
     /// `shutdown` stops this actor (the controller's stop sets it, and so does the VM's
     /// removal); its agent staleness is the shared one ([`VmShared::agent_stale`]).
     pub fn new(cfg: VmConfig, interval: Duration, started: Instant, log: Logger, (wake, inbox): (SyncSender<Msg>, Receiver<Msg>), shutdown: Arc<AtomicBool>, bell: Arc<Bell>, shared: Arc<VmShared>) -> Actor {
-        Actor { cfg, interval, started, log, inbox, wake, shutdown, bell, shared, paused: false, epoch: 0, limits: HashMap::new(), prep: None, resample: false, agent_path: None, shrink_setting: ShrinkSetting::Auto, migration_shrink: MigrationShrink::HeldUnknown, balloon: BalloonFeatures::default(), grows: PendingGrows::default(), incoming: false }
+        Actor { cfg, interval, started, log, inbox, wake, shutdown, bell, shared, paused: false, epoch: 0, limits: HashMap::new(), prep: None, resample: false, agent_path: None, shrink_setting: ShrinkSetting::Auto, migration_shrink: MigrationShrink::HeldUnknown, balloon: BalloonFeatures::default(), grows: PendingGrows::default(), incoming: false, migrating: false }
     }
 
     pub fn with_migration_shrink(mut self, setting: ShrinkSetting) -> Actor {
@@ -196,6 +199,7 @@ impl Actor {
                 Read::Lost(e) => return End::Error(e),
             };
             self.tend_agent(&mut s);
+            self.migrating = s.migrating;
             self.refresh_migration_shrink(hv, s.migrating);
             self.sample(hv, &mut s, actual);
             // 4. Wait for the next tick, applying the decider's targets meanwhile. Ticks
@@ -245,7 +249,8 @@ impl Actor {
                 }
                 // Sample now (with a session to sample; paused VMs are left alone).
                 Ok(Msg::Short | Msg::Migration) if hv.is_some() && !self.paused => return None,
-                Ok(Msg::Short | Msg::Migration) => {}
+                Ok(Msg::Freed) if hv.is_some() && !self.paused && self.migrating => return None,
+                Ok(Msg::Short | Msg::Migration | Msg::Freed) => {}
                 Ok(Msg::Held) => {
                     if let Some(p) = self.prep.as_mut().filter(|p| !p.started) {
                         p.prep.held();

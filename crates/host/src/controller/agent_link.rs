@@ -20,6 +20,19 @@ use std::time::{Duration, Instant};
 
 /// Samples accepted per second at most; the agent sends one a second.
 pub const MAX_SAMPLES_PER_SEC: u32 = 10;
+/// A fall of what the guest claims ([`autoballoon_core::policy::MemView::claimed`]) from
+/// one accepted report to the next that wakes the actor ([`Wake::Freed`]).
+pub const FREED_WAKE: Kib = Kib::from_mib_saturating(32);
+
+/// Why the reader thread wakes the VM's actor (at most once per accepted report).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// The report says the guest is running short: a growth may be due at once.
+    Short,
+    /// What the guest's programs and page cache claim fell by [`FREED_WAKE`] or more since
+    /// its last report: during a migration, memory to shed before the migration sends it.
+    Freed,
+}
 /// Longest hello field kept.
 const MAX_HELLO: usize = 80;
 
@@ -47,17 +60,18 @@ pub struct AgentLink {
 impl AgentLink {
     /// Connects to the agent's chardev socket of a VM of `configured` size.
     pub fn connect(path: &Path, configured: Kib) -> std::io::Result<AgentLink> {
-        AgentLink::connect_waking(path, configured, || {})
+        AgentLink::connect_waking(path, configured, |_| {})
     }
 
-    /// [`AgentLink::connect`], and `on_short` is called (from the reader thread; it must
-    /// not block) for each accepted sample that says the guest is running short.
-    pub fn connect_waking(path: &Path, configured: Kib, on_short: impl Fn() + Send + 'static) -> std::io::Result<AgentLink> {
+    /// [`AgentLink::connect`], and `on_wake` is called (from the reader thread; it must
+    /// not block) for each accepted sample that says the guest is running short, or whose
+    /// guest claims [`FREED_WAKE`] less than at the report before ([`Wake`]).
+    pub fn connect_waking(path: &Path, configured: Kib, on_wake: impl Fn(Wake) + Send + 'static) -> std::io::Result<AgentLink> {
         let stream = UnixStream::connect(path)?;
         let reader = stream.try_clone()?;
         let inbox = Arc::new(Mutex::new(Inbox::default()));
         let shared = inbox.clone();
-        std::thread::Builder::new().name("agent-reader".into()).spawn(move || read_loop(reader, &shared, configured, on_short))?;
+        std::thread::Builder::new().name("agent-reader".into()).spawn(move || read_loop(reader, &shared, configured, on_wake))?;
         Ok(AgentLink { stream, inbox, torn: false, notices_dropped: 0, owed: None })
     }
 
@@ -131,9 +145,11 @@ impl Drop for AgentLink {
     }
 }
 
-fn read_loop(stream: UnixStream, inbox: &Mutex<Inbox>, configured: Kib, on_short: impl Fn()) {
+fn read_loop(stream: UnixStream, inbox: &Mutex<Inbox>, configured: Kib, on_wake: impl Fn(Wake)) {
     // The one framer: a line longer than MAX_LINE is dropped whole, up to its newline.
     let mut r = LineReader::new(stream, MAX_LINE);
+    // What the guest claimed at the last accepted report.
+    let mut claimed: Option<Kib> = None;
     while let Ok(Some(framed)) = r.next_line() {
         let Ok(line) = framed else {
             lock(inbox).stats.overlong += 1;
@@ -151,11 +167,17 @@ fn read_loop(stream: UnixStream, inbox: &Mutex<Inbox>, configured: Kib, on_short
                 match check_sample(&s, configured) {
                     Ok(v) => {
                         let short = v.running_short;
+                        let freed = claimed.is_some_and(|c| c.saturating_sub(v.mem.claimed()) >= FREED_WAKE);
+                        claimed = Some(v.mem.claimed());
                         ib.latest = Some((now, v));
                         if short {
                             ib.stats.short += 1;
-                            drop(ib);
-                            on_short();
+                        }
+                        drop(ib);
+                        if short {
+                            on_wake(Wake::Short);
+                        } else if freed {
+                            on_wake(Wake::Freed);
                         }
                     }
                     Err(e) => {

@@ -74,6 +74,9 @@ pub(crate) enum Msg {
     /// The agent reports its guest running short of memory: sample now, so the decider
     /// can grow the VM without waiting for the next tick.
     Short,
+    /// The agent reports its guest freed memory: while a migration runs, sample now, so
+    /// the decider can shed it before the migration sends it; otherwise nothing is due.
+    Freed,
     /// QEMU sent a migration event: look now, so a migration that another tool started
     /// is followed (and the VM shrunk, where that is allowed) before free page hinting
     /// takes the guest's free memory, not at the next tick.

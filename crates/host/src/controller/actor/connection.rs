@@ -3,7 +3,7 @@
 //! agent link (reconnected at most every [`AGENT_RETRY`]).
 
 use super::{Actor, End, Session};
-use crate::controller::agent_link::AgentLink;
+use crate::controller::agent_link::{AgentLink, Wake};
 use crate::controller::status::VmState;
 use crate::controller::sync::lock;
 use crate::config::Origin;
@@ -202,11 +202,14 @@ impl Actor {
         }
         s.agent_tried = Some(Instant::now());
         let wake = self.wake.clone();
-        let on_short = move || {
+        let on_wake = move |w: Wake| {
             // Never blocks: a full queue already holds a reason to wake.
-            let _ = wake.try_send(Msg::Short);
+            let _ = wake.try_send(match w {
+                Wake::Short => Msg::Short,
+                Wake::Freed => Msg::Freed,
+            });
         };
-        if let Ok(link) = AgentLink::connect_waking(path, s.configured, on_short) {
+        if let Ok(link) = AgentLink::connect_waking(path, s.configured, on_wake) {
             s.agent = Some(link);
         }
     }
