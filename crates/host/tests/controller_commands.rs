@@ -42,10 +42,13 @@ fn pause_stops_a_shrink_in_flight_where_the_balloon_is() {
     assert!(d.ctl().vm("a").unwrap().command(VmCommand::Pause));
     wait_for(T, "the balloon stopped for the pause", || g.fakes.last_request().is_some_and(|r| r > asked));
     let stopped = g.fakes.last_request().unwrap();
-    // It stays there while paused: QEMU was told to stop, and nothing else is asked.
+    // It stays there while paused: QEMU was told to stop, and nothing else is asked. (The
+    // balloon moves on between the controller's read of `actual` and its request: 16 MiB is
+    // 27 ms at the fake's 600 MiB/s, for a loaded test machine; the shrink asked was to
+    // hundreds of MiB below.)
     let t = Instant::now();
     while t.elapsed() < Duration::from_secs(1) {
-        assert!(g.q().actual() >= stopped.saturating_sub(mib(2)), "stopped at {stopped}, actual {}", g.q().actual());
+        assert!(g.q().actual() >= stopped.saturating_sub(mib(16)), "stopped at {stopped}, actual {}", g.q().actual());
         assert_eq!(g.fakes.last_request(), Some(stopped));
         std::thread::sleep(Duration::from_millis(50));
     }
