@@ -364,13 +364,20 @@ fn a_migration_it_started_that_ends_while_qmp_is_lost_is_followed_to_its_end() {
 /// A migration another tool starts is followed when QEMU's event arrives, not at the next
 /// tick: free page hinting takes the guest's free memory as soon as the migration starts,
 /// so the shrink that sheds it must be decided on the report read before.
-#[test]
-fn a_migration_event_wakes_the_controller_before_its_next_tick() {
+/// A guest using 1000 MiB on a fake QEMU 10 (shrinking goes on during migrations) and a
+/// daemon that samples every 60 s, after its first sample (with migration events on): any
+/// sample before a minute is up was woken.
+fn sampled_once_a_minute() -> (Guest, Daemon) {
     let g = Guest::start(Fakes::start_with(autoballoon_fakes::FakeQemuConfig { version: Some((10, 0, 2)), ..autoballoon_fakes::FakeQemuConfig::new(configured()) }), 1000);
-    // One sample every 60 s: the first at once, the next a minute later.
     let controller = autoballoon::config::ControllerConfig { interval_ms: 60_000, ..Default::default() };
     let d = Daemon::start_with(controller, vec![g.fakes.vm("a", Some(quick_policy()))]);
     wait_for(T, "the first sample, events on", || d.status("a").samples >= 1 && g.q().migration_events_enabled());
+    (g, d)
+}
+
+#[test]
+fn a_migration_event_wakes_the_controller_before_its_next_tick() {
+    let (g, d) = sampled_once_a_minute();
     let samples = d.status("a").samples;
     g.q().start_migration();
     wait_for(T, "state migrating, well before the next tick", || d.status("a").state == VmState::Migrating);
@@ -380,11 +387,7 @@ fn a_migration_event_wakes_the_controller_before_its_next_tick() {
 
 #[test]
 fn memory_freed_during_a_migration_wakes_the_controller_before_its_next_tick() {
-    let g = Guest::start(Fakes::start_with(autoballoon_fakes::FakeQemuConfig { version: Some((10, 0, 2)), ..autoballoon_fakes::FakeQemuConfig::new(configured()) }), 1000);
-    // One sample every 60 s: the first at once, the next a minute later.
-    let controller = autoballoon::config::ControllerConfig { interval_ms: 60_000, ..Default::default() };
-    let d = Daemon::start_with(controller, vec![g.fakes.vm("a", Some(quick_policy()))]);
-    wait_for(T, "the first sample, events on", || d.status("a").samples >= 1 && g.q().migration_events_enabled());
+    let (g, d) = sampled_once_a_minute();
     wait_for(T, "the agent's first reports", || g.p().samples_sent() >= 2);
     g.q().start_migration();
     wait_for(T, "the guest shrunk to 1064 MiB at the migration's start", || g.fakes.last_request() == Some(expected_target(1000)));
