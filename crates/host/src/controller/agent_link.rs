@@ -33,6 +33,7 @@ pub enum Wake {
     /// its last report: during a migration, memory to shed before the migration sends it.
     Freed,
 }
+
 /// Longest hello field kept.
 const MAX_HELLO: usize = 80;
 
