@@ -168,8 +168,9 @@ fn read_loop(stream: UnixStream, inbox: &Mutex<Inbox>, configured: Kib, on_wake:
                 match check_sample(&s, configured) {
                     Ok(v) => {
                         let short = v.running_short;
-                        let freed = claimed.is_some_and(|c| c.saturating_sub(v.mem.claimed()) >= FREED_WAKE);
-                        claimed = Some(v.mem.claimed());
+                        let now_claimed = v.mem.claimed();
+                        let freed = claimed.is_some_and(|c| c.saturating_sub(now_claimed) >= FREED_WAKE);
+                        claimed = Some(now_claimed);
                         ib.latest = Some((now, v));
                         if short {
                             ib.stats.short += 1;
