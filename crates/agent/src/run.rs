@@ -60,6 +60,7 @@ fn start(a: &RunArgs, policy: &PolicyConfig, trim: CacheTrimRule) -> Result<(), 
             let old = protect::allow_overcommit(&a.proc_dir).map_err(|e| format!("cannot enable memory overcommit (--no-overcommit leaves it): {e}"))?;
             info(format_args!("vm.overcommit_memory set to 1 (was {old}): programs may allocate beyond the guest's present size; --no-overcommit leaves it"));
         }
+        bound_pcp_lists(a);
     }
     let balloon = backend::open(a).map_err(|e| e.to_string())?;
     let channel = match &a.port {
@@ -103,6 +104,26 @@ fn start(a: &RunArgs, policy: &PolicyConfig, trim: CacheTrimRule) -> Result<(), 
         agent.report_only(tau);
     }
     Ok(())
+}
+
+/// Keeps the per-CPU free lists short ([`crate::pcp`]); one log line whatever happens,
+/// and the agent runs on if it cannot.
+fn bound_pcp_lists(a: &RunArgs) {
+    use crate::pcp::{bound, Outcome};
+    const KEY: &str = "vm.percpu_pagelist_high_fraction";
+    if a.pcp_high_kib == 0 {
+        info(format_args!("{KEY} left as it is (--pcp-high-kib 0)"));
+        return;
+    }
+    match bound(&a.proc_dir, std::path::Path::new("/sys"), Kib(a.pcp_high_kib)) {
+        Ok(Outcome::Set { fraction, was, per_cpu, cpus }) => info(format_args!(
+            "{KEY} set to {fraction} (was {was}): each of {cpus} CPUs keeps about {} of freed pages, which free page reporting, hinting and the balloon cannot take; --pcp-high-kib 0 leaves it",
+            per_cpu.to_kib_saturating()
+        )),
+        Ok(Outcome::Kept(f)) => info(format_args!("{KEY} is {f} already (the guest's administrator, or an earlier start of the agent): left as it is")),
+        Ok(Outcome::Absent) => info(format_args!("{KEY}: not in this kernel (before 5.14): the per-CPU free lists keep the kernel's sizing")),
+        Err(e) => log(Level::Warn, format_args!("the per-CPU free lists keep the kernel's sizing: {e}")),
+    }
 }
 
 /// How much faster the host backend reports while a migration of the guest runs.
