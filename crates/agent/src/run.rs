@@ -117,7 +117,7 @@ fn bound_pcp_lists(a: &RunArgs) {
     }
     match bound(&a.proc_dir, std::path::Path::new("/sys"), Kib(a.pcp_high_kib)) {
         Ok(Outcome::Set { fraction, was, per_cpu, cpus }) => info(format_args!(
-            "{KEY} set to {fraction} (was {was}): each of {cpus} CPUs keeps about {} of freed pages, which free page reporting, hinting and the balloon cannot take; --pcp-high-kib 0 leaves it",
+            "{KEY} set to {fraction} (was {was}): each CPU ({cpus} online) keeps about {} of the pages it freed, which free page reporting, hinting and the balloon cannot take; --pcp-high-kib 0 leaves it",
             per_cpu.to_kib_saturating()
         )),
         Ok(Outcome::Kept(f)) => info(format_args!("{KEY} is {f} already (the guest's administrator, or an earlier start of the agent): left as it is")),
