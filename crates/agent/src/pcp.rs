@@ -19,8 +19,8 @@
 use autoballoon_core::units::{Kib, Pages};
 use std::path::Path;
 
-/// Each CPU's list in the agent's default: a 2 MiB page and a little more is what a list
-/// holds once a spike has freed.
+/// Each CPU's list in the agent's default, about the kernel's own floor (four batches of
+/// 63 pages): a list then holds at most one 2 MiB page and a little more after a spike.
 pub const PER_CPU_DEFAULT: Kib = Kib::from_mib_saturating(1);
 /// The kernel refuses a smaller fraction (`MIN_PERCPU_PAGELIST_HIGH_FRACTION`): a larger
 /// `high` than this cannot be asked for.

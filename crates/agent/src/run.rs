@@ -45,6 +45,9 @@ fn check(a: &RunArgs) -> Result<(PolicyConfig, CacheTrimRule), String> {
     if a.interval_ms < 10 {
         return Err(format!("invalid value for `--interval-ms`: {} is below 10", a.interval_ms));
     }
+    if (1..4).contains(&a.pcp_high_kib) {
+        return Err(format!("invalid value for `--pcp-high-kib`: {} is less than a page (4 KiB); 0 leaves the kernel's sizing", a.pcp_high_kib));
+    }
     if a.backend == BackendKind::Host && a.port.is_none() {
         return Err("--backend host needs --port (the virtio-serial port to the host)".into());
     }
@@ -401,6 +404,20 @@ mod tests {
         // Never below 50 ms, never above τ.
         assert_eq!(report_interval(Duration::from_millis(100), true, false), Duration::from_millis(50));
         assert_eq!(report_interval(Duration::from_millis(20), true, false), Duration::from_millis(20));
+    }
+
+    #[test]
+    fn a_per_cpu_list_under_a_page_is_refused_before_anything_is_touched() {
+        use clap::Parser;
+        let args = |kib: &str| match crate::Cli::try_parse_from(["autoballoon-guest", "run", "--backend", "kernel", "--pcp-high-kib", kib]).unwrap().command {
+            crate::Command::Run(a) => *a,
+            crate::Command::Estimate(_) => unreachable!(),
+        };
+        let e = check(&args("3")).unwrap_err();
+        assert!(e.contains("`--pcp-high-kib`: 3 is less than a page"), "{e}");
+        for ok in ["0", "4", "1024"] {
+            assert!(check(&args(ok)).is_ok(), "{ok}");
+        }
     }
 
     #[test]
