@@ -108,7 +108,7 @@ pub fn bound(proc: &Path, sys: &Path, per_cpu: Kib) -> Result<Outcome, PcpError>
         .and_then(|m| m.kib("MemTotal").ok())
         .ok_or_else(|| PcpError::Malformed(meminfo.display().to_string(), "MemTotal", String::new()))?;
     let fraction = fraction_for(total, cpus, per_cpu).ok_or_else(|| PcpError::Malformed(online.display().to_string(), "a CPU", String::new()))?;
-    std::fs::write(&param, format!("{fraction}\n")).map_err(|e| PcpError::Write(param.display().to_string(), e))?;
+    crate::report::write_existing(&param, &format!("{fraction}\n")).map_err(|e| PcpError::Write(param.display().to_string(), e))?;
     Ok(Outcome::Set { fraction, was, per_cpu: per_cpu.to_pages_floor(), cpus })
 }
 

@@ -31,7 +31,7 @@ pub const BAND: Kib = Kib::from_mib_saturating(16);
 pub const NUDGE: usize = 16 << 20;
 
 /// Writes `text` to a file that must exist (a kernel interface: never created).
-fn write_existing(path: &Path, text: &str) -> std::io::Result<()> {
+pub(crate) fn write_existing(path: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write;
     std::fs::OpenOptions::new().write(true).open(path)?.write_all(text.as_bytes())
 }

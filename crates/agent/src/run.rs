@@ -45,7 +45,7 @@ fn check(a: &RunArgs) -> Result<(PolicyConfig, CacheTrimRule), String> {
     if a.interval_ms < 10 {
         return Err(format!("invalid value for `--interval-ms`: {} is below 10", a.interval_ms));
     }
-    if (1..4).contains(&a.pcp_high_kib) {
+    if a.pcp_high_kib != 0 && Kib(a.pcp_high_kib).to_pages_floor().0 == 0 {
         return Err(format!("invalid value for `--pcp-high-kib`: {} is less than a page (4 KiB); 0 leaves the kernel's sizing", a.pcp_high_kib));
     }
     if a.backend == BackendKind::Host && a.port.is_none() {
