@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build QEMU 10 (the upstream source of Debian's bookworm-backports package, the same version
-# scripts/install-qemu10.sh installs) with four changes of ours, in this order:
+# scripts/install-qemu10.sh installs) with five changes of ours, in this order:
 #   scripts/qemu10/virtio-balloon-populate-on-deflate.patch: an experimental balloon property,
 #     x-populate-on-deflate (off by default), with which QEMU acknowledges a deflation first
 #     and then backs the deflated pages in a thread of its own (MADV_POPULATE_WRITE), so
@@ -16,9 +16,14 @@
 #     host nothing after the hold;
 #   scripts/qemu10/virtio-balloon-migrate-skip-ballooned.patch: x-migrate-skip-ballooned (off
 #     by default), with which a migration skips the pages in the balloon, as it skips the
-#     free pages the guest hints, instead of sending each as a zero page (docs/migration.md).
-# Off, the device behaves as QEMU's own, so one build serves the baselines and the changes
-# side by side. `make test` does not build it (it runs its tests where it is built);
+#     free pages the guest hints, instead of sending each as a zero page (docs/migration.md);
+#   scripts/qemu10/virtio-balloon-hint-id-while-reporting.patch: a fix, not behind a
+#     property: while the guest reports free page hints the device shows it the id of the
+#     round, not the stop id, so a `balloon` command meanwhile no longer ends the round
+#     (docs/migration.md, "A balloon command ends a round of hints").
+# With the properties off, the device behaves as QEMU's own (but for that fix, which only
+# a configuration change during a round of hints meets), so one build serves the baselines
+# and the changes side by side. `make test` does not build it (it runs its tests where it is built);
 # `make bench` builds it for its spike stage.
 #
 # Steps: the orig tarball of the source package, through a private apt configuration
@@ -47,7 +52,8 @@ MIRROR="${AUTOBALLOON_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PATCHES=("$HERE/qemu10/virtio-balloon-populate-on-deflate.patch" "$HERE/qemu10/virtio-balloon-populate-reported.patch"
-         "$HERE/qemu10/virtio-balloon-reported-hold-lazily.patch" "$HERE/qemu10/virtio-balloon-migrate-skip-ballooned.patch")
+         "$HERE/qemu10/virtio-balloon-reported-hold-lazily.patch" "$HERE/qemu10/virtio-balloon-migrate-skip-ballooned.patch"
+         "$HERE/qemu10/virtio-balloon-hint-id-while-reporting.patch")
 MESON_VERSION=1.5.0
 BUILD_DEPS=(ninja-build pkg-config libglib2.0-dev libpixman-1-dev zlib1g-dev python3-venv flex bison)
 
@@ -166,7 +172,7 @@ B="$TREE/_build-populate"
 rm -rf "$B" "$DEST.tmp"
 mkdir -p "$B"
 (cd "$B" && ../configure --prefix="$DEST.tmp" --python="$VENV/bin/python3" "${CONFIGURE[@]}" \
-    --with-pkgversion="Debian $DEBV upstream source, autoballoon: x-populate-on-deflate, x-populate-reported") >"$B/configure.log" 2>&1 \
+    --with-pkgversion="Debian $DEBV upstream source, autoballoon: x-populate-on-deflate, x-populate-reported, hint id kept while reporting") >"$B/configure.log" 2>&1 \
     || { tail -20 "$B/configure.log" >&2; die "configure failed (log: $B/configure.log)"; }
 qb_ninja "$B"
 

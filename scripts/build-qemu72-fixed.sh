@@ -10,11 +10,14 @@
 # it, scripts/qemu72/virtio-balloon-populate-reported.patch and
 # scripts/qemu72/virtio-balloon-reported-hold-lazily.patch (docs/spikes.md), and
 # x-migrate-skip-ballooned, scripts/qemu72/virtio-balloon-migrate-skip-ballooned.patch
-# (docs/migration.md).
+# (docs/migration.md), and one fix that is not behind a property: the device shows the
+# guest the stop id while it reports free page hints, so a `balloon` command then ends the
+# round (scripts/qemu72/virtio-balloon-hint-id-while-reporting.patch; docs/migration.md,
+# *A balloon command ends a round of hints*).
 #
 # Steps: fetch the source package of the installed qemu-system-x86 version through a private
 # apt configuration (deb-src lines of its own; /etc/apt is left alone), unpack it afresh for
-# every build, apply the five patches in scripts/qemu72/ (the TCG fix first), configure
+# every build, apply the six patches in scripts/qemu72/ (the TCG fix first), configure
 # x86_64-softmmu only with what the test bed uses (no GUI, no docs), build with ninja
 # (nice 19) and install into
 #   ${AUTOBALLOON_CACHE:-$HOME/.cache/autoballoon}/qemu/7.2-fixed-<hash>/
@@ -38,7 +41,7 @@ KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PATCHES=("$HERE/qemu72/tcg-dirty-bitmap-sync.patch" "$HERE/qemu72/virtio-balloon-populate-on-deflate.patch"
          "$HERE/qemu72/virtio-balloon-populate-reported.patch" "$HERE/qemu72/virtio-balloon-reported-hold-lazily.patch"
-         "$HERE/qemu72/virtio-balloon-migrate-skip-ballooned.patch")
+         "$HERE/qemu72/virtio-balloon-migrate-skip-ballooned.patch" "$HERE/qemu72/virtio-balloon-hint-id-while-reporting.patch")
 BUILD_DEPS=(meson ninja-build pkg-config libglib2.0-dev libpixman-1-dev libfdt-dev zlib1g-dev python3-venv flex bison dpkg-dev)
 
 say() { echo "build-qemu72-fixed: $*" >&2; }
@@ -134,7 +137,7 @@ B="$TREE/_build-fixed"
 rm -rf "$B" "$DEST.tmp"
 mkdir -p "$B"
 (cd "$B" && ../configure --prefix="$DEST.tmp" "${CONFIGURE[@]}" \
-    --with-pkgversion="Debian $SRCV, autoballoon test bed: 03bfc2188f backported, x-populate-on-deflate, x-populate-reported") >"$B/configure.log" 2>&1 \
+    --with-pkgversion="Debian $SRCV, autoballoon test bed: 03bfc2188f backported, x-populate-on-deflate, x-populate-reported, hint id kept while reporting") >"$B/configure.log" 2>&1 \
     || { tail -20 "$B/configure.log" >&2; die "configure failed (log: $B/configure.log)"; }
 qb_ninja "$B"
 
