@@ -4,16 +4,16 @@
 # clears bits without resetting TCG's TLB; upstream 03bfc2188f, QEMU 9.0). KVM hosts are not
 # affected, and this machine has no KVM, so without the fix a QEMU 7.2 destination breaks
 # whether or not anything balloons (docs/migration.md, "Why destinations crashed").
-# The build also carries the project's four balloon patches, the QEMU 10 build's ported to 7.2:
+# The build also carries the project's five balloon patches, the QEMU 10 build's ported to 7.2:
 # x-populate-on-deflate (off by default, so the device behaves as Debian's),
 # scripts/qemu72/virtio-balloon-populate-on-deflate.patch, and x-populate-reported on top of
 # it, scripts/qemu72/virtio-balloon-populate-reported.patch and
 # scripts/qemu72/virtio-balloon-reported-hold-lazily.patch (docs/spikes.md), and
 # x-migrate-skip-ballooned, scripts/qemu72/virtio-balloon-migrate-skip-ballooned.patch
-# (docs/migration.md), and one fix that is not behind a property: the device shows the
-# guest the stop id while it reports free page hints, so a `balloon` command then ends the
-# round (scripts/qemu72/virtio-balloon-hint-id-while-reporting.patch; docs/migration.md,
-# *A balloon command ends a round of hints*).
+# (docs/migration.md), and one fix that is not behind a property: QEMU shows the guest the
+# stop id while it reports free page hints, so a `balloon` command meanwhile ends the round;
+# with the fix the device shows the round's id (scripts/qemu72/virtio-balloon-hint-id-while-
+# reporting.patch; docs/migration.md, *A balloon command ends a round of hints*).
 #
 # Steps: fetch the source package of the installed qemu-system-x86 version through a private
 # apt configuration (deb-src lines of its own; /etc/apt is left alone), unpack it afresh for
