@@ -35,7 +35,7 @@ class Guest:
         ser, qmp = f"{self.dir}/ser", f"{self.dir}/qmp"
         cmd = [qemu, "-accel", "tcg,thread=single", "-machine", "pc", "-cpu", "qemu64", "-nodefaults", "-display", "none",
                "-no-reboot", "-m", str(memory_mib), "-smp", "1", "-kernel", f"{image}/vmlinuz", "-initrd", f"{image}/initrd.img",
-               "-append", "console=ttyS0 quiet panic=-1 init_on_alloc=0 autoballoon.agent=none",
+               "-append", "console=ttyS0 quiet panic=-1 init_on_alloc=0 no_timer_check autoballoon.agent=none",
                "-chardev", f"socket,id=ser0,path={ser},server=on,wait=off", "-serial", "chardev:ser0",
                "-qmp", f"unix:{qmp},server=on,wait=off", "-object", "iothread,id=iothread0",
                "-device", "virtio-balloon-pci,id=balloon0,free-page-reporting=on,free-page-hint=on,iothread=iothread0"]
