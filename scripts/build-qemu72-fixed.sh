@@ -4,20 +4,24 @@
 # clears bits without resetting TCG's TLB; upstream 03bfc2188f, QEMU 9.0). KVM hosts are not
 # affected, and this machine has no KVM, so without the fix a QEMU 7.2 destination breaks
 # whether or not anything balloons (docs/migration.md, "Why destinations crashed").
-# The build also carries the project's five balloon patches, the QEMU 10 build's ported to 7.2:
+# The build also carries the project's six balloon patches, the QEMU 10 build's ported to 7.2:
 # x-populate-on-deflate (off by default, so the device behaves as Debian's),
 # scripts/qemu72/virtio-balloon-populate-on-deflate.patch, and x-populate-reported on top of
 # it, scripts/qemu72/virtio-balloon-populate-reported.patch and
 # scripts/qemu72/virtio-balloon-reported-hold-lazily.patch (docs/spikes.md), and
 # x-migrate-skip-ballooned, scripts/qemu72/virtio-balloon-migrate-skip-ballooned.patch
-# (docs/migration.md), and one fix that is not behind a property: QEMU shows the guest the
+# (docs/migration.md), and two fixes that are not behind a property: QEMU shows the guest the
 # stop id while it reports free page hints, so a `balloon` command meanwhile ends the round;
 # with the fix the device shows the round's id (scripts/qemu72/virtio-balloon-hint-id-while-
-# reporting.patch; docs/migration.md, *A balloon command ends a round of hints*).
+# reporting.patch; docs/migration.md, *A balloon command ends a round of hints*). And after a
+# migration that ended during a round, nothing reads the hints the guest had queued, so its
+# next rounds fail; with the fix the device reads them when the VM starts running
+# (scripts/qemu72/virtio-balloon-hint-queue-after-load.patch; docs/migration.md, *A free page
+# queue nobody reads after a migration*).
 #
 # Steps: fetch the source package of the installed qemu-system-x86 version through a private
 # apt configuration (deb-src lines of its own; /etc/apt is left alone), unpack it afresh for
-# every build, apply the six patches in scripts/qemu72/ (the TCG fix first), configure
+# every build, apply the seven patches in scripts/qemu72/ (the TCG fix first), configure
 # x86_64-softmmu only with what the test bed uses (no GUI, no docs), build with ninja
 # (nice 19) and install into
 #   ${AUTOBALLOON_CACHE:-$HOME/.cache/autoballoon}/qemu/7.2-fixed-<hash>/
@@ -41,7 +45,8 @@ KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PATCHES=("$HERE/qemu72/tcg-dirty-bitmap-sync.patch" "$HERE/qemu72/virtio-balloon-populate-on-deflate.patch"
          "$HERE/qemu72/virtio-balloon-populate-reported.patch" "$HERE/qemu72/virtio-balloon-reported-hold-lazily.patch"
-         "$HERE/qemu72/virtio-balloon-migrate-skip-ballooned.patch" "$HERE/qemu72/virtio-balloon-hint-id-while-reporting.patch")
+         "$HERE/qemu72/virtio-balloon-migrate-skip-ballooned.patch" "$HERE/qemu72/virtio-balloon-hint-id-while-reporting.patch"
+         "$HERE/qemu72/virtio-balloon-hint-queue-after-load.patch")
 BUILD_DEPS=(meson ninja-build pkg-config libglib2.0-dev libpixman-1-dev libfdt-dev zlib1g-dev python3-venv flex bison dpkg-dev)
 
 say() { echo "build-qemu72-fixed: $*" >&2; }
@@ -137,7 +142,7 @@ B="$TREE/_build-fixed"
 rm -rf "$B" "$DEST.tmp"
 mkdir -p "$B"
 (cd "$B" && ../configure --prefix="$DEST.tmp" "${CONFIGURE[@]}" \
-    --with-pkgversion="Debian $SRCV, autoballoon test bed: 03bfc2188f backported, x-populate-on-deflate, x-populate-reported, hint id kept while reporting") >"$B/configure.log" 2>&1 \
+    --with-pkgversion="Debian $SRCV, autoballoon test bed: 03bfc2188f backported, x-populate-on-deflate, x-populate-reported, hint id kept while reporting, hint queue read after load") >"$B/configure.log" 2>&1 \
     || { tail -20 "$B/configure.log" >&2; die "configure failed (log: $B/configure.log)"; }
 qb_ninja "$B"
 
