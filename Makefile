@@ -53,13 +53,13 @@ qemu10:
 # x-populate-on-deflate and x-populate-reported (scripts/qemu10/; docs/spikes.md, "Backing
 # deflated memory off the vCPU's thread" and "Backing reported memory ahead of a spike"),
 # under $(CACHE)/qemu/qemu10-populate (about 6 min the first time), then their tests
-# (crates/testbed/tests/populate_on_deflate.rs, which also run on the fixed 7.2 of
-# scripts/build-qemu72-fixed.sh, ported patches in scripts/qemu72/, where that is built).
+# (crates/testbed/tests/populate_on_deflate.rs and hint_queue.rs, which also run on the fixed
+# 7.2 of scripts/build-qemu72-fixed.sh, ported patches in scripts/qemu72/, where that is built).
 # `make test` builds neither (its run would grow by the builds) but runs that test on what
 # is built; `make bench` builds both for its spike stage.
 qemu10-populate: testbed image
 	@scripts/build-qemu10-populate.sh >/dev/null
-	AUTOBALLOON_IMAGE="$$(cat $(IMAGE_PATH))" cargo test --locked -p autoballoon-testbed --test populate_on_deflate -- --nocapture
+	AUTOBALLOON_IMAGE="$$(cat $(IMAGE_PATH))" cargo test --locked -p autoballoon-testbed --test populate_on_deflate --test hint_queue -- --nocapture
 
 # The agent is one static binary (no shared libraries) for the guest's initramfs.
 agent: deps
