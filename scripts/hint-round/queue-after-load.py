@@ -13,11 +13,16 @@ available that the device has not taken, right after the load and again 5 s late
 destination is the next trial's guest. Prints one line per migration; a guest whose console
 says `err = -28` could not even send a round's start id.
 
-    scripts/hint-round/queue-after-load.py QEMU [--image DIR] [--trials N] [--stop-after 0.05,0.2]
+    scripts/hint-round/queue-after-load.py QEMU [--image DIR] [--trials N] [--stop-after 0.05,0.2] [--ping]
+
+--stop-after=-1 stops the source as soon as the guest's avail index on the hint queue has
+moved by 2 (a start id and a block) instead. --ping times the guest's shell during each
+control migration: a driver that spins on a full queue keeps a 1-vCPU guest from answering.
 
 docs/migration.md, *A free page queue nobody reads after a migration*, has what it measured.
 """
 import argparse
+import threading
 import time
 
 from guest import Guest, default_image
@@ -33,6 +38,37 @@ def hint_queue(g):
     el = g.cmd("x-query-virtio-queue-element", path=BALLOON, queue=HINT_QUEUE)["return"]
     avail, last = el["avail"]["idx"], st["last-avail-idx"]
     return (avail - last) & 0xFFFF, avail, last
+
+
+def migrate_pinging(g):
+    """The control migration with the guest's shell asked `true` back to back meanwhile (from
+    a thread; the VM pauses when the migration completes, until `cont`): the migration's line
+    and the longest the shell took to answer, in seconds."""
+    worst, stop = [0.0], threading.Event()
+
+    def ping():
+        while not stop.is_set():
+            t = time.time()
+            g.shell("true")
+            worst[0] = max(worst[0], time.time() - t)
+
+    g.cmd("migrate", uri="exec:cat > /dev/null")
+    pinger = threading.Thread(target=ping)
+    pinger.start()
+    r = g.wait_migration()
+    stop.set()
+    g.cmd("cont")
+    pinger.join()
+    ram = r["ram"]
+    return (f"{r['status']}, {ram['transferred'] / 2**20:.1f} MiB sent, {ram.get('duplicate', 0)} zero pages, "
+            f"{r.get('total-time')} ms; the shell answered within {worst[0]:.2f} s at the longest")
+
+
+def console_marks(g):
+    """How often the guest's console said the driver could not start a round, and that a
+    CPU was stuck (soft lockup)."""
+    text = g.drain_console()
+    return f"err = -28 {text.count('err = -28')} time(s), soft lockup {text.count('soft lockup')} time(s)"
 
 
 def wait_loaded(g, timeout=300):
@@ -51,7 +87,8 @@ def main():
     ap.add_argument("qemu")
     ap.add_argument("--image", default=None, help="the guest image's directory (default: run/image.path's)")
     ap.add_argument("--trials", type=int, default=2)
-    ap.add_argument("--stop-after", default="0.05,0.2", help="seconds after `migrate` of QMP `stop`, comma-separated")
+    ap.add_argument("--stop-after", default="0.05,0.2", help="seconds after `migrate` of QMP `stop`, comma-separated; -1: as soon as the guest's avail index on the hint queue has moved by 2")
+    ap.add_argument("--ping", action="store_true", help="during each control migration, time the guest's shell (a guest driver that spins on a full queue does not answer)")
     a = ap.parse_args()
     image = a.image or default_image()
     stops = [float(d) for d in a.stop_after.split(",") if d]
@@ -64,14 +101,22 @@ def main():
                 n += 1
                 g.shell("fill 1536")
                 time.sleep(2)
-                print(f"[queue-after-load] guest {n}, control: {g.migrate()}", flush=True)
+                control = migrate_pinging(g) if a.ping else g.migrate()
+                print(f"[queue-after-load] guest {n}, control: {control}", flush=True)
                 g.shell("fill 1536")
                 time.sleep(2)
                 dst = Guest(a.qemu, image, incoming=True)
                 uri = f"unix:{dst.dir}/migration"
                 dst.cmd("migrate-incoming", uri=uri)
+                before = hint_queue(g)[1]
                 g.cmd("migrate", uri=uri)
-                time.sleep(stop)
+                if stop < 0:
+                    # As soon as the guest has handed over its start id and a first block.
+                    deadline = time.time() + 30
+                    while (hint_queue(g)[1] - before) & 0xFFFF < 2 and time.time() < deadline:
+                        pass
+                else:
+                    time.sleep(stop)
                 g.cmd("stop")
                 r = g.wait_migration()
                 status = wait_loaded(dst)
@@ -81,15 +126,15 @@ def main():
                 time.sleep(5)
                 later = hint_queue(dst)
                 ram = r["ram"]
-                print(f"[queue-after-load] guest {n}, stop {stop:.2f} s after migrate: {r['status']}, "
+                print(f"[queue-after-load] guest {n}, stop {'once hinting' if stop < 0 else f'{stop:.2f} s after migrate'}: {r['status']}, "
                       f"{ram['transferred'] / 2**20:.1f} MiB sent, {ram.get('duplicate', 0)} zero pages; destination "
                       f"{status}, hint queue not taken {loaded[0]} (avail {loaded[1]}, last_avail {loaded[2]}), "
-                      f"5 s after cont {later[0]} (avail {later[1]}, last_avail {later[2]}); source console "
-                      f"err = -28: {'err = -28' in g.drain_console()}", flush=True)
+                      f"5 s after cont {later[0]} (avail {later[1]}, last_avail {later[2]}); source console: "
+                      f"{console_marks(g)}", flush=True)
                 g.close()
                 g = dst
-        print(f"[queue-after-load] guest {n + 1}, control: {g.migrate()}; console err = -28: "
-              f"{'err = -28' in g.drain_console()}", flush=True)
+        control = migrate_pinging(g) if a.ping else g.migrate()
+        print(f"[queue-after-load] guest {n + 1}, control: {control}; console: {console_marks(g)}", flush=True)
     finally:
         g.close()
 

@@ -1,7 +1,7 @@
 //! A migration that ends while the guest is in a round of free page hints leaves buffers on
 //! the balloon's free page queue that the source never took. The destination must read
-//! them once it runs: QEMU 7.2 did not, so the queue filled, the guest could start no
-//! further round (`Failed to send a start id, err = -28`) and its next migrations sent
+//! them once it runs: QEMU 7.2 did not, so the guest's next round went unseen (or found
+//! the queue full: `Failed to send a start id, err = -28`) and its next migrations sent
 //! all its free pages (scripts/qemu72/virtio-balloon-hint-queue-after-load.patch;
 //! docs/migration.md, "A free page queue nobody reads after a migration"). QEMU 10 reads
 //! them already. Run on each of the project's QEMU builds that is built, and skipped with a
