@@ -1,7 +1,7 @@
 """The guest both measuring scripts of this folder boot: the project's image, no agent, one
 vCPU under single-thread TCG, free page reporting and hinting on (with an iothread), a serial
 shell and QMP on Unix sockets in a temporary directory. With `incoming=True` it waits for a
-migration instead of booting (`migrate_from`), on the same command line. Not part of the
+migration instead of booting (`-incoming defer`, then QMP `migrate-incoming`), on the same command line. Not part of the
 product; crates/testbed/src/qemu.rs is the test bed's own.
 """
 import json
