@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -17,6 +18,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def default_image():
     return open(os.path.join(REPO, "run/image.path")).read().strip()
+
+
+def sent(r):
+    """What a finished migration sent, from its query-migrate answer."""
+    ram = r["ram"]
+    return f"{r['status']}, {ram['transferred'] / 2**20:.1f} MiB sent, {ram.get('duplicate', 0)} zero pages"
 
 
 class Guest:
@@ -65,9 +72,13 @@ class Guest:
                 chunk = self.ser.recv(65536)
             except socket.timeout:
                 sys.exit(f"hint-round: no {token!r} on the console within {timeout} s")
-            self.buf += chunk.replace(b"\r", b"")
-            self.console += chunk.replace(b"\r", b"")
+            self._take(chunk)
         self.buf = self.buf[self.buf.index(token) + len(token):]
+
+    def _take(self, chunk):
+        chunk = chunk.replace(b"\r", b"")
+        self.buf += chunk
+        self.console += chunk
 
     def shell(self, line, timeout=300):
         self.n += 1
@@ -83,9 +94,25 @@ class Guest:
             if "return" in r or "error" in r:
                 return r
 
-    def migrate(self, delay=None, spam=0.0):
+    def migrate(self, delay=None, spam=0.0, ping=False):
+        """Migrates to `exec:cat > /dev/null` and resumes the guest; returns a line of what it
+        sent. `delay`: one QMP `balloon` at the guest's full size that many seconds after
+        `migrate`; `spam`: one every 10 ms for that many seconds; `ping`: the guest's shell
+        asked `true` back to back meanwhile (from a thread; the VM pauses when the migration
+        completes, until `cont`), and the longest it took to answer added to the line."""
+        worst, stop = [0.0], threading.Event()
+
+        def pinger():
+            while not stop.is_set():
+                t = time.time()
+                self.shell("true")
+                worst[0] = max(worst[0], time.time() - t)
+
         self.cmd("migrate", uri="exec:cat > /dev/null")
         start = time.time()
+        pinging = threading.Thread(target=pinger) if ping else None
+        if pinging:
+            pinging.start()
         if delay is not None:
             time.sleep(delay)
             self.cmd("balloon", value=self.memory)
@@ -93,9 +120,13 @@ class Guest:
             self.cmd("balloon", value=self.memory)
             time.sleep(0.01)
         r = self.wait_migration()
+        stop.set()
         self.cmd("cont")
-        ram = r["ram"]
-        return f"{r['status']}, {ram['transferred'] / 2**20:.1f} MiB sent, {ram.get('duplicate', 0)} zero pages, {r.get('total-time')} ms"
+        line = f"{sent(r)}, {r.get('total-time')} ms"
+        if pinging:
+            pinging.join()
+            line += f"; the shell answered within {worst[0]:.2f} s at the longest"
+        return line
 
     def drain_console(self):
         """Reads what the console has printed so far without waiting; returns all of it."""
@@ -105,8 +136,7 @@ class Guest:
                 chunk = self.ser.recv(65536)
                 if not chunk:
                     break
-                self.buf += chunk.replace(b"\r", b"")
-                self.console += chunk.replace(b"\r", b"")
+                self._take(chunk)
         except BlockingIOError:
             pass
         finally:

@@ -22,10 +22,9 @@ control migration: a driver that spins on a full queue keeps a 1-vCPU guest from
 docs/migration.md, *A free page queue nobody reads after a migration*, has what it measured.
 """
 import argparse
-import threading
 import time
 
-from guest import Guest, default_image
+from guest import Guest, default_image, sent
 
 BALLOON = "/machine/peripheral/balloon0/virtio-backend"
 # inflate, deflate, stats, then the free page hint queue (the reporting queue is 4)
@@ -38,30 +37,6 @@ def hint_queue(g):
     el = g.cmd("x-query-virtio-queue-element", path=BALLOON, queue=HINT_QUEUE)["return"]
     avail, last = el["avail"]["idx"], st["last-avail-idx"]
     return (avail - last) & 0xFFFF, avail, last
-
-
-def migrate_pinging(g):
-    """The control migration with the guest's shell asked `true` back to back meanwhile (from
-    a thread; the VM pauses when the migration completes, until `cont`): the migration's line
-    and the longest the shell took to answer, in seconds."""
-    worst, stop = [0.0], threading.Event()
-
-    def ping():
-        while not stop.is_set():
-            t = time.time()
-            g.shell("true")
-            worst[0] = max(worst[0], time.time() - t)
-
-    g.cmd("migrate", uri="exec:cat > /dev/null")
-    pinger = threading.Thread(target=ping)
-    pinger.start()
-    r = g.wait_migration()
-    stop.set()
-    g.cmd("cont")
-    pinger.join()
-    ram = r["ram"]
-    return (f"{r['status']}, {ram['transferred'] / 2**20:.1f} MiB sent, {ram.get('duplicate', 0)} zero pages, "
-            f"{r.get('total-time')} ms; the shell answered within {worst[0]:.2f} s at the longest")
 
 
 def console_marks(g):
@@ -101,7 +76,7 @@ def main():
                 n += 1
                 g.shell("fill 1536")
                 time.sleep(2)
-                control = migrate_pinging(g) if a.ping else g.migrate()
+                control = g.migrate(ping=a.ping)
                 print(f"[queue-after-load] guest {n}, control: {control}", flush=True)
                 g.shell("fill 1536")
                 time.sleep(2)
@@ -125,15 +100,13 @@ def main():
                     dst.cmd("cont")
                 time.sleep(5)
                 later = hint_queue(dst)
-                ram = r["ram"]
-                print(f"[queue-after-load] guest {n}, stop {'once hinting' if stop < 0 else f'{stop:.2f} s after migrate'}: {r['status']}, "
-                      f"{ram['transferred'] / 2**20:.1f} MiB sent, {ram.get('duplicate', 0)} zero pages; destination "
+                print(f"[queue-after-load] guest {n}, stop {'once hinting' if stop < 0 else f'{stop:.2f} s after migrate'}: {sent(r)}; destination "
                       f"{status}, hint queue not taken {loaded[0]} (avail {loaded[1]}, last_avail {loaded[2]}), "
                       f"5 s after cont {later[0]} (avail {later[1]}, last_avail {later[2]}); source console: "
                       f"{console_marks(g)}", flush=True)
                 g.close()
                 g = dst
-        control = migrate_pinging(g) if a.ping else g.migrate()
+        control = g.migrate(ping=a.ping)
         print(f"[queue-after-load] guest {n + 1}, control: {control}; console: {console_marks(g)}", flush=True)
     finally:
         g.close()
