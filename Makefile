@@ -9,7 +9,7 @@ AGENT := target/$(TRIPLE)/release/autoballoon-guest
 DEMOBIN := target/release/autoballoon-demo
 IMAGE_PATH := run/image.path
 
-.PHONY: all qemu10 qemu10-populate test-qemu10 deps build agent host testbed image demo migbench spikebench densitybench soak test unit-test integration-test test-host-pressure bench bench-host clean help guest-deb deb packaging-test systemd-test fuzz sim sim-ray-test sim-scale reproduce calibrate
+.PHONY: all qemu10 qemu10-populate test-qemu10 deps build agent host testbed image demo migbench spikebench densitybench soak test unit-test integration-test test-host-pressure bench bench-save bench-host clean help guest-deb deb packaging-test systemd-test fuzz sim sim-ray-test sim-scale reproduce calibrate
 
 all: build
 
@@ -18,6 +18,7 @@ help:
 	@echo "make fuzz   - every fuzz target (border, framer, qmp, procfs, libvirt, config) for FUZZ_SECONDS=60 each; installs cargo-fuzz; not part of make test"
 	@echo "make test   - the whole suite (unit, property and QEMU integration tests, make kernel-test)"
 	@echo "make bench  - writes bench/RESULTS.md: migrations at every moment and footprint per configuration against FPR, and the kernel bench (BENCH_QUICK=1, BENCH_RUNS=N)"
+	@echo "make bench-save - keep what an unfinished make bench measured in bench/partial/ (commit it); make bench BENCH_RESUME=1 goes on from there on a fresh clone"
 	@echo "make spikebench - spikes at steady state against FPR alone and no balloon (SPIKEBENCH_ARGS='--shapes 3x400 --cpus 1')"
 	@echo "make densitybench - four guests over a job sequence: host memory against FPR alone (DENSITYBENCH_ARGS='--guests 2'; '--patched-image DIR' adds the patched kernel's rows)"
 	@echo "make soak   - 1,000 verified spike cycles and 100 live migrations per arm (patched kernel; stock kernel + host controller) on QEMU 10 and the fixed 7.2; not part of make test (SOAK_ARGS='--cycles 6 --migrations 2', '--hours 24')"
@@ -207,6 +208,8 @@ test-qemu10: image
 # moments, a short kernel bench (development); BENCH_KERNEL=0 skips the kernel bench;
 # BENCH_ARGS passes options to autoballoon-bench (--help).
 BENCH_KERNEL ?= 1
+# BENCH_MIGRATION=0 skips the migration stage (autoballoon-bench).
+BENCH_MIGRATION ?= 1
 # Then autoballoon-spikebench (bench/SPIKES.md): spikes at steady state against FPR alone
 # on both QEMU lines, each also with the project's balloon patches on (x-populate-on-deflate,
 # and with it x-populate-reported, which the controller uses for the stock kernel's spikes;
@@ -221,12 +224,21 @@ BENCH_SPIKES ?= 1
 BENCH_DENSITY ?= 1
 # The whole run takes several hours. BENCH_RESUME=1 goes on with an interrupted one: the
 # stages that finished (run/bench/*.done) are skipped and autoballoon-bench keeps the points
-# it had measured (its --resume); without it every stage starts afresh.
+# it had measured (its --resume; a group of points it had not finished is measured again
+# whole); without it every stage starts afresh. A run longer than a session: `make
+# bench-save` copies what it has measured (records, stages done, the kernel figures) into
+# bench/partial/, to commit; on a fresh clone `make bench BENCH_RESUME=1` goes on from
+# there, and a run that finishes removes bench/partial/.
 BENCH_RESUME ?= 0
+BENCH_PARTIAL := bench/partial
 bench: agent testbed image
 	@images=$$(kernel/scripts/images.sh $(AGENT)) && \
 	patched=$$(sed -n 1p <<< "$$images") && stock=$$(sed -n 2p <<< "$$images") && \
 	mkdir -p run/bench && \
+	if [ "$(BENCH_RESUME)" = 1 ] && [ -d $(BENCH_PARTIAL) ] && [ ! -e run/bench/migration/results.jsonl ]; then \
+	  echo "[bench] resuming the run saved in $(BENCH_PARTIAL)/ ($$(cat $(BENCH_PARTIAL)/migration/begun.txt 2>/dev/null || echo 'no migrations yet'))"; \
+	  cp -r $(BENCH_PARTIAL)/. run/bench/; \
+	fi && \
 	if [ "$(BENCH_RESUME)" = 1 ]; then export BENCH_RESUME=1; else rm -f run/bench/*.done; export BENCH_RESUME=0; fi && \
 	stage() { if [ -e run/bench/$$1.done ]; then echo "[bench] $$1: done by the run being resumed, skipped"; return 1; fi; }; \
 	if [ "$(BENCH_KERNEL)" = 1 ] && stage kernel; then \
@@ -235,7 +247,7 @@ bench: agent testbed image
 	    cargo bench --locked -p autoballoon-testbed --bench kernel || exit 1; \
 	  touch run/bench/kernel.done; \
 	fi; \
-	if stage migration; then \
+	if [ "$(BENCH_MIGRATION)" = 1 ] && stage migration; then \
 	  target/release/autoballoon-bench --image "$$(cat $(IMAGE_PATH))" --patched-image "$$patched" \
 	    --system-qemu "$$(scripts/build-qemu72-fixed.sh)" --tools-disk "$$(scripts/bench-tools-disk.sh)" \
 	    --qemu10 "$$(scripts/install-qemu10.sh)" --kernel-json run/bench/kernel.json \
@@ -252,7 +264,18 @@ bench: agent testbed image
 	  target/release/autoballoon-densitybench --image "$$(cat $(IMAGE_PATH))" --patched-image "$$patched" --qemu "$$(scripts/install-qemu10.sh)" \
 	    --out run/bench/density --results bench $(DENSITYBENCH_ARGS) || exit 1; \
 	  touch run/bench/density.done; \
-	fi
+	fi; \
+	rm -rf $(BENCH_PARTIAL)
+
+# What an unfinished `make bench` has measured, kept in the repository (see BENCH_RESUME).
+bench-save:
+	@test -d run/bench || { echo "bench-save: no run/bench here: no run to save" >&2; exit 1; }
+	@rm -rf $(BENCH_PARTIAL) && mkdir -p $(BENCH_PARTIAL) && \
+	for f in run/bench/*.done run/bench/kernel.json; do if [ -e "$$f" ]; then cp "$$f" $(BENCH_PARTIAL)/; fi; done && \
+	if [ -e run/bench/migration/results.jsonl ]; then \
+	  mkdir -p $(BENCH_PARTIAL)/migration && cp run/bench/migration/results.jsonl run/bench/migration/begun.txt $(BENCH_PARTIAL)/migration/; \
+	fi && \
+	echo "bench-save: $$(ls $(BENCH_PARTIAL) | tr '\n' ' ')and $$(cat $(BENCH_PARTIAL)/migration/results.jsonl 2>/dev/null | wc -l) migration-stage record(s) in $(BENCH_PARTIAL)/"
 
 # Four guests running a job sequence whose memory comes and goes, each configuration in
 # turn on QEMU 10 (docs/spikes.md, Density); writes run/densitybench/DENSITY.md.

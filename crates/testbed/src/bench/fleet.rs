@@ -8,7 +8,7 @@ use crate::guest::Health;
 use crate::{step, wait_for, GuestImage, Qemu, TcgThread, VmSpec};
 use autoballoon::config::{Config as CtlConfig, ControllerConfig, LogFormat, PolicyConfig, ShrinkSetting, VmConfig};
 use autoballoon::controller::{Controller, VmCommand, VmHandle, VmState};
-use autoballoon::log::Logger;
+use autoballoon::log::{Level, Logger};
 use autoballoon_core::Kib;
 use autoballoon_qmp::Qmp;
 use std::path::{Path, PathBuf};
@@ -180,7 +180,9 @@ impl Fleet {
         let config = CtlConfig { controller: ControllerConfig { migration_shrink: self.migration_shrink, ..ControllerConfig::default() }, defaults: self.policy.clone(), vms, ..Default::default() };
         config.validate().map_err(|e| e.to_string())?;
         let log = self.out.join(format!("controller-{}.log", self.line_key()));
-        let logger = Logger::new(LogFormat::Text, false).to_file(&log).map_err(|e| e.to_string())?;
+        // Every tick's decision, also the ones that change nothing: a point's log tells
+        // what the controller saw between its actions.
+        let logger = Logger::with_level(LogFormat::Text, Level::Debug).to_file(&log).map_err(|e| e.to_string())?;
         self.ctl = Some(Controller::start(&config, logger));
         Ok(())
     }

@@ -281,18 +281,28 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
     let jsonl = out.join("results.jsonl");
     let begun = out.join("begun.txt");
     let resume = (a.resume || env_flag("BENCH_RESUME")) && jsonl.exists();
-    let mut records: Vec<Record> = if resume { read_records(&jsonl)? } else { Vec::new() };
-    let mut sink = if resume {
-        std::fs::OpenOptions::new().append(true).open(&jsonl)
-    } else {
-        std::fs::write(&begun, format!("{}, commit {}", meta.generated, meta.commit)).map_err(|e| format!("{}: {e}", begun.display()))?;
-        std::fs::File::create(&jsonl)
+    let tools = if a.no_overhead { None } else { a.tools_disk.clone() };
+    // The overhead's patched rows need no balloon on the patched kernel to compare with.
+    let mut overhead_configs = configs.clone();
+    if configs.iter().any(|c| c.kernel() == model::Kernel::Patched) && !configs.contains(&Config::NoBalloonPatched) {
+        overhead_configs.push(Config::NoBalloonPatched);
     }
-    .map_err(|e| format!("{}: {e}", jsonl.display()))?;
+    let (mut records, left_out): (Vec<Record>, usize) = if resume { model::whole_groups(read_records(&jsonl)?, &configs, &overhead_configs) } else { (Vec::new(), 0) };
+    if !resume {
+        std::fs::write(&begun, format!("{}, commit {}", meta.generated, meta.commit)).map_err(|e| format!("{}: {e}", begun.display()))?;
+    }
+    // A resumed run writes back what it keeps, so what it measures again is there once.
+    let mut sink = std::fs::File::create(&jsonl).map_err(|e| format!("{}: {e}", jsonl.display()))?;
+    for r in &records {
+        writeln!(sink, "{}", serde_json::to_string(r).expect("a record serializes")).map_err(|e| format!("{}: {e}", jsonl.display()))?;
+    }
     let have: HashSet<Point> = records.iter().filter_map(Record::point).collect();
     if resume {
         let since = std::fs::read_to_string(&begun).unwrap_or_else(|_| "an earlier run".into());
         meta.setup.push(format!("Resumed: {} point(s) were measured by the run begun {} and kept", have.len(), since.trim()));
+        if left_out > 0 {
+            println!("[bench] resuming: {left_out} record(s) of groups the run had not finished are measured again, whole");
+        }
     }
     let system_qemu = a.system_qemu.clone().unwrap_or_else(crate::qemu_binary);
     let mut lines = vec![(QemuLine::System, system_qemu, moments.clone(), runs)];
@@ -306,12 +316,6 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         (false, false, _) => a.sizes.clone(),
     };
     let sweep_points = if sizes.is_empty() { 0 } else { sizes.len() * configs.len() + 1 };
-    let tools = if a.no_overhead { None } else { a.tools_disk.clone() };
-    // The overhead's patched rows need no balloon on the patched kernel to compare with.
-    let mut overhead_configs = configs.clone();
-    if configs.iter().any(|c| c.kernel() == model::Kernel::Patched) && !configs.contains(&Config::NoBalloonPatched) {
-        overhead_configs.push(Config::NoBalloonPatched);
-    }
     let overhead_points = if tools.is_some() { runs as usize * overhead_configs.len() } else { 0 };
     let total: usize = if a.no_migrations { 0 } else { lines.iter().map(|l| l.2.len() * l.3 as usize * configs.len()).sum::<usize>() } + sweep_points + overhead_points;
     // Kept points count as done: the progress line of a resumed run goes on from them.

@@ -515,6 +515,57 @@ pub enum Point {
     Overhead { config: Config, run: u32 },
 }
 
+/// The points measured side by side: every configuration of one (QEMU line, moment, run),
+/// of one size of the sweep, or of one overhead round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Group {
+    Migration { qemu: QemuLine, moment: Moment, run: u32 },
+    Sweep { memory_mib: u64 },
+    Overhead { run: u32 },
+}
+
+impl Point {
+    /// The group this point is measured in, with its configuration; `None` for the points
+    /// that stand alone (the physical limit, the footprint workload).
+    pub fn group(&self) -> Option<(Group, Config)> {
+        match *self {
+            Point::Migration { qemu, config, moment, run } => Some((Group::Migration { qemu, moment, run }, config)),
+            Point::Sweep { memory_mib, config } => Some((Group::Sweep { memory_mib }, config)),
+            Point::Overhead { config, run } => Some((Group::Overhead { run }, config)),
+            Point::Physical | Point::Footprint { .. } => None,
+        }
+    }
+}
+
+/// The records of an interrupted run that a resumed one keeps: a group of points whose
+/// configurations it had not all measured is measured again whole, so that every ratio
+/// still compares configurations measured one after the other (a run resumed in another
+/// session, on another machine, would otherwise set a point of one beside a point of the
+/// other). `configs` are the configurations of the migrations and the sweep,
+/// `overhead_configs` those of the overhead rounds. Returns the records kept and how many
+/// were left out; a crash goes with the group of the measurement it is charged to.
+pub fn whole_groups(records: Vec<Record>, configs: &[Config], overhead_configs: &[Config]) -> (Vec<Record>, usize) {
+    use std::collections::{HashMap, HashSet};
+    let mut seen: HashMap<Group, HashSet<Config>> = HashMap::new();
+    for (g, c) in records.iter().filter_map(|r| r.point()?.group()) {
+        seen.entry(g).or_default().insert(c);
+    }
+    let whole = |g: &Group| {
+        let want = if matches!(g, Group::Overhead { .. }) { overhead_configs } else { configs };
+        seen.get(g).is_some_and(|have| want.iter().all(|c| have.contains(c)))
+    };
+    let n = records.len();
+    let kept: Vec<Record> = records
+        .into_iter()
+        .filter(|r| match r {
+            Record::Crash(x) => x.after.is_none_or(|(moment, run)| whole(&Group::Migration { qemu: x.qemu, moment, run })),
+            _ => r.point().and_then(|p| p.group()).is_none_or(|(g, _)| whole(&g)),
+        })
+        .collect();
+    let left_out = n - kept.len();
+    (kept, left_out)
+}
+
 impl Record {
     /// One line for the progress output.
     pub fn label(&self) -> String {
@@ -602,6 +653,36 @@ mod tests {
         assert_eq!(sweep.point(), Some(Point::Sweep { memory_mib: 512, config: Config::Fpr }));
         assert_ne!(Record::Migration(r.clone()).point(), Record::Migration(MigrationRecord { qemu: QemuLine::Qemu10, ..r }).point());
         assert_eq!(Record::Crash(CrashRecord { qemu: QemuLine::System, config: Config::Fpr, after: None, kernel_errors: vec![] }).point(), None, "a crash is no point");
+    }
+
+    #[test]
+    fn a_resumed_run_keeps_whole_groups_only() {
+        let m = |config, moment, run| Record::Migration(MigrationRecord {
+            qemu: QemuLine::System, qemu_version: "7.2.22".into(), config, moment, run, bandwidth_mib: 128,
+            completed: true, error: None, sent_mib: 1.0, total_s: 1.0, downtime_ms: None, normal_mib: None, zero_pages: None, size_mib: 1.0, rss_mib: None,
+            spike_alloc_s: None, spike_completed: None, spike_sizes: vec![], memory_mib: None, oom_kills: 0, shell: true, kernel_errors: vec![], tainted: None,
+        });
+        let ov = |config, run| Record::Overhead(OverheadRecord { qemu: QemuLine::System, config, run, mbw_mib_s: None, memcached: vec![], oom_kills: 0, completed: true, error: None });
+        let crash = |moment, run| Record::Crash(CrashRecord { qemu: QemuLine::System, config: Config::Fpr, after: Some((moment, run)), kernel_errors: vec![] });
+        let configs = [Config::Fpr, Config::AbStock];
+        let records = vec![
+            m(Config::Fpr, Moment::Idle, 0),
+            m(Config::AbStock, Moment::Idle, 0),
+            crash(Moment::Idle, 0),
+            // The run stopped in the middle of this group: measured again whole.
+            m(Config::AbStock, Moment::DuringSpike, 0),
+            crash(Moment::DuringSpike, 0),
+            ov(Config::Fpr, 0),
+            ov(Config::AbStock, 0),
+            ov(Config::NoBalloonPatched, 0),
+            ov(Config::Fpr, 1),
+        ];
+        let (kept, left_out) = whole_groups(records, &configs, &[Config::Fpr, Config::AbStock, Config::NoBalloonPatched]);
+        assert_eq!(left_out, 3);
+        assert_eq!(kept.len(), 6);
+        assert!(kept.iter().all(|r| !matches!(r, Record::Migration(x) if x.moment == Moment::DuringSpike)));
+        assert!(kept.iter().all(|r| !matches!(r, Record::Crash(x) if x.after == Some((Moment::DuringSpike, 0)))));
+        assert!(kept.iter().all(|r| !matches!(r, Record::Overhead(x) if x.run == 1)));
     }
 
     #[test]
