@@ -639,13 +639,18 @@ mod tests {
         assert_eq!(keys.len(), 7);
     }
 
-    #[test]
-    fn points_tell_measurements_apart() {
-        let m = |run, moment| Record::Migration(MigrationRecord {
-            qemu: QemuLine::System, qemu_version: "7.2.22".into(), config: Config::Fpr, moment, run, bandwidth_mib: 128,
+    /// A completed migration of `config` at `moment` in `run` on the system line.
+    fn migration(config: Config, moment: Moment, run: u32) -> Record {
+        Record::Migration(MigrationRecord {
+            qemu: QemuLine::System, qemu_version: "7.2.22".into(), config, moment, run, bandwidth_mib: 128,
             completed: true, error: None, sent_mib: 1.0, total_s: 1.0, downtime_ms: None, normal_mib: None, zero_pages: None, size_mib: 1.0, rss_mib: None,
             spike_alloc_s: None, spike_completed: None, spike_sizes: vec![], memory_mib: None, oom_kills: 0, shell: true, kernel_errors: vec![], tainted: None,
-        });
+        })
+    }
+
+    #[test]
+    fn points_tell_measurements_apart() {
+        let m = |run, moment| migration(Config::Fpr, moment, run);
         let points: std::collections::HashSet<_> = [m(0, Moment::Idle), m(1, Moment::Idle), m(0, Moment::LongIdle), m(0, Moment::Idle)].iter().filter_map(Record::point).collect();
         assert_eq!(points.len(), 3, "run and moment tell points apart; the same point twice is one");
         let Record::Migration(r) = m(0, Moment::Idle) else { unreachable!() };
@@ -657,11 +662,7 @@ mod tests {
 
     #[test]
     fn a_resumed_run_keeps_whole_groups_only() {
-        let m = |config, moment, run| Record::Migration(MigrationRecord {
-            qemu: QemuLine::System, qemu_version: "7.2.22".into(), config, moment, run, bandwidth_mib: 128,
-            completed: true, error: None, sent_mib: 1.0, total_s: 1.0, downtime_ms: None, normal_mib: None, zero_pages: None, size_mib: 1.0, rss_mib: None,
-            spike_alloc_s: None, spike_completed: None, spike_sizes: vec![], memory_mib: None, oom_kills: 0, shell: true, kernel_errors: vec![], tainted: None,
-        });
+        let m = migration;
         let ov = |config, run| Record::Overhead(OverheadRecord { qemu: QemuLine::System, config, run, mbw_mib_s: None, memcached: vec![], oom_kills: 0, completed: true, error: None });
         let crash = |moment, run| Record::Crash(CrashRecord { qemu: QemuLine::System, config: Config::Fpr, after: Some((moment, run)), kernel_errors: vec![] });
         let configs = [Config::Fpr, Config::AbStock];
