@@ -371,11 +371,13 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
                                 }
                                 let r = scenario::point(&mut fleet, &images, &setup, c, m, run)?;
                                 println!(
-                                    "[bench]   {:.1} MiB sent ({} whole, {} zero pages), {:.2} s, downtime {:?} ms, size {:.0} MiB, healthy {}{}",
+                                    "[bench]   {:.1} MiB sent ({} whole, {} zero pages), {:.2} s, downtime {:?} ms, size {:.0} MiB, healthy {}{}{}",
                                     r.sent_mib,
                                     r.normal_mib.map_or("?".into(), |n| format!("{n:.1} MiB")),
                                     r.zero_pages.map_or("?".into(), |z| z.to_string()),
-                                    r.total_s, r.downtime_ms, r.size_mib, r.healthy(), r.error.as_deref().map(|e| format!(" ({e})")).unwrap_or_default()
+                                    r.total_s, r.downtime_ms, r.size_mib, r.healthy(), r.error.as_deref().map(|e| format!(" ({e})")).unwrap_or_default(),
+                                    r.spike_alloc_s.map(|a| format!("; spike {a:.2} s")).unwrap_or_default()
+                                        + &r.spike_vmstat.iter().filter(|(_, n)| *n > 0).map(|(k, n)| format!(" {k}+{n}")).collect::<String>()
                                 );
                                 push(&mut records, Record::Migration(r));
                             }

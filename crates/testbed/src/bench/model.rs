@@ -405,6 +405,10 @@ pub struct MigrationRecord {
     /// moment: (seconds since the spike started, MiB); see [`super::stats::reaction`].
     #[serde(default)]
     pub spike_sizes: Vec<(f64, f64)>,
+    /// The guest's reclaim and fault counters (`/proc/vmstat`) over the spike during a
+    /// migration: (counter, how much it rose), [`super::scenario::SPIKE_VMSTAT`]'s counters.
+    #[serde(default)]
+    pub spike_vmstat: Vec<(String, u64)>,
     /// The guest's configured memory, MiB, when it is not the run's main size (the size
     /// sweep and the physical limit).
     #[serde(default)]
@@ -644,7 +648,7 @@ mod tests {
         Record::Migration(MigrationRecord {
             qemu: QemuLine::System, qemu_version: "7.2.22".into(), config, moment, run, bandwidth_mib: 128,
             completed: true, error: None, sent_mib: 1.0, total_s: 1.0, downtime_ms: None, normal_mib: None, zero_pages: None, size_mib: 1.0, rss_mib: None,
-            spike_alloc_s: None, spike_completed: None, spike_sizes: vec![], memory_mib: None, oom_kills: 0, shell: true, kernel_errors: vec![], tainted: None,
+            spike_alloc_s: None, spike_completed: None, spike_sizes: vec![], spike_vmstat: vec![], memory_mib: None, oom_kills: 0, shell: true, kernel_errors: vec![], tainted: None,
         })
     }
 
@@ -691,7 +695,7 @@ mod tests {
         let m = Record::Migration(MigrationRecord {
             qemu: QemuLine::System, qemu_version: "7.2.22".into(), config: Config::AbPatchedFpr, moment: Moment::AfterSpike(500), run: 1, bandwidth_mib: 128,
             completed: true, error: None, sent_mib: 101.5, total_s: 1.2, downtime_ms: Some(20), normal_mib: Some(99.0), zero_pages: Some(400_000), size_mib: 300.0, rss_mib: Some(900.0),
-            spike_alloc_s: Some(0.6), spike_completed: Some(true), spike_sizes: vec![(0.0, 300.0), (0.5, 900.0)], memory_mib: None, oom_kills: 0, shell: true, kernel_errors: vec![], tainted: Some(0),
+            spike_alloc_s: Some(0.6), spike_completed: Some(true), spike_sizes: vec![(0.0, 300.0), (0.5, 900.0)], spike_vmstat: vec![("allocstall_movable".into(), 3)], memory_mib: None, oom_kills: 0, shell: true, kernel_errors: vec![], tainted: Some(0),
         });
         let line = serde_json::to_string(&m).unwrap();
         assert!(line.contains(r#""kind":"migration""#) && line.contains(r#""config":"ab-patched-fpr""#) && line.contains(r#""after-spike":500"#), "{line}");

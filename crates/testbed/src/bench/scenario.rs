@@ -46,6 +46,38 @@ impl Setup {
 }
 
 /// Where the spike started during a migration writes its output in the guest.
+/// The guest's counters read before and after the spike during a migration: direct
+/// reclaim and its stalls, kswapd, compaction, huge pages and their fallbacks, refaults.
+pub const SPIKE_VMSTAT: [&str; 10] = [
+    "allocstall_normal", "allocstall_movable", "pgscan_direct", "pgscan_kswapd", "pgsteal_direct", "compact_stall", "thp_fault_alloc", "thp_fault_fallback", "pgmajfault",
+    "workingset_refault_file",
+];
+
+/// `cmd` run between two readings of [`SPIKE_VMSTAT`]'s counters, printed as `vmstat0 NAME
+/// N` and `vmstat1 NAME N` lines around its output; exits with `cmd`'s status.
+fn with_vmstat(cmd: &str) -> String {
+    let pat = SPIKE_VMSTAT.join("|");
+    let read = |tag: &str| format!("grep -E '^({pat}) ' /proc/vmstat | sed 's/^/{tag} /'");
+    format!("({}; {cmd}; r=$?; {}; exit $r)", read("vmstat0"), read("vmstat1"))
+}
+
+/// How much each counter rose between the `vmstat0` and `vmstat1` lines of `text`
+/// ([`with_vmstat`]), in [`SPIKE_VMSTAT`]'s order; a counter missing from either reading
+/// (a kernel without it, output cut short) is left out.
+pub fn vmstat_rise(text: &str) -> Vec<(String, u64)> {
+    let reading = |tag: &str| -> std::collections::HashMap<&str, u64> {
+        text.lines()
+            .filter_map(|l| {
+                let mut w = l.split_whitespace();
+                (w.next() == Some(tag)).then_some(())?;
+                Some((w.next()?, w.next()?.parse().ok()?))
+            })
+            .collect()
+    };
+    let (before, after) = (reading("vmstat0"), reading("vmstat1"));
+    SPIKE_VMSTAT.iter().filter_map(|&k| Some((k.to_string(), after.get(k)?.saturating_sub(*before.get(k)?)))).collect()
+}
+
 const DURING_LOG: &str = "/tmp/bench-spike.log";
 const DURING_RC: &str = "/tmp/bench-spike.rc";
 
@@ -131,7 +163,7 @@ fn reach(fleet: &Fleet, c: Config, m: Moment, setup: &Setup, ctl: &Qmp, q: &crat
 /// Starts the migration, and for [`Moment::DuringSpike`] the spike once it is under way.
 fn migrate_at(m: Moment, setup: &Setup, ctl: &Qmp, q: &crate::Qemu, dest: &crate::Qemu) -> Result<Migrated, String> {
     let bw = if m == Moment::DuringSpike { setup.slow_mib } else { setup.bandwidth_mib } << 20;
-    let spike = (m == Moment::DuringSpike).then(|| setup.spike_cmd());
+    let spike = (m == Moment::DuringSpike).then(|| with_vmstat(&setup.spike_cmd()));
     migrate_with_spike(ctl, q, dest, bw, spike.as_deref(), Duration::from_secs(900))
 }
 
@@ -151,8 +183,8 @@ pub(crate) fn migrate_with_spike(ctl: &Qmp, q: &crate::Qemu, dest: &crate::Qemu,
 
 /// The spike started during the migration, read on the destination once it ended; `None`
 /// if the destination's shell does not answer (a crashed guest: no long wait).
-fn during_spike(dest: &crate::Qemu) -> Option<SpikeRun> {
-    during_spike_output(dest, Duration::from_secs(180)).map(|(text, status)| SpikeRun::parse(&text, status))
+fn during_spike(dest: &crate::Qemu) -> Option<(SpikeRun, Vec<(String, u64)>)> {
+    during_spike_output(dest, Duration::from_secs(180)).map(|(text, status)| (SpikeRun::parse(&text, status), vmstat_rise(&text)))
 }
 
 /// What the spike [`migrate_with_spike`] started printed, and its exit status, once it
@@ -184,7 +216,7 @@ pub fn point(fleet: &mut Fleet, images: &Images, setup: &Setup, c: Config, m: Mo
     let bandwidth_mib = if m == Moment::DuringSpike { setup.slow_mib } else { setup.bandwidth_mib };
     let mut rec = MigrationRecord {
         qemu: fleet.line, qemu_version: fleet.version.clone(), config: c, moment: m, run, bandwidth_mib, completed: false, error: None,
-        sent_mib: f64::NAN, total_s: f64::NAN, downtime_ms: None, normal_mib: None, zero_pages: None, size_mib: f64::NAN, rss_mib: None, spike_alloc_s: None, spike_completed: None, spike_sizes: vec![], memory_mib: None,
+        sent_mib: f64::NAN, total_s: f64::NAN, downtime_ms: None, normal_mib: None, zero_pages: None, size_mib: f64::NAN, rss_mib: None, spike_alloc_s: None, spike_completed: None, spike_sizes: vec![], spike_vmstat: vec![], memory_mib: None,
         oom_kills: 0, shell: false, kernel_errors: vec![], tainted: None,
     };
     let (dest, _) = fleet.destination(c, images)?;
@@ -213,8 +245,9 @@ pub fn point(fleet: &mut Fleet, images: &Images, setup: &Setup, c: Config, m: Mo
             rec.zero_pages = done.info.ram_duplicate_pages;
             if m == Moment::DuringSpike {
                 let s = during_spike(&dest);
-                rec.spike_alloc_s = s.as_ref().and_then(|s| s.alloc_s);
-                rec.spike_completed = Some(s.is_some_and(|s| s.completed));
+                rec.spike_alloc_s = s.as_ref().and_then(|(s, _)| s.alloc_s);
+                rec.spike_completed = Some(s.as_ref().is_some_and(|(s, _)| s.completed));
+                rec.spike_vmstat = s.map(|(_, v)| v).unwrap_or_default();
             }
             let h = health(&dest, Duration::from_secs(30));
             fleet.moved(c, dest);
@@ -235,4 +268,31 @@ pub fn point(fleet: &mut Fleet, images: &Images, setup: &Setup, c: Config, m: Mo
         }
     }
     Ok(rec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_spike_command_is_read_between_two_vmstat_readings() {
+        let c = with_vmstat("spike 3 400 2 0 1");
+        assert!(c.starts_with("(grep -E '^(allocstall_normal|allocstall_movable|") && c.contains("sed 's/^/vmstat0 /'; spike 3 400 2 0 1; r=$?; grep"), "{c}");
+        assert!(c.ends_with("sed 's/^/vmstat1 /'; exit $r)"), "{c}");
+    }
+
+    #[test]
+    fn vmstat_rises_from_a_real_reading() {
+        // The two readings around a 300 MiB touch on this machine's host (6.18).
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/spike-vmstat.txt")).unwrap();
+        let r = vmstat_rise(&text);
+        assert_eq!(r.len(), SPIKE_VMSTAT.len(), "{r:?}");
+        assert_eq!(r[0], ("allocstall_normal".to_string(), 0), "in SPIKE_VMSTAT's order, not the file's");
+        assert!(r.contains(&("thp_fault_alloc".to_string(), 79)) && r.contains(&("pgmajfault".to_string(), 1)), "{r:?}");
+        // A reading cut short leaves its counters out; a counter never goes down.
+        let cut: String = text.lines().filter(|l| !l.starts_with("vmstat1 pgmajfault")).map(|l| format!("{l}\n")).collect();
+        assert!(!vmstat_rise(&cut).iter().any(|(k, _)| k == "pgmajfault"));
+        assert_eq!(vmstat_rise("vmstat0 pgmajfault 9\nvmstat1 pgmajfault 3\n"), vec![("pgmajfault".to_string(), 0)]);
+        assert!(vmstat_rise("SPIKE done cycles=1 failed=0").is_empty());
+    }
 }
