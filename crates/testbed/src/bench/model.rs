@@ -520,23 +520,25 @@ pub enum Point {
 }
 
 /// The points measured side by side: every configuration of one (QEMU line, moment, run),
-/// of one size of the sweep, or of one overhead round.
+/// of one size of the sweep, of one overhead round, or of the footprint workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Group {
     Migration { qemu: QemuLine, moment: Moment, run: u32 },
     Sweep { memory_mib: u64 },
     Overhead { run: u32 },
+    Footprint { qemu: QemuLine },
 }
 
 impl Point {
-    /// The group this point is measured in, with its configuration; `None` for the points
-    /// that stand alone (the physical limit, the footprint workload).
+    /// The group this point is measured in, with its configuration; `None` for the one
+    /// that stands alone (the physical limit).
     pub fn group(&self) -> Option<(Group, Config)> {
         match *self {
             Point::Migration { qemu, config, moment, run } => Some((Group::Migration { qemu, moment, run }, config)),
             Point::Sweep { memory_mib, config } => Some((Group::Sweep { memory_mib }, config)),
             Point::Overhead { config, run } => Some((Group::Overhead { run }, config)),
-            Point::Physical | Point::Footprint { .. } => None,
+            Point::Footprint { qemu, config } => Some((Group::Footprint { qemu }, config)),
+            Point::Physical => None,
         }
     }
 }
@@ -545,7 +547,7 @@ impl Point {
 /// configurations it had not all measured is measured again whole, so that every ratio
 /// still compares configurations measured one after the other (a run resumed in another
 /// session, on another machine, would otherwise set a point of one beside a point of the
-/// other). `configs` are the configurations of the migrations and the sweep,
+/// other). `configs` are the configurations of the migrations, the sweep and the footprint,
 /// `overhead_configs` those of the overhead rounds. Returns the records kept and how many
 /// were left out; a crash goes with the group of the measurement it is charged to.
 pub fn whole_groups(records: Vec<Record>, configs: &[Config], overhead_configs: &[Config]) -> (Vec<Record>, usize) {
@@ -681,13 +683,14 @@ mod tests {
             ov(Config::AbStock, 0),
             ov(Config::NoBalloonPatched, 0),
             ov(Config::Fpr, 1),
+            Record::Footprint(FootprintRecord { qemu: QemuLine::System, config: Config::Fpr, run: 0, gib_min: 1.0, seconds: 9.0, peak_mib: 9.0, oom_kills: 0, kernel_errors: vec![], tainted: Some(0), completed: true, samples: vec![], phases: vec![], agent: None }),
         ];
         let (kept, left_out) = whole_groups(records, &configs, &[Config::Fpr, Config::AbStock, Config::NoBalloonPatched]);
-        assert_eq!(left_out, 3);
+        assert_eq!(left_out, 4);
         assert_eq!(kept.len(), 6);
         assert!(kept.iter().all(|r| !matches!(r, Record::Migration(x) if x.moment == Moment::DuringSpike)));
         assert!(kept.iter().all(|r| !matches!(r, Record::Crash(x) if x.after == Some((Moment::DuringSpike, 0)))));
-        assert!(kept.iter().all(|r| !matches!(r, Record::Overhead(x) if x.run == 1)));
+        assert!(kept.iter().all(|r| !matches!(r, Record::Overhead(x) if x.run == 1) && !matches!(r, Record::Footprint(_))));
     }
 
     #[test]
