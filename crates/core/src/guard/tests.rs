@@ -144,7 +144,7 @@ proptest! {
     #[test]
     fn migration_floor_iff_not_allowed(commanded in 128u64..=2048, want in 0u64..4096, allowed: bool, prep: bool, at in 0u64..20) {
         let r = GuardRails { min: mib(128), max_shrink_per_tick: mib(256), hold_off: Duration::from_secs(5), ..Default::default() };
-        let mut st = RailState { last_grow_at: Some(Duration::from_secs(0)) };
+        let mut st = RailState { last_grow_at: Some(Duration::from_secs(0)), ..Default::default() };
         let mut s = sample(at, true);
         s.shrink_while_migrating = allowed;
         s.preparing_migration = prep;
@@ -203,6 +203,27 @@ fn hinting_during_a_migration_holds_growth_unless_the_guest_runs_short() {
     let programs = |demand: u64| Sample { mem: Some(crate::policy::MemView { committed_as: mib(demand), anon_and_shmem: Some(mib(demand / 2)), ..Default::default() }), ..hinted(true) };
     assert_eq!(apply(&r, &mut st, &programs(150), 1064, mib(263)), Verdict::Hold(Hold::Hinting));
     assert_eq!(set(apply(&r, &mut st, &programs(1300), 1364, mib(263))), mib(1364));
+    // A spike whose programs are under the size but whose page cache makes up the rest
+    // runs short: grown, as far as it claims with the kernel's memory and the room, not to
+    // the policy's target (hinting's held pages look used to it).
+    let spike = Sample {
+        mem: Some(crate::policy::MemView { committed_as: mib(1220), anon_and_shmem: Some(mib(1220)), file_cache: Some(mib(100)), ..Default::default() }),
+        ..hinted(true)
+    };
+    assert_eq!(apply(&r, &mut st, &spike, 2048, mib(1343)), Verdict::Set { target: mib(1220 + 100 + 64 + 64), limits: vec![Limit::GrowHintedLimited] });
+    assert_eq!(r.room(&st, &spike, mib(1343)).ceiling_by, Bound::Hinting);
+    // A guest whose own memory took 180 MiB before the migration (its size less what was
+    // available and what it claimed) is allowed that, not 64 MiB: a claim of 1215 MiB in
+    // a 1390 MiB guest is short.
+    let before = Sample { mem: Some(crate::policy::MemView { available: mib(1200), anon_and_shmem: Some(mib(20)), ..Default::default() }), guest_size: mib(1400), ..sample(0, false) };
+    let room = r.room(&st, &before, mib(1400));
+    let _ = r.check(&mut st, &before, &room, mib(1400), mib(1400));
+    assert_eq!(st.uncounted, Some(mib(180)));
+    let claim = |c: u64| Sample { mem: Some(crate::policy::MemView { committed_as: mib(c), anon_and_shmem: Some(mib(c)), ..Default::default() }), ..hinted(true) };
+    assert_eq!(apply(&r, &mut st, &claim(1215), 2048, mib(1390)), Verdict::Set { target: mib(1215 + 180 + 64), limits: vec![Limit::GrowHintedLimited] });
+    assert_eq!(apply(&r, &mut st, &claim(1100), 2048, mib(1390)), Verdict::Hold(Hold::Hinting), "1100 + 180 < 1390");
+    // Not running short: held, whatever it claims.
+    assert_eq!(apply(&r, &mut st, &Sample { running_short: false, ..spike.clone() }, 2048, mib(1343)), Verdict::Hold(Hold::Hinting));
     // Shrinking is the migration's rule, as without hinting.
     assert_eq!(set(apply(&r, &mut st, &hinted(false), 600, mib(1000))), mib(600));
     // Without a migration, or on a device that does not hint, nothing changes.

@@ -344,7 +344,13 @@ impl Decider {
                     st.last_reason = a.reason.to_string();
                 }
                 Err(idle) => {
-                    self.log.debug(name, &format!("size {}: {idle}", st.size));
+                    // During a migration, what the guest's report said (the hinting hold's
+                    // inputs).
+                    let seen = step.sample.vms.iter().find(|(id, s)| *id == t.vm && s.migrating).and_then(|(_, s)| {
+                        let m = s.mem.as_ref()?;
+                        Some(format!(" (claims {}, its programs {}, running short: {})", m.claimed(), m.demand(), s.running_short))
+                    });
+                    self.log.debug(name, &format!("size {}: {idle}{}", st.size, seen.unwrap_or_default()));
                     // A migration waits for this decision: tell the actor there is nothing to wait for.
                     if step.sample.vms.iter().any(|(id, s)| *id == t.vm && s.preparing_migration) {
                         let _ = offer(&vm.tx, Msg::Held);
