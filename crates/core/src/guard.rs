@@ -201,16 +201,17 @@ impl GuardRails {
         // that does need memory stalls (its pressure trigger) and hinting gives its pages
         // back to it under pressure, so only a guest running short grows. Not one whose
         // programs and page cache hold and were promised less than it has (its kernel's
-        // own memory allowed for, as the guest showed it before the migration): its stall is the balloon's shed at the migration's start
-        // meeting hinting's held pages, and growing it then gave back, a fifth of a second
-        // later, 860-1360 MiB the migration then sent (docs/migration.md). And a guest that
-        // runs short grows only as far as what it claims, its kernel's memory and
-        // [`HINTED_ROOM`], not to the policy's target, which counts the held pages as used.
+        // own memory allowed for, as the guest showed it before the migration): its stall
+        // is the balloon's shed at the migration's start meeting hinting's held pages, and
+        // growing it then gave back, a fifth of a second later, 860-1360 MiB the migration
+        // then sent (docs/migration.md). And a guest that runs short grows only as far as
+        // what it claims, its kernel's memory and [`HINTED_ROOM`], not to the policy's
+        // target, which counts the held pages as used.
         // With a fixed 64 MiB for the kernel, a 1.2 GiB spike into a 1.39 GiB guest whose
         // own memory took the other 180 MiB was held for its whole allocation and went down
         // the OOM path until deflate-on-oom had given back 3-81 MiB (docs/migration.md).
         if s.hinting() && commanded < ceiling {
-            let uncounted = state.uncounted.unwrap_or(KERNEL_UNCOUNTED).max(KERNEL_UNCOUNTED);
+            let uncounted = state.uncounted.unwrap_or(Kib::ZERO).max(KERNEL_UNCOUNTED);
             let claimed = s.mem.as_ref().map(|m| m.claimed().saturating_add(uncounted));
             let cap = match claimed {
                 _ if !s.running_short => commanded,
@@ -257,7 +258,8 @@ impl GuardRails {
 
     /// The final check of `target` (what the balancer granted for a policy that wanted
     /// `want`) against `room`: back inside the room, aligned, and held if it changes nothing
-    /// or too little. Records growth for the hold-off.
+    /// or too little. Records growth for the hold-off and, outside migrations, the guest's
+    /// own memory for the hinting hold ([`RailState::uncounted`]).
     pub fn check(&self, state: &mut RailState, s: &Sample, room: &Room, want: Kib, target: Kib) -> Verdict {
         if let Some(m) = s.mem.as_ref().filter(|_| !s.migrating && !s.preparing_migration) {
             state.uncounted = Some(s.guest_size.saturating_sub(m.available).saturating_sub(m.claimed()));

@@ -322,6 +322,7 @@ impl Decider {
             let Some(vm) = self.world.find(t.vm) else { continue };
             let name = &vm.shared.name;
             let lp = self.hl.vm(t.vm).expect("every VM has a loop");
+            let sample = step.sample.vms.iter().find(|(id, _)| *id == t.vm).map(|(_, s)| s);
             let mut st = lock(&vm.shared.status);
             st.metrics = lp.metrics().clone();
             st.class = self.hl.balancer().class(t.vm);
@@ -329,7 +330,7 @@ impl Decider {
                 Ok(a) => {
                     let source = vm.source;
                     // A shrink in `host-need` mode says why the host took the memory now.
-                    let migrating = step.sample.vms.iter().any(|(id, s)| *id == t.vm && (s.preparing_migration || s.migrating));
+                    let migrating = sample.is_some_and(|s| s.preparing_migration || s.migrating);
                     let note = match reclaim.filter(|_| a.target < a.previous) {
                         Some(_) if migrating => "; reclaim host-need: a migration, shrunk to the estimate whatever the host's use".to_string(),
                         Some(r) => format!("; reclaim host-need: {r}"),
@@ -346,13 +347,13 @@ impl Decider {
                 Err(idle) => {
                     // During a migration, what the guest's report said (the hinting hold's
                     // inputs).
-                    let seen = step.sample.vms.iter().find(|(id, s)| *id == t.vm && s.migrating).and_then(|(_, s)| {
+                    let seen = sample.filter(|s| s.migrating).and_then(|s| {
                         let m = s.mem.as_ref()?;
                         Some(format!(" (claims {}, its programs {}, running short: {})", m.claimed(), m.demand(), s.running_short))
                     });
                     self.log.debug(name, &format!("size {}: {idle}{}", st.size, seen.unwrap_or_default()));
                     // A migration waits for this decision: tell the actor there is nothing to wait for.
-                    if step.sample.vms.iter().any(|(id, s)| *id == t.vm && s.preparing_migration) {
+                    if sample.is_some_and(|s| s.preparing_migration) {
                         let _ = offer(&vm.tx, Msg::Held);
                     }
                 }

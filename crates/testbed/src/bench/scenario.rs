@@ -45,7 +45,6 @@ impl Setup {
     }
 }
 
-/// Where the spike started during a migration writes its output in the guest.
 /// The guest's counters read before and after the spike during a migration: direct
 /// reclaim and its stalls, kswapd, compaction, huge pages and their fallbacks, refaults.
 pub const SPIKE_VMSTAT: [&str; 10] = [
@@ -78,6 +77,7 @@ pub fn vmstat_rise(text: &str) -> Vec<(String, u64)> {
     SPIKE_VMSTAT.iter().filter_map(|&k| Some((k.to_string(), after.get(k)?.saturating_sub(*before.get(k)?)))).collect()
 }
 
+/// Where the spike started during a migration writes its output in the guest.
 const DURING_LOG: &str = "/tmp/bench-spike.log";
 const DURING_RC: &str = "/tmp/bench-spike.rc";
 
