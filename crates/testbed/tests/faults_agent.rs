@@ -91,7 +91,7 @@ fn agent_stopped_and_killed_during_a_migration_that_then_completes() {
     a.kill();
     assert!(va.command(VmCommand::Retarget { qmp: dst.qmp.clone(), agent: Some(dst.agent.clone()) }));
     assert!(wait_for(Duration::from_secs(30), Duration::from_millis(100), || va.snapshot().state == VmState::Running).is_some(), "on the destination: {:?}", va.snapshot().state);
-    assert!(source_becomes(&va, SampleSource::Agent, Duration::from_secs(30)), "the agent reports from the destination: {}", va.snapshot().source);
+    assert!(source_becomes(&va, SampleSource::Agent, Duration::from_secs(30)), "the agent reports from the destination: {}{}", va.snapshot().source, common::explain(&va, &log, Some(&dst)));
     // Nothing frozen on the destination.
     grows_and_shrinks_back(&dst, &va, settled);
     no_panics(&log);

@@ -66,6 +66,19 @@ pub fn log_events(log: &Path, event: &str) -> Vec<serde_json::Value> {
     std::fs::read_to_string(log).unwrap_or_default().lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|v| v["event"] == event).collect()
 }
 
+/// What a failed wait on a VM leaves to read: its status, the controller log's last lines
+/// and the guest agent's last log lines (if its console answers within a few seconds).
+pub fn explain(vm: &VmHandle, log: &Path, q: Option<&Qemu>) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(15)..].join("\n");
+    let agent = q.map_or_else(String::new, |q| match q.console.run("tail -n 15 /run/autoballoon-guest.log", Duration::from_secs(10)) {
+        Ok(o) => o.text,
+        Err(e) => format!("(console: {e})"),
+    });
+    format!("\nstatus: {:?}\ncontroller log:\n{tail}\nguest agent log:\n{agent}", vm.snapshot())
+}
+
 /// Whether the VM's worker takes `n` more samples within `timeout` and is running then.
 pub fn keeps_ticking(vm: &VmHandle, n: u64, timeout: Duration) -> bool {
     let from = vm.snapshot().samples;
