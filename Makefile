@@ -204,7 +204,11 @@ test-qemu10: image
 # `make bench` writes bench/RESULTS.md, bench/results.json and bench/*.svg (never edit them by
 # hand): first the kernel benchmark (run/bench/kernel.json), then autoballoon-bench, the
 # migrations at every moment and the footprint for each configuration side by side
-# (crates/testbed/src/bench/). BENCH_RUNS=N runs per point (2); BENCH_QUICK=1 one run, fewer
+# (crates/testbed/src/bench/), on the project's two QEMU builds with the balloon patches on
+# (the `--populate` wrappers of scripts/build-qemu72-fixed.sh and build-qemu10-populate.sh:
+# what the product's default uses where QEMU allows; the baselines run on the same binaries,
+# hinting fixes included; Debian's own QEMU 10 is measured in docs/migration.md).
+# BENCH_RUNS=N runs per point (2); BENCH_QUICK=1 one run, fewer
 # moments, a short kernel bench (development); BENCH_KERNEL=0 skips the kernel bench;
 # BENCH_ARGS passes options to autoballoon-bench (--help).
 BENCH_KERNEL ?= 1
@@ -249,8 +253,8 @@ bench: agent testbed image
 	fi; \
 	if [ "$(BENCH_MIGRATION)" = 1 ] && stage migration; then \
 	  target/release/autoballoon-bench --image "$$(cat $(IMAGE_PATH))" --patched-image "$$patched" \
-	    --system-qemu "$$(scripts/build-qemu72-fixed.sh)" --tools-disk "$$(scripts/bench-tools-disk.sh)" \
-	    --qemu10 "$$(scripts/install-qemu10.sh)" --kernel-json run/bench/kernel.json \
+	    --system-qemu "$$(scripts/build-qemu72-fixed.sh --populate)" --tools-disk "$$(scripts/bench-tools-disk.sh)" \
+	    --qemu10 "$$(scripts/build-qemu10-populate.sh --populate)" --kernel-json run/bench/kernel.json \
 	    --out run/bench/migration --results bench $(BENCH_ARGS) || exit 1; \
 	  touch run/bench/migration.done; \
 	fi; \
@@ -273,7 +277,8 @@ bench-save:
 	@rm -rf $(BENCH_PARTIAL) && mkdir -p $(BENCH_PARTIAL) && \
 	for f in run/bench/*.done run/bench/kernel.json; do if [ -e "$$f" ]; then cp "$$f" $(BENCH_PARTIAL)/; fi; done && \
 	if [ -e run/bench/migration/results.jsonl ]; then \
-	  mkdir -p $(BENCH_PARTIAL)/migration && cp run/bench/migration/results.jsonl run/bench/migration/begun.txt $(BENCH_PARTIAL)/migration/; \
+	  mkdir -p $(BENCH_PARTIAL)/migration && \
+	  for f in results.jsonl begun.txt setup.txt; do if [ -e run/bench/migration/$$f ]; then cp run/bench/migration/$$f $(BENCH_PARTIAL)/migration/; fi; done; \
 	fi && \
 	echo "bench-save: $$(ls $(BENCH_PARTIAL) | tr '\n' ' ')and $$(cat $(BENCH_PARTIAL)/migration/results.jsonl 2>/dev/null | wc -l) migration-stage record(s) in $(BENCH_PARTIAL)/"
 

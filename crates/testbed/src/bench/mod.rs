@@ -145,6 +145,41 @@ fn sh(cmd: &str, args: &[&str]) -> String {
     std::process::Command::new(cmd).args(args).output().ok().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default()
 }
 
+/// What a run's points depend on beyond their own keys (`setup.txt` beside its records):
+/// the QEMU binaries (the project's builds sit in folders keyed by their inputs), the guest
+/// images, the guests' memory, the links, the controller's settings. One `key: value` a line.
+fn setup_key(a: &BenchArgs, system_qemu: &Path) -> String {
+    let image = a.image.clone().or_else(|| std::env::var_os("AUTOBALLOON_IMAGE").map(PathBuf::from));
+    let show = |p: Option<&Path>| p.map_or("none".to_string(), |p| p.canonicalize().unwrap_or(p.to_path_buf()).display().to_string());
+    let memory = a.memory_kib.map_or(format!("{} MiB", a.memory_mib), |k| format!("{k} KiB"));
+    [
+        format!("system QEMU: {}", show(Some(system_qemu))),
+        format!("QEMU 10: {}", show(a.qemu10.as_deref())),
+        format!("image: {}", show(image.as_deref())),
+        format!("patched image: {}", show(a.patched_image.as_deref())),
+        format!("memory: {memory}"),
+        format!("links: {} MiB/s, {} MiB/s during a spike", a.bandwidth_mib, a.slow_mib),
+        format!("doo size: {} MiB", a.fixed_mib),
+        format!("migration_shrink: {:?}", a.migration_shrink),
+        format!("policy: {}", a.policy.as_deref().unwrap_or("default")),
+    ]
+    .join("\n")
+        + "\n"
+}
+
+/// Whether a run measured with `kept` (its `setup.txt`, if any) may go on with `now`: only
+/// with the same setup, else its kept points and the new ones would not compare.
+fn resumable(kept: Option<&str>, now: &str) -> Result<(), String> {
+    let Some(kept) = kept else {
+        return Err("it did not record its setup (setup.txt; runs before 2026-12-06 do not), so its points may not compare with new ones: run without BENCH_RESUME / --resume".into());
+    };
+    let differ: Vec<String> = kept.lines().zip(now.lines()).filter(|(k, n)| k != n).map(|(k, n)| format!("was {k}, now {n}")).collect();
+    if differ.is_empty() && kept.lines().count() == now.lines().count() {
+        return Ok(());
+    }
+    Err(format!("its setup differs ({}): run without BENCH_RESUME / --resume, or with the setup it had", if differ.is_empty() { "in its lines".to_string() } else { differ.join("; ") }))
+}
+
 /// Reads `results.jsonl` back.
 pub fn read_records(path: &Path) -> Result<Vec<Record>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -287,9 +322,17 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
     if configs.iter().any(|c| c.kernel() == model::Kernel::Patched) && !configs.contains(&Config::NoBalloonPatched) {
         overhead_configs.push(Config::NoBalloonPatched);
     }
+    let system_qemu = a.system_qemu.clone().unwrap_or_else(crate::qemu_binary);
+    // What the kept points were measured with must be what the rest is measured with.
+    let setup_file = out.join("setup.txt");
+    let setup_text = setup_key(&a, &system_qemu);
+    if resume {
+        resumable(std::fs::read_to_string(&setup_file).ok().as_deref(), &setup_text).map_err(|e| format!("cannot resume the run in {}: {e}", out.display()))?;
+    }
     let (mut records, left_out): (Vec<Record>, usize) = if resume { model::whole_groups(read_records(&jsonl)?, &configs, &overhead_configs) } else { (Vec::new(), 0) };
     if !resume {
         std::fs::write(&begun, format!("{}, commit {}", meta.generated, meta.commit)).map_err(|e| format!("{}: {e}", begun.display()))?;
+        std::fs::write(&setup_file, &setup_text).map_err(|e| format!("{}: {e}", setup_file.display()))?;
     }
     // A resumed run writes back what it keeps, so what it measures again is there once.
     let mut sink = std::fs::File::create(&jsonl).map_err(|e| format!("{}: {e}", jsonl.display()))?;
@@ -304,7 +347,6 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
             println!("[bench] resuming: {left_out} record(s) of groups the run had not finished are measured again, whole");
         }
     }
-    let system_qemu = a.system_qemu.clone().unwrap_or_else(crate::qemu_binary);
     let mut lines = vec![(QemuLine::System, system_qemu, moments.clone(), runs)];
     if let Some(q) = &a.qemu10 {
         lines.push((QemuLine::Qemu10, q.clone(), moments10, a.qemu10_runs.min(runs)));
@@ -426,4 +468,20 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
     }
     write_report(&a, &meta, &records)?;
     outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::resumable;
+
+    #[test]
+    fn a_run_resumes_only_with_the_setup_it_recorded() {
+        let setup = "system QEMU: /q72\nQEMU 10: /q10\nmemory: 2048 MiB\n";
+        assert_eq!(resumable(Some(setup), setup), Ok(()));
+        let e = resumable(Some(setup), "system QEMU: /q72-pop\nQEMU 10: /q10\nmemory: 2048 MiB\n").unwrap_err();
+        assert!(e.contains("was system QEMU: /q72, now system QEMU: /q72-pop"), "{e}");
+        assert!(!e.contains("memory"), "only what differs: {e}");
+        assert!(resumable(Some(setup), "system QEMU: /q72\nQEMU 10: /q10\n").unwrap_err().contains("in its lines"));
+        assert!(resumable(None, setup).unwrap_err().contains("did not record its setup"));
+    }
 }
