@@ -29,6 +29,8 @@ pub enum EventKind {
     MigratedAway,
     AgentConnected,
     AgentLost,
+    /// An agent link that carried nothing since it connected was closed to connect again.
+    AgentSilent,
     AgentRejected,
     /// The balloon's `actual` was impossible (above the VM's size).
     ActualRejected,
@@ -107,6 +109,7 @@ impl EventKind {
             | EventKind::Disconnected
             | EventKind::NoBalloon
             | EventKind::AgentLost
+            | EventKind::AgentSilent
             | EventKind::AgentRejected
             | EventKind::ActualRejected
             | EventKind::GuestStatsRejected
@@ -152,6 +155,7 @@ impl EventKind {
             EventKind::MigratedAway => "migrated_away",
             EventKind::AgentConnected => "agent_connected",
             EventKind::AgentLost => "agent_lost",
+            EventKind::AgentSilent => "agent_silent",
             EventKind::AgentRejected => "agent_rejected",
             EventKind::ActualRejected => "actual_rejected",
             EventKind::GuestStatsRejected => "guest_stats_rejected",

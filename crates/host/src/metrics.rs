@@ -177,6 +177,7 @@ pub fn render(vms: &[VmStatus], host: &HostStatus) -> String {
         ("autoballoon_vm_agent_garbage_total", "Lines from the agent that were not valid messages.", |v| Some(v.agent.garbage)),
         ("autoballoon_vm_actual_rejected_total", "Balloon sizes (QMP actual) refused at the border: larger than the VM.", |v| Some(v.actual_rejected)),
         ("autoballoon_vm_backed_ahead_total", "Requests QEMU took to back reported memory again ahead of a program's allocation (x-populate-reported).", |v| Some(v.backed_ahead)),
+        ("autoballoon_vm_agent_silent_reconnects_total", "Agent links closed and connected again because nothing came over them for 10 s since they connected.", |v| Some(v.agent_reconnects)),
         ("autoballoon_vm_guest_stats_rejected_total", "Balloon-driver statistics (guest-stats, libvirt's memory stats) refused at the border (impossible values).", |v| Some(v.guest_stats_rejected)),
         ("autoballoon_vm_agent_overlong_total", "Lines from the agent longer than the protocol's bound, dropped whole.", |v| Some(v.agent.overlong)),
         ("autoballoon_vm_agent_flooded_total", "Agent samples dropped for exceeding the rate limit.", |v| Some(v.agent.flooded)),

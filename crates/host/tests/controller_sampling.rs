@@ -132,3 +132,25 @@ fn guest_stats_alone_drive_a_vm_without_agent() {
     wait_for(T, "source none", || d.status("a").source == SampleSource::None);
     assert_requests_in_bounds(&g.q());
 }
+
+#[test]
+fn an_agent_link_that_carries_nothing_is_closed_and_connected_again() {
+    // The port accepts the controller but no line ever comes (QEMU 7.2 can hold a port's
+    // output after a migration): the link is closed after 10 s and connected again.
+    let g = Guest::start(Fakes::start(), 1000);
+    g.set_stats(true);
+    g.set_agent(false);
+    let d = Daemon::start(vec![g.fakes.vm("a", Some(quick_policy()))], 200);
+    g.fakes.wait_agent_connected();
+    let connected = Instant::now();
+    wait_for(Duration::from_secs(20), "a silent link closed", || d.status("a").agent_reconnects == 1);
+    assert!(connected.elapsed() >= Duration::from_secs(9), "closed after {:?}, before 10 s of silence", connected.elapsed());
+    wait_for(T, "connected again", || g.fakes.p().connections() == 2 && g.fakes.p().is_connected());
+    assert_eq!(d.log.count("agent_silent"), 1, "{}", d.log.text());
+    assert_eq!(d.status("a").source, SampleSource::GuestStats, "guest-stats meanwhile");
+    // Once the agent speaks the link stays: control by its reports.
+    g.set_agent(true);
+    wait_for(T, "source agent", || d.status("a").source == SampleSource::Agent);
+    d.wait_samples("a", 60, Duration::from_secs(30));
+    assert_eq!((g.fakes.p().connections(), d.status("a").agent_reconnects), (2, 1), "a link that carried lines is kept");
+}

@@ -89,6 +89,8 @@ struct Session {
     agent: Option<AgentLink>,
     /// When the agent's socket was last tried.
     agent_tried: Option<Instant>,
+    /// Silent agent links closed in a row ([`connection::SILENT_CLOSES`]).
+    silent_closes: u32,
     /// The balloon's `actual` at the last sample.
     prev_actual: Option<Kib>,
     /// The hypervisor's dropped events already reported.
@@ -175,7 +177,7 @@ impl Actor {
             Ok(s) => s,
             Err(e) => return End::Error(e),
         };
-        let mut s = Session { configured, migrating, agent: None, agent_tried: None, prev_actual: None, reported_drops: 0, stats_after: 0 };
+        let mut s = Session { configured, migrating, agent: None, agent_tried: None, silent_closes: 0, prev_actual: None, reported_drops: 0, stats_after: 0 };
         if arrived {
             s.hold_guest_stats();
         }

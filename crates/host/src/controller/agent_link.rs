@@ -44,6 +44,8 @@ struct Inbox {
     closed: bool,
     /// Samples accepted in the present one-second window.
     window: Option<(Instant, u32)>,
+    /// A line (of any kind) came in since the link connected.
+    heard: bool,
 }
 
 pub struct AgentLink {
@@ -56,6 +58,7 @@ pub struct AgentLink {
     /// The last notice, if it was dropped: sent again by [`AgentLink::resend_dropped`] once
     /// the guest reads again. A notice is the migration's state, so the newest says it all.
     owed: Option<HostMessage>,
+    connected: Instant,
 }
 
 impl AgentLink {
@@ -73,7 +76,7 @@ impl AgentLink {
         let inbox = Arc::new(Mutex::new(Inbox::default()));
         let shared = inbox.clone();
         std::thread::Builder::new().name("agent-reader".into()).spawn(move || read_loop(reader, &shared, configured, on_wake))?;
-        Ok(AgentLink { stream, inbox, torn: false, notices_dropped: 0, owed: None })
+        Ok(AgentLink { stream, inbox, torn: false, notices_dropped: 0, owed: None, connected: Instant::now() })
     }
 
     /// The newest accepted report and when it arrived.
@@ -90,6 +93,12 @@ impl AgentLink {
 
     pub fn closed(&self) -> bool {
         lock(&self.inbox).closed
+    }
+
+    /// How long the link has been up without a single line from the guest; `None` once
+    /// one came.
+    pub fn silent_for(&self) -> Option<Duration> {
+        (!lock(&self.inbox).heard).then(|| self.connected.elapsed())
     }
 
     /// Sends a notice without blocking: if the guest's buffer is full the notice is
@@ -153,12 +162,15 @@ fn read_loop(stream: UnixStream, inbox: &Mutex<Inbox>, configured: Kib, on_wake:
     let mut claimed: Option<Kib> = None;
     while let Ok(Some(framed)) = r.next_line() {
         let Ok(line) = framed else {
-            lock(inbox).stats.overlong += 1;
+            let mut ib = lock(inbox);
+            ib.stats.overlong += 1;
+            ib.heard = true;
             continue;
         };
         let msg = std::str::from_utf8(&line).ok().and_then(decode::<AgentMessage>);
         let now = Instant::now();
         let mut ib = lock(inbox);
+        ib.heard = true;
         match msg {
             Some(AgentMessage::Sample(s)) => {
                 if !ib.admit(now) {

@@ -132,6 +132,8 @@ pub struct VmStatus {
     pub guest_stats_rejected: u64,
     /// Requests to back reported memory ahead of a program's allocation that QEMU took.
     pub backed_ahead: u64,
+    /// Agent links closed because nothing came over them since they connected.
+    pub agent_reconnects: u64,
     /// The running or last live migration of this VM seen by this controller.
     pub last_migration: Option<MigrationReport>,
     /// Whether the balloon may shrink while a migration of this VM runs, and why (from

@@ -25,6 +25,17 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 const HEALTHY_SESSION: Duration = Duration::from_secs(30);
 /// How often a missing agent socket is tried again.
 const AGENT_RETRY: Duration = Duration::from_secs(5);
+/// A link that has not carried a single line from the guest for this long since it
+/// connected (an agent reports every second) is closed and connected again. QEMU 7.2 can
+/// keep a port's output held after a migration: its destination flushes what the source
+/// held while no client is connected yet, the write fails and the port stays throttled
+/// with nothing to release it (hw/char/virtio-serial-bus.c, virtio-console.c), so the
+/// guest's writes queue up unread; closing the socket releases the port (the guest sees
+/// its host leave and come back).
+const SILENT_LINK: Duration = Duration::from_secs(10);
+/// Silent links closed in a row at most, so a guest without a running agent is not
+/// disconnected every few seconds for good; a line that comes in starts the count over.
+const SILENT_CLOSES: u32 = 3;
 /// A VM found in the socket directory whose QMP socket has refused connections (or is
 /// missing) for this long is gone: its QEMU ended and left the socket file behind.
 pub(crate) const GONE_AFTER: Duration = Duration::from_secs(1);
@@ -195,6 +206,19 @@ impl Actor {
         if s.agent.as_ref().is_some_and(|a| a.closed()) {
             self.note(EventKind::AgentLost, "agent channel closed; using guest-stats until it is back", &[]);
             s.agent = None;
+        }
+        match s.agent.as_ref().map(|a| a.silent_for()) {
+            Some(None) => s.silent_closes = 0,
+            // Not while a migration runs: the destination's device is loading.
+            Some(Some(d)) if d >= SILENT_LINK && s.silent_closes < SILENT_CLOSES && !s.migrating => {
+                s.silent_closes += 1;
+                let msg = format!("agent channel silent for {} s since it connected: closing it and connecting again (QEMU may hold the port's output after a migration)", d.as_secs());
+                self.note(EventKind::AgentSilent, &msg, &[]);
+                lock(&self.shared.status).agent_reconnects += 1;
+                s.agent = None;
+                s.agent_tried = None;
+            }
+            _ => {}
         }
         let Some(path) = &self.agent_path else { return };
         if s.agent.is_some() || s.agent_tried.is_some_and(|t| t.elapsed() < AGENT_RETRY) {
