@@ -76,7 +76,11 @@ pub fn explain(vm: &VmHandle, log: &Path, q: Option<&Qemu>) -> String {
         Ok(o) => o.text,
         Err(e) => format!("(console: {e})"),
     });
-    format!("\nstatus: {:?}\ncontroller log:\n{tail}\nguest agent log:\n{agent}", vm.snapshot())
+    let run_state = q.map_or_else(String::new, |q| match autoballoon_qmp::Qmp::connect_with_retry(&q.qmp_ctl, std::time::Instant::now() + Duration::from_secs(5)) {
+        Ok(c) => format!("{:?}", c.query_status()),
+        Err(e) => format!("(QMP: {e})"),
+    });
+    format!("\nstatus: {:?}\nQEMU run state: {run_state}\ncontroller log:\n{tail}\nguest agent log:\n{agent}", vm.snapshot())
 }
 
 /// Whether the VM's worker takes `n` more samples within `timeout` and is running then.
