@@ -135,8 +135,8 @@ fn guest_stats_alone_drive_a_vm_without_agent() {
 
 #[test]
 fn an_agent_link_that_carries_nothing_is_closed_and_connected_again() {
-    // The port accepts the controller but no line ever comes (QEMU 7.2 can hold a port's
-    // output after a migration): the link is closed after 10 s and connected again.
+    // The port accepts the controller but no line ever comes (QEMU can hold a port's output
+    // after a migration): the link is closed after 10 s and connected again.
     let g = Guest::start(Fakes::start(), 1000);
     g.set_stats(true);
     g.set_agent(false);

@@ -1,5 +1,6 @@
 //! The guest agent's faults on real QEMU: stopped (SIGSTOP, SIGCONT) and killed (init
-//! starts it again) during a live migration, which then completes; stopped for long while
+//! starts it again) during a live migration, which then completes (on QEMU 10 where
+//! installed: [`common::qemu_for_migration`]); stopped for long while
 //! the host writes it the notices of a burst of migrations, until its port is full. The
 //! controller falls back to guest-stats, takes the agent's samples again once it is back,
 //! and keeps controlling the VM throughout.
@@ -22,10 +23,11 @@ fn sh(q: &Qemu, cmd: &str) -> String {
     out.text.trim().to_string()
 }
 
-/// Boots a 512 MiB guest under a controller logging to `log`; returns once the agent
-/// reports and the guest is shrunk and settled, with its settled size.
-fn shrunk(test: &str, name: &str) -> (Qemu, autoballoon::controller::Controller, VmHandle, Kib, std::path::PathBuf) {
-    let q = common::boot(test, name, 512);
+/// Boots a 512 MiB guest on `qemu` under a controller logging to `log`; returns once the
+/// agent reports and the guest is shrunk and settled, with its settled size.
+fn shrunk(test: &str, name: &str, qemu: &std::path::Path) -> (Qemu, autoballoon::controller::Controller, VmHandle, Kib, std::path::PathBuf) {
+    let q = Qemu::start(&common::image(), VmSpec { qemu: qemu.to_path_buf(), ..VmSpec::new(name, Kib::from_mib_saturating(512)) }, &common::vm_dir(test, name)).unwrap_or_else(|e| panic!("{e}"));
+    q.wait_booted(Duration::from_secs(120)).unwrap_or_else(|e| panic!("{e}"));
     let log = q.qmp.parent().unwrap().join("controller.log");
     let ctl = common::controller_logging(vec![common::vm_config(name, &q)], &log);
     let vm = ctl.vm(name).unwrap();
@@ -52,8 +54,9 @@ fn no_panics(log: &std::path::Path) {
 
 #[test]
 fn agent_stopped_and_killed_during_a_migration_that_then_completes() {
-    let (mut a, ctl, va, settled, log) = shrunk("faults_agent_mig", "a");
-    let (dst, _) = Qemu::start_incoming(&common::image(), VmSpec::new("a-dst", Kib::from_mib_saturating(512)), &common::vm_dir("faults_agent_mig", "a-dst")).unwrap();
+    let qemu = common::qemu_for_migration("faults_agent_mig");
+    let (mut a, ctl, va, settled, log) = shrunk("faults_agent_mig", "a", &qemu);
+    let (dst, _) = Qemu::start_incoming(&common::image(), VmSpec { qemu, ..VmSpec::new("a-dst", Kib::from_mib_saturating(512)) }, &common::vm_dir("faults_agent_mig", "a-dst")).unwrap();
     let qa = Qmp::connect_with_retry(&a.qmp_ctl, Instant::now() + Duration::from_secs(10)).unwrap();
     let started = start_migration(&qa, &dst, 1 << 20).unwrap();
     assert!(wait_for(Duration::from_secs(20), Duration::from_millis(100), || va.snapshot().state == VmState::Migrating).is_some(), "{:?}", va.snapshot().state);
@@ -102,7 +105,7 @@ fn agent_stopped_and_killed_during_a_migration_that_then_completes() {
 
 #[test]
 fn an_agent_that_stops_reading_while_notices_fill_its_port_does_not_stall_the_controller() {
-    let (q, ctl, vm, settled, log) = shrunk("faults_agent_stopped", "s");
+    let (q, ctl, vm, settled, log) = shrunk("faults_agent_stopped", "s", &autoballoon_testbed::qemu_binary());
     let qmp = Qmp::connect_with_retry(&q.qmp_ctl, Instant::now() + Duration::from_secs(10)).unwrap();
     sh(&q, "kill -STOP $(pidof autoballoon-guest)");
     assert!(source_becomes(&vm, SampleSource::GuestStats, Duration::from_secs(20)), "falls back: {}", vm.snapshot().source);

@@ -96,6 +96,19 @@ pub fn size(vm: &VmHandle) -> Kib {
 }
 
 /// [`qemu10`], or `None` after printing why `test` is skipped.
+/// The QEMU for a test whose migration must leave a healthy destination: QEMU 10 where it
+/// is installed (`make test` installs it), else the default, said so. QEMU before 9.0
+/// under TCG loses guest writes when a migration ends while the guest is busy (docs/
+/// migration.md, "Why destinations crashed"), and a destination so damaged answers neither
+/// through its agent nor through its balloon driver.
+pub fn qemu_for_migration(test: &str) -> PathBuf {
+    qemu10().unwrap_or_else(|why| {
+        let q = autoballoon_testbed::qemu_binary();
+        eprintln!("{test}: migrating on {} ({why}); before QEMU 9.0, TCG may lose the guest's writes", q.display());
+        q
+    })
+}
+
 pub fn qemu10_or_skip(test: &str) -> Option<PathBuf> {
     qemu10().map_err(|why| eprintln!("SKIPPED {test}: {why}")).ok()
 }

@@ -26,12 +26,12 @@ const HEALTHY_SESSION: Duration = Duration::from_secs(30);
 /// How often a missing agent socket is tried again.
 const AGENT_RETRY: Duration = Duration::from_secs(5);
 /// A link that has not carried a single line from the guest for this long since it
-/// connected (an agent reports every second) is closed and connected again. QEMU 7.2 can
-/// keep a port's output held after a migration: its destination flushes what the source
-/// held while no client is connected yet, the write fails and the port stays throttled
-/// with nothing to release it (hw/char/virtio-serial-bus.c, virtio-console.c), so the
-/// guest's writes queue up unread; closing the socket releases the port (the guest sees
-/// its host leave and come back).
+/// connected (an agent reports every second) is closed and connected again. QEMU (7.2 and
+/// upstream alike, as read in hw/char/virtio-serial-bus.c and virtio-console.c) can keep a
+/// port's output held after a migration: if the source held a half-sent line, the
+/// destination flushes it while no client is connected yet, the write fails and the port
+/// stays throttled with nothing to release it, so the guest's writes queue up unread;
+/// closing the socket releases the port (the guest sees its host leave and come back).
 const SILENT_LINK: Duration = Duration::from_secs(10);
 /// Silent links closed in a row at most, so a guest without a running agent is not
 /// disconnected every few seconds for good; a line that comes in starts the count over.
