@@ -167,17 +167,30 @@ fn setup_key(a: &BenchArgs, system_qemu: &Path) -> String {
         + "\n"
 }
 
+/// Lines of the setup whose change is said, not refused: the images' folders are keyed by
+/// the agent's binary, which embeds the checkout's path, so a clone elsewhere gets other
+/// folders for the same code.
+const SAID_ONLY: [&str; 2] = ["image:", "patched image:"];
+
 /// Whether a run measured with `kept` (its `setup.txt`, if any) may go on with `now`: only
-/// with the same setup, else its kept points and the new ones would not compare.
-fn resumable(kept: Option<&str>, now: &str) -> Result<(), String> {
+/// with the same setup, else its kept points and the new ones would not compare. `Ok` has
+/// what changed of [`SAID_ONLY`].
+fn resumable(kept: Option<&str>, now: &str) -> Result<Vec<String>, String> {
     let Some(kept) = kept else {
         return Err("it did not record its setup (setup.txt; runs before 2026-12-06 do not), so its points may not compare with new ones: run without BENCH_RESUME / --resume".into());
     };
-    let differ: Vec<String> = kept.lines().zip(now.lines()).filter(|(k, n)| k != n).map(|(k, n)| format!("was {k}, now {n}")).collect();
-    if differ.is_empty() && kept.lines().count() == now.lines().count() {
-        return Ok(());
+    if kept.lines().count() != now.lines().count() {
+        return Err("its setup has other lines: run without BENCH_RESUME / --resume".into());
     }
-    Err(format!("its setup differs ({}): run without BENCH_RESUME / --resume, or with the setup it had", if differ.is_empty() { "in its lines".to_string() } else { differ.join("; ") }))
+    let (mut said, mut differ) = (Vec::new(), Vec::new());
+    for (k, n) in kept.lines().zip(now.lines()).filter(|(k, n)| k != n) {
+        let change = format!("was {k}, now {n}");
+        if SAID_ONLY.iter().any(|p| k.starts_with(p)) { said.push(change) } else { differ.push(change) }
+    }
+    if differ.is_empty() {
+        return Ok(said);
+    }
+    Err(format!("its setup differs ({}): run without BENCH_RESUME / --resume, or with the setup it had", differ.join("; ")))
 }
 
 /// Reads `results.jsonl` back.
@@ -327,7 +340,9 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
     let setup_file = out.join("setup.txt");
     let setup_text = setup_key(&a, &system_qemu);
     if resume {
-        resumable(std::fs::read_to_string(&setup_file).ok().as_deref(), &setup_text).map_err(|e| format!("cannot resume the run in {}: {e}", out.display()))?;
+        for change in resumable(std::fs::read_to_string(&setup_file).ok().as_deref(), &setup_text).map_err(|e| format!("cannot resume the run in {}: {e}", out.display()))? {
+            println!("[bench] resuming with another image folder ({change}): the same agent built in another checkout has another one; a changed agent would too");
+        }
     }
     let (mut records, left_out): (Vec<Record>, usize) = if resume { model::whole_groups(read_records(&jsonl)?, &configs, &overhead_configs) } else { (Vec::new(), 0) };
     if !resume {
@@ -476,12 +491,13 @@ mod tests {
 
     #[test]
     fn a_run_resumes_only_with_the_setup_it_recorded() {
-        let setup = "system QEMU: /q72\nQEMU 10: /q10\nmemory: 2048 MiB\n";
-        assert_eq!(resumable(Some(setup), setup), Ok(()));
-        let e = resumable(Some(setup), "system QEMU: /q72-pop\nQEMU 10: /q10\nmemory: 2048 MiB\n").unwrap_err();
+        let setup = "system QEMU: /q72\nQEMU 10: /q10\nimage: /g/1\nmemory: 2048 MiB\n";
+        assert_eq!(resumable(Some(setup), setup), Ok(vec![]));
+        let e = resumable(Some(setup), "system QEMU: /q72-pop\nQEMU 10: /q10\nimage: /g/2\nmemory: 2048 MiB\n").unwrap_err();
         assert!(e.contains("was system QEMU: /q72, now system QEMU: /q72-pop"), "{e}");
-        assert!(!e.contains("memory"), "only what differs: {e}");
-        assert!(resumable(Some(setup), "system QEMU: /q72\nQEMU 10: /q10\n").unwrap_err().contains("in its lines"));
+        assert!(!e.contains("memory") && !e.contains("image"), "only what differs and refuses: {e}");
+        assert_eq!(resumable(Some(setup), "system QEMU: /q72\nQEMU 10: /q10\nimage: /g/2\nmemory: 2048 MiB\n"), Ok(vec!["was image: /g/1, now image: /g/2".to_string()]), "another image folder is said");
+        assert!(resumable(Some(setup), "system QEMU: /q72\nQEMU 10: /q10\n").unwrap_err().contains("other lines"));
         assert!(resumable(None, setup).unwrap_err().contains("did not record its setup"));
     }
 }
