@@ -26,8 +26,7 @@ fn sh(q: &Qemu, cmd: &str) -> String {
 /// Boots a 512 MiB guest on `qemu` under a controller logging to `log`; returns once the
 /// agent reports and the guest is shrunk and settled, with its settled size.
 fn shrunk(test: &str, name: &str, qemu: &std::path::Path) -> (Qemu, autoballoon::controller::Controller, VmHandle, Kib, std::path::PathBuf) {
-    let q = Qemu::start(&common::image(), VmSpec { qemu: qemu.to_path_buf(), ..VmSpec::new(name, Kib::from_mib_saturating(512)) }, &common::vm_dir(test, name)).unwrap_or_else(|e| panic!("{e}"));
-    q.wait_booted(Duration::from_secs(120)).unwrap_or_else(|e| panic!("{e}"));
+    let q = common::boot_spec(test, VmSpec { qemu: qemu.to_path_buf(), ..VmSpec::new(name, Kib::from_mib_saturating(512)) });
     let log = q.qmp.parent().unwrap().join("controller.log");
     let ctl = common::controller_logging(vec![common::vm_config(name, &q)], &log);
     let vm = ctl.vm(name).unwrap();

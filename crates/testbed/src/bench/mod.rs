@@ -148,15 +148,14 @@ fn sh(cmd: &str, args: &[&str]) -> String {
 /// What a run's points depend on beyond their own keys (`setup.txt` beside its records):
 /// the QEMU binaries (the project's builds sit in folders keyed by their inputs), the guest
 /// images, the guests' memory, the links, the controller's settings. One `key: value` a line.
-fn setup_key(a: &BenchArgs, system_qemu: &Path) -> String {
-    let image = a.image.clone().or_else(|| std::env::var_os("AUTOBALLOON_IMAGE").map(PathBuf::from));
+fn setup_key(a: &BenchArgs, images: &Images, system_qemu: &Path) -> String {
     let show = |p: Option<&Path>| p.map_or("none".to_string(), |p| p.canonicalize().unwrap_or(p.to_path_buf()).display().to_string());
     let memory = a.memory_kib.map_or(format!("{} MiB", a.memory_mib), |k| format!("{k} KiB"));
     [
         format!("system QEMU: {}", show(Some(system_qemu))),
         format!("QEMU 10: {}", show(a.qemu10.as_deref())),
-        format!("image: {}", show(image.as_deref())),
-        format!("patched image: {}", show(a.patched_image.as_deref())),
+        format!("image: {}", show(Some(&images.stock.dir))),
+        format!("patched image: {}", show(images.patched.as_ref().map(|i| i.dir.as_path()))),
         format!("memory: {memory}"),
         format!("links: {} MiB/s, {} MiB/s during a spike", a.bandwidth_mib, a.slow_mib),
         format!("doo size: {} MiB", a.fixed_mib),
@@ -167,9 +166,10 @@ fn setup_key(a: &BenchArgs, system_qemu: &Path) -> String {
         + "\n"
 }
 
-/// Lines of the setup whose change is said, not refused: the images' folders are keyed by
-/// the agent's binary, which embeds the checkout's path, so a clone elsewhere gets other
-/// folders for the same code.
+/// Lines of the setup whose change is said, not refused: an image's folder is keyed by every
+/// input of the image (guest/build-image.sh: the agent's binary, the kernel and the packages
+/// Debian serves that day), so a machine set up on another day may build another folder for
+/// the same code; and the code is not part of the setup (begun.txt has the run's commit).
 const SAID_ONLY: [&str; 2] = ["image:", "patched image:"];
 
 /// Whether a run measured with `kept` (its `setup.txt`, if any) may go on with `now`: only
@@ -338,10 +338,10 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
     let system_qemu = a.system_qemu.clone().unwrap_or_else(crate::qemu_binary);
     // What the kept points were measured with must be what the rest is measured with.
     let setup_file = out.join("setup.txt");
-    let setup_text = setup_key(&a, &system_qemu);
+    let setup_text = setup_key(&a, &images, &system_qemu);
     if resume {
         for change in resumable(std::fs::read_to_string(&setup_file).ok().as_deref(), &setup_text).map_err(|e| format!("cannot resume the run in {}: {e}", out.display()))? {
-            println!("[bench] resuming with another image folder ({change}): the same agent built in another checkout has another one; a changed agent would too");
+            println!("[bench] resuming with another image folder ({change}): its agent, kernel or Debian packages differ from the run's first part");
         }
     }
     let (mut records, left_out): (Vec<Record>, usize) = if resume { model::whole_groups(read_records(&jsonl)?, &configs, &overhead_configs) } else { (Vec::new(), 0) };

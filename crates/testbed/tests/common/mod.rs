@@ -26,7 +26,13 @@ pub fn image() -> GuestImage {
 
 /// Boots a guest with the agent and deflate-on-oom, and waits for its shell.
 pub fn boot(test: &str, name: &str, mib: u64) -> Qemu {
-    let vm = Qemu::start(&image(), VmSpec::new(name, Kib::from_mib_saturating(mib)), &vm_dir(test, name)).unwrap_or_else(|e| panic!("{e}"));
+    boot_spec(test, VmSpec::new(name, Kib::from_mib_saturating(mib)))
+}
+
+/// Boots the guest `spec` describes (in `test`'s folder for its name) and waits for its shell.
+pub fn boot_spec(test: &str, spec: VmSpec) -> Qemu {
+    let dir = vm_dir(test, &spec.name);
+    let vm = Qemu::start(&image(), spec, &dir).unwrap_or_else(|e| panic!("{e}"));
     vm.wait_booted(Duration::from_secs(120)).unwrap_or_else(|e| panic!("{e}"));
     vm
 }
