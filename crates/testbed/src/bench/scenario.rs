@@ -46,17 +46,20 @@ impl Setup {
 }
 
 /// The guest's counters read before and after the spike during a migration: direct
-/// reclaim and its stalls, kswapd, compaction, huge pages and their fallbacks, refaults.
-pub const SPIKE_VMSTAT: [&str; 10] = [
+/// reclaim and its stalls, kswapd and the shrinkers (which give free page hinting's held
+/// pages back), compaction, huge pages and their fallbacks, refaults, deflate-on-oom, and
+/// where the guest's CPU time went (`cpu_*`: /proc/stat's first line, in USER_HZ ticks).
+pub const SPIKE_VMSTAT: [&str; 18] = [
     "allocstall_normal", "allocstall_movable", "pgscan_direct", "pgscan_kswapd", "pgsteal_direct", "compact_stall", "thp_fault_alloc", "thp_fault_fallback", "pgmajfault",
-    "workingset_refault_file",
+    "workingset_refault_file", "slabs_scanned", "pageoutrun", "balloon_deflate", "pgfault", "cpu_user", "cpu_system", "cpu_idle", "cpu_softirq",
 ];
 
 /// `cmd` run between two readings of [`SPIKE_VMSTAT`]'s counters, printed as `vmstat0 NAME
 /// N` and `vmstat1 NAME N` lines around its output; exits with `cmd`'s status.
 fn with_vmstat(cmd: &str) -> String {
-    let pat = SPIKE_VMSTAT.join("|");
-    let read = |tag: &str| format!("grep -E '^({pat}) ' /proc/vmstat | sed 's/^/{tag} /'");
+    let pat = SPIKE_VMSTAT.iter().filter(|k| !k.starts_with("cpu_")).copied().collect::<Vec<_>>().join("|");
+    let cpu = "read -r _ u _ s i _ _ q _ < /proc/stat; printf 'cpu_user %s\\ncpu_system %s\\ncpu_idle %s\\ncpu_softirq %s\\n' $u $s $i $q";
+    let read = |tag: &str| format!("{{ grep -E '^({pat}) ' /proc/vmstat; {cpu}; }} | sed 's/^/{tag} /'");
     format!("({}; {cmd}; r=$?; {}; exit $r)", read("vmstat0"), read("vmstat1"))
 }
 
@@ -277,21 +280,24 @@ mod tests {
     #[test]
     fn the_spike_command_is_read_between_two_vmstat_readings() {
         let c = with_vmstat("spike 3 400 2 0 1");
-        assert!(c.starts_with("(grep -E '^(allocstall_normal|allocstall_movable|") && c.contains("sed 's/^/vmstat0 /'; spike 3 400 2 0 1; r=$?; grep"), "{c}");
+        assert!(c.starts_with("({ grep -E '^(allocstall_normal|allocstall_movable|") && c.contains("sed 's/^/vmstat0 /'; spike 3 400 2 0 1; r=$?; { grep"), "{c}");
+        assert!(c.contains("|pgfault) ' /proc/vmstat; read -r _ u _ s i _ _ q _ < /proc/stat;"), "the cpu_* counters come from /proc/stat, not /proc/vmstat: {c}");
         assert!(c.ends_with("sed 's/^/vmstat1 /'; exit $r)"), "{c}");
     }
 
     #[test]
     fn vmstat_rises_from_a_real_reading() {
-        // The two readings around a 300 MiB touch on this machine's host (6.18).
+        // The two readings around a 300 MiB touch on this machine's host (6.18), the
+        // command's own output.
         let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/spike-vmstat.txt")).unwrap();
         let r = vmstat_rise(&text);
         assert_eq!(r.len(), SPIKE_VMSTAT.len(), "{r:?}");
         assert_eq!(r[0], ("allocstall_normal".to_string(), 0), "in SPIKE_VMSTAT's order, not the file's");
-        assert!(r.contains(&("thp_fault_alloc".to_string(), 79)) && r.contains(&("pgmajfault".to_string(), 1)), "{r:?}");
+        assert!(r.contains(&("thp_fault_alloc".to_string(), 25)) && r.contains(&("pgfault".to_string(), 87_659)), "{r:?}");
+        assert!(r.contains(&("cpu_system".to_string(), 41)) && r.contains(&("cpu_user".to_string(), 30)), "{r:?}");
         // A reading cut short leaves its counters out; a counter never goes down.
-        let cut: String = text.lines().filter(|l| !l.starts_with("vmstat1 pgmajfault")).map(|l| format!("{l}\n")).collect();
-        assert!(!vmstat_rise(&cut).iter().any(|(k, _)| k == "pgmajfault"));
+        let cut: String = text.lines().filter(|l| !l.starts_with("vmstat1 pgfault")).map(|l| format!("{l}\n")).collect();
+        assert!(!vmstat_rise(&cut).iter().any(|(k, _)| k == "pgfault"));
         assert_eq!(vmstat_rise("vmstat0 pgmajfault 9\nvmstat1 pgmajfault 3\n"), vec![("pgmajfault".to_string(), 0)]);
         assert!(vmstat_rise("SPIKE done cycles=1 failed=0").is_empty());
     }
