@@ -365,6 +365,20 @@ fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> 
     Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
+/// The source QEMU over a migration, from `/proc/PID/stat` and its guest RAM block's
+/// `smaps` entry read at the migration's start and end. A spike whose memory the host
+/// backs a 4 KiB page at a time shows here as hundreds of thousands of faults and
+/// seconds of system time, where a 2 MiB page at a time costs a few hundred.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SourceHost {
+    pub minor_faults: u64,
+    pub user_s: f64,
+    pub system_s: f64,
+    /// The guest RAM's `AnonHugePages` and `Rss`, MiB: (at the start, at the end).
+    pub huge_mib: (f64, f64),
+    pub rss_mib: (f64, f64),
+}
+
 /// One migration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MigrationRecord {
@@ -409,6 +423,10 @@ pub struct MigrationRecord {
     /// migration: (counter, how much it rose), [`super::scenario::SPIKE_VMSTAT`]'s counters.
     #[serde(default)]
     pub spike_vmstat: Vec<(String, u64)>,
+    /// What the host did for the source QEMU from the migration's start to its end: its
+    /// faults, its CPU time, and its guest RAM's resident and huge-page memory.
+    #[serde(default)]
+    pub source_host: Option<SourceHost>,
     /// The guest's configured memory, MiB, when it is not the run's main size (the size
     /// sweep and the physical limit).
     #[serde(default)]
@@ -650,7 +668,7 @@ mod tests {
         Record::Migration(MigrationRecord {
             qemu: QemuLine::System, qemu_version: "7.2.22".into(), config, moment, run, bandwidth_mib: 128,
             completed: true, error: None, sent_mib: 1.0, total_s: 1.0, downtime_ms: None, normal_mib: None, zero_pages: None, size_mib: 1.0, rss_mib: None,
-            spike_alloc_s: None, spike_completed: None, spike_sizes: vec![], spike_vmstat: vec![], memory_mib: None, oom_kills: 0, shell: true, kernel_errors: vec![], tainted: None,
+            spike_alloc_s: None, spike_completed: None, spike_sizes: vec![], spike_vmstat: vec![], source_host: None, memory_mib: None, oom_kills: 0, shell: true, kernel_errors: vec![], tainted: None,
         })
     }
 
@@ -698,7 +716,7 @@ mod tests {
         let m = Record::Migration(MigrationRecord {
             qemu: QemuLine::System, qemu_version: "7.2.22".into(), config: Config::AbPatchedFpr, moment: Moment::AfterSpike(500), run: 1, bandwidth_mib: 128,
             completed: true, error: None, sent_mib: 101.5, total_s: 1.2, downtime_ms: Some(20), normal_mib: Some(99.0), zero_pages: Some(400_000), size_mib: 300.0, rss_mib: Some(900.0),
-            spike_alloc_s: Some(0.6), spike_completed: Some(true), spike_sizes: vec![(0.0, 300.0), (0.5, 900.0)], spike_vmstat: vec![("allocstall_movable".into(), 3)], memory_mib: None, oom_kills: 0, shell: true, kernel_errors: vec![], tainted: Some(0),
+            spike_alloc_s: Some(0.6), spike_completed: Some(true), spike_sizes: vec![(0.0, 300.0), (0.5, 900.0)], spike_vmstat: vec![("allocstall_movable".into(), 3)], source_host: None, memory_mib: None, oom_kills: 0, shell: true, kernel_errors: vec![], tainted: Some(0),
         });
         let line = serde_json::to_string(&m).unwrap();
         assert!(line.contains(r#""kind":"migration""#) && line.contains(r#""config":"ab-patched-fpr""#) && line.contains(r#""after-spike":500"#), "{line}");

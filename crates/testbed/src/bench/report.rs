@@ -663,7 +663,7 @@ mod tests {
     fn rec(config: Config, moment: Moment, run: u32, sent: f64, secs: f64) -> Record {
         Record::Migration(MigrationRecord {
             qemu: QemuLine::System, qemu_version: "7.2.22".into(), config, moment, run, bandwidth_mib: 128, completed: true, error: None,
-            sent_mib: sent, total_s: secs, downtime_ms: Some(20), normal_mib: None, zero_pages: None, size_mib: 300.0, rss_mib: None, spike_alloc_s: None, spike_completed: None, spike_sizes: vec![], spike_vmstat: vec![], memory_mib: None,
+            sent_mib: sent, total_s: secs, downtime_ms: Some(20), normal_mib: None, zero_pages: None, size_mib: 300.0, rss_mib: None, spike_alloc_s: None, spike_completed: None, spike_sizes: vec![], spike_vmstat: vec![], source_host: None, memory_mib: None,
             oom_kills: 0, shell: true, kernel_errors: vec![], tainted: Some(0),
         })
     }

@@ -4,6 +4,9 @@
 use super::fleet::{Fleet, Images};
 use super::model::{Config, CrashRecord, MigrationRecord, Moment};
 use crate::guest::{balloon_to, fill, health, watch_balloon, SpikeRun};
+use super::model::SourceHost;
+use crate::hostbench::{clock_ticks_per_second, CpuTicks};
+use crate::{host_memory_of, HostMemory};
 use crate::{start_migration, step, wait_for, wait_migration, wait_settled, wait_vm_settled, Migrated};
 use autoballoon_core::Kib;
 use autoballoon_qmp::{MigrationStatus, Qmp};
@@ -27,6 +30,9 @@ pub struct Setup {
     pub slow_mib: u64,
     /// The fixed balloon size of [`Config::DooFixed`], MiB.
     pub fixed_mib: u64,
+    /// Host memory touched right before a migration with a spike during it, MiB
+    /// ([`crate::hostbench::warm_host_memory`]); 0: none.
+    pub warm_host_mib: u64,
 }
 
 impl Setup {
@@ -167,6 +173,9 @@ fn reach(fleet: &Fleet, c: Config, m: Moment, setup: &Setup, ctl: &Qmp, q: &crat
 fn migrate_at(m: Moment, setup: &Setup, ctl: &Qmp, q: &crate::Qemu, dest: &crate::Qemu) -> Result<Migrated, String> {
     let bw = if m == Moment::DuringSpike { setup.slow_mib } else { setup.bandwidth_mib } << 20;
     let spike = (m == Moment::DuringSpike).then(|| with_vmstat(&setup.spike_cmd()));
+    if spike.is_some() && setup.warm_host_mib > 0 {
+        crate::hostbench::warm_host_memory(setup.warm_host_mib).ok_or("warming the host's memory: mmap failed")?;
+    }
     migrate_with_spike(ctl, q, dest, bw, spike.as_deref(), Duration::from_secs(900))
 }
 
@@ -182,6 +191,31 @@ pub(crate) fn migrate_with_spike(ctl: &Qmp, q: &crate::Qemu, dest: &crate::Qemu,
     wait_for(Duration::from_secs(30), Duration::from_millis(50), || ctl.query_migrate().is_ok_and(|i| i.status == MigrationStatus::Active)).ok_or("the migration did not become active in 30 s")?;
     step("spike", q.console.spawn(&format!("{spike} > {DURING_LOG} 2>&1; echo $? > {DURING_RC}")))?;
     step("migration", wait_migration(ctl, dest, start, timeout))
+}
+
+/// The source QEMU's host-side counters at one moment ([`SourceHost`]'s two ends).
+struct SourceReading {
+    memory: HostMemory,
+    cpu: CpuTicks,
+}
+
+impl SourceReading {
+    fn take(q: &crate::Qemu) -> Option<SourceReading> {
+        let pid = q.pid();
+        Some(SourceReading { memory: host_memory_of(pid, q.spec.memory)?, cpu: CpuTicks::read(pid)? })
+    }
+
+    /// What the host did for the source between `earlier` and this reading.
+    fn since(&self, earlier: &SourceReading) -> SourceHost {
+        let ticks = clock_ticks_per_second() as f64;
+        SourceHost {
+            minor_faults: self.memory.faults.0.saturating_sub(earlier.memory.faults.0),
+            user_s: self.cpu.utime.saturating_sub(earlier.cpu.utime) as f64 / ticks,
+            system_s: self.cpu.stime.saturating_sub(earlier.cpu.stime) as f64 / ticks,
+            huge_mib: (earlier.memory.ram_huge.mib_f64(), self.memory.ram_huge.mib_f64()),
+            rss_mib: (earlier.memory.ram_rss.mib_f64(), self.memory.ram_rss.mib_f64()),
+        }
+    }
 }
 
 /// The spike started during the migration, read on the destination once it ended; `None`
@@ -219,7 +253,7 @@ pub fn point(fleet: &mut Fleet, images: &Images, setup: &Setup, c: Config, m: Mo
     let bandwidth_mib = if m == Moment::DuringSpike { setup.slow_mib } else { setup.bandwidth_mib };
     let mut rec = MigrationRecord {
         qemu: fleet.line, qemu_version: fleet.version.clone(), config: c, moment: m, run, bandwidth_mib, completed: false, error: None,
-        sent_mib: f64::NAN, total_s: f64::NAN, downtime_ms: None, normal_mib: None, zero_pages: None, size_mib: f64::NAN, rss_mib: None, spike_alloc_s: None, spike_completed: None, spike_sizes: vec![], spike_vmstat: vec![], memory_mib: None,
+        sent_mib: f64::NAN, total_s: f64::NAN, downtime_ms: None, normal_mib: None, zero_pages: None, size_mib: f64::NAN, rss_mib: None, spike_alloc_s: None, spike_completed: None, spike_sizes: vec![], spike_vmstat: vec![], source_host: None, memory_mib: None,
         oom_kills: 0, shell: false, kernel_errors: vec![], tainted: None,
     };
     let (dest, _) = fleet.destination(c, images)?;
@@ -234,7 +268,10 @@ pub fn point(fleet: &mut Fleet, images: &Images, setup: &Setup, c: Config, m: Mo
         }
         rec.size_mib = mib(ctl.query_balloon().unwrap_or(0));
         rec.rss_mib = g.q.rss().map(|k| k.mib_f64());
-        migrate_at(m, setup, &ctl, &g.q, &dest)
+        let before = SourceReading::take(&g.q);
+        let done = migrate_at(m, setup, &ctl, &g.q, &dest)?;
+        rec.source_host = before.zip(SourceReading::take(&g.q)).map(|(a, b)| b.since(&a));
+        Ok(done)
     })();
     fleet.resume(c);
     fleet.guest(c).last = Some((m, run));
