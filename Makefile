@@ -254,7 +254,7 @@ bench: agent testbed image
 	if [ "$(BENCH_MIGRATION)" = 1 ] && stage migration; then \
 	  target/release/autoballoon-bench --image "$$(cat $(IMAGE_PATH))" --patched-image "$$patched" \
 	    --system-qemu "$$(scripts/build-qemu72-fixed.sh --populate)" --tools-disk "$$(scripts/bench-tools-disk.sh)" \
-	    --qemu10 "$$(scripts/build-qemu10-populate.sh --populate)" --kernel-json run/bench/kernel.json \
+	    --qemu10 "$$(scripts/build-qemu10-populate.sh --populate)" --kernel-json run/bench/kernel.json --warm-host-mib 1536 \
 	    --out run/bench/migration --results bench $(BENCH_ARGS) || exit 1; \
 	  touch run/bench/migration.done; \
 	fi; \

@@ -168,11 +168,8 @@ fn setup_key(a: &BenchArgs, images: &Images, system_qemu: &Path) -> String {
         format!("doo size: {} MiB", a.fixed_mib),
         format!("migration_shrink: {:?}", a.migration_shrink),
         format!("policy: {}", a.policy.as_deref().unwrap_or("default")),
+        warm_line(a.warm_host_mib),
     ]
-    .into_iter()
-    // Said only when on, so that the runs recorded before it existed resume.
-    .chain((a.warm_host_mib > 0).then(|| format!("warm host: {} MiB before a spike during a migration", a.warm_host_mib)))
-    .collect::<Vec<_>>()
     .join("\n")
         + "\n"
 }
@@ -183,23 +180,48 @@ fn setup_key(a: &BenchArgs, images: &Images, system_qemu: &Path) -> String {
 /// the same code; and the code is not part of the setup (begun.txt has the run's commit).
 const SAID_ONLY: [&str; 2] = ["image:", "patched image:"];
 
+/// The setup's line of `--warm-host-mib`; runs recorded before it had none, and no warming.
+fn warm_line(mib: u64) -> String {
+    format!("warm host: {mib} MiB before a spike during a migration")
+}
+
+/// What a resumed run's setup change allows ([`resumable`]).
+#[derive(Debug, Default, PartialEq)]
+struct Resume {
+    /// Changes of [`SAID_ONLY`] lines, to say.
+    said: Vec<String>,
+    /// The host warming changed: the spike-during-a-migration points, the only ones it
+    /// touches, are measured again.
+    remeasure_during: Option<String>,
+}
+
 /// Whether a run measured with `kept` (its `setup.txt`, if any) may go on with `now`: only
-/// with the same setup, else its kept points and the new ones would not compare. `Ok` has
-/// what changed of [`SAID_ONLY`].
-fn resumable(kept: Option<&str>, now: &str) -> Result<Vec<String>, String> {
+/// with the same setup, else its kept points and the new ones would not compare, apart
+/// from [`SAID_ONLY`]'s lines and the host warming ([`Resume`]).
+fn resumable(kept: Option<&str>, now: &str) -> Result<Resume, String> {
     let Some(kept) = kept else {
         return Err("it did not record its setup (setup.txt; runs before 2026-12-06 do not), so its points may not compare with new ones: run without BENCH_RESUME / --resume".into());
     };
-    if kept.lines().count() != now.lines().count() {
+    let mut kept: Vec<String> = kept.lines().map(str::to_string).collect();
+    if !kept.iter().any(|l| l.starts_with("warm host:")) && now.lines().any(|l| l.starts_with("warm host:")) {
+        kept.push(warm_line(0));
+    }
+    if kept.len() != now.lines().count() {
         return Err("its setup has other lines: run without BENCH_RESUME / --resume".into());
     }
-    let (mut said, mut differ) = (Vec::new(), Vec::new());
-    for (k, n) in kept.lines().zip(now.lines()).filter(|(k, n)| k != n) {
+    let (mut r, mut differ) = (Resume::default(), Vec::new());
+    for (k, n) in kept.iter().zip(now.lines()).filter(|(k, n)| k.as_str() != *n) {
         let change = format!("was {k}, now {n}");
-        if SAID_ONLY.iter().any(|p| k.starts_with(p)) { said.push(change) } else { differ.push(change) }
+        if SAID_ONLY.iter().any(|p| k.starts_with(p)) {
+            r.said.push(change)
+        } else if k.starts_with("warm host:") {
+            r.remeasure_during = Some(change)
+        } else {
+            differ.push(change)
+        }
     }
     if differ.is_empty() {
-        return Ok(said);
+        return Ok(r);
     }
     Err(format!("its setup differs ({}): run without BENCH_RESUME / --resume, or with the setup it had", differ.join("; ")))
 }
@@ -350,12 +372,21 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
     // What the kept points were measured with must be what the rest is measured with.
     let setup_file = out.join("setup.txt");
     let setup_text = setup_key(&a, &images, &system_qemu);
+    let mut remeasure_during = false;
     if resume {
-        for change in resumable(std::fs::read_to_string(&setup_file).ok().as_deref(), &setup_text).map_err(|e| format!("cannot resume the run in {}: {e}", out.display()))? {
+        let r = resumable(std::fs::read_to_string(&setup_file).ok().as_deref(), &setup_text).map_err(|e| format!("cannot resume the run in {}: {e}", out.display()))?;
+        for change in r.said {
             println!("[bench] resuming with another image folder ({change}): its agent, kernel or Debian packages differ from the run's first part");
         }
+        if let Some(change) = r.remeasure_during {
+            println!("[bench] resuming with another host warming ({change}): the spikes during a migration are measured again");
+            remeasure_during = true;
+            std::fs::write(&setup_file, &setup_text).map_err(|e| format!("{}: {e}", setup_file.display()))?;
+        }
     }
-    let (mut records, left_out): (Vec<Record>, usize) = if resume { model::whole_groups(read_records(&jsonl)?, &configs, &overhead_configs) } else { (Vec::new(), 0) };
+    let kept = if resume { read_records(&jsonl)? } else { Vec::new() };
+    let kept = kept.into_iter().filter(|r| !(remeasure_during && matches!(r, Record::Migration(m) if m.moment == Moment::DuringSpike))).collect();
+    let (mut records, left_out): (Vec<Record>, usize) = if resume { model::whole_groups(kept, &configs, &overhead_configs) } else { (Vec::new(), 0) };
     if !resume {
         std::fs::write(&begun, format!("{}, commit {}", meta.generated, meta.commit)).map_err(|e| format!("{}: {e}", begun.display()))?;
         std::fs::write(&setup_file, &setup_text).map_err(|e| format!("{}: {e}", setup_file.display()))?;
@@ -504,11 +535,19 @@ mod tests {
     #[test]
     fn a_run_resumes_only_with_the_setup_it_recorded() {
         let setup = "system QEMU: /q72\nQEMU 10: /q10\nimage: /g/1\nmemory: 2048 MiB\n";
-        assert_eq!(resumable(Some(setup), setup), Ok(vec![]));
+        let said = |v: Vec<&str>| Ok(super::Resume { said: v.into_iter().map(str::to_string).collect(), remeasure_during: None });
+        assert_eq!(resumable(Some(setup), setup), said(vec![]));
         let e = resumable(Some(setup), "system QEMU: /q72-pop\nQEMU 10: /q10\nimage: /g/2\nmemory: 2048 MiB\n").unwrap_err();
         assert!(e.contains("was system QEMU: /q72, now system QEMU: /q72-pop"), "{e}");
         assert!(!e.contains("memory") && !e.contains("image"), "only what differs and refuses: {e}");
-        assert_eq!(resumable(Some(setup), "system QEMU: /q72\nQEMU 10: /q10\nimage: /g/2\nmemory: 2048 MiB\n"), Ok(vec!["was image: /g/1, now image: /g/2".to_string()]), "another image folder is said");
+        assert_eq!(resumable(Some(setup), "system QEMU: /q72\nQEMU 10: /q10\nimage: /g/2\nmemory: 2048 MiB\n"), said(vec!["was image: /g/1, now image: /g/2"]), "another image folder is said");
+        // A run from before the host warming had none; turning it on re-measures the spikes
+        // during a migration and keeps the rest.
+        let warm = format!("{setup}{}\n", super::warm_line(1536));
+        let r = resumable(Some(setup), &warm).unwrap();
+        assert_eq!(r.remeasure_during.as_deref(), Some("was warm host: 0 MiB before a spike during a migration, now warm host: 1536 MiB before a spike during a migration"));
+        assert_eq!(resumable(Some(&warm), &warm), said(vec![]));
+        assert!(resumable(Some(&warm), &format!("{setup}{}\n", super::warm_line(0))).unwrap().remeasure_during.is_some());
         assert!(resumable(Some(setup), "system QEMU: /q72\nQEMU 10: /q10\n").unwrap_err().contains("other lines"));
         assert!(resumable(None, setup).unwrap_err().contains("did not record its setup"));
     }
