@@ -8,7 +8,8 @@ times after idling grow (this project's test machines: 0.12 s right after, 0.44-
 after 0.5-5 s idle, for 1,200 MiB). docs/migration.md, "The spike during a migration: the
 host's own hypervisor".
 
-Usage: scripts/host-touch-cost.py [MiB]   (default 1200)
+Usage: scripts/host-refault/after-free.py [MiB]   (default 1200). run.sh beside it measures
+the refault after a discard inside one mapping, whole or by 4 KiB pages.
 """
 import mmap
 import os
