@@ -260,7 +260,7 @@ bench: agent testbed image
 	fi; \
 	if [ "$(BENCH_SPIKES)" = 1 ] && stage spikes; then \
 	  target/release/autoballoon-spikebench --image "$$(cat $(IMAGE_PATH))" --patched-image "$$patched" \
-	    --qemu "$$(scripts/build-qemu72-fixed.sh),$$(scripts/build-qemu72-fixed.sh --populate),$$(scripts/install-qemu10.sh),$$(scripts/build-qemu10-populate.sh --populate)" --cpus 1,2 \
+	    --qemu "$$(scripts/build-qemu72-fixed.sh),$$(scripts/build-qemu72-fixed.sh --populate),$$(scripts/install-qemu10.sh),$$(scripts/build-qemu10-populate.sh --populate)" --cpus 1,2 --warm-host-mib 1536 \
 	    --out run/bench/spikes --results bench $(SPIKEBENCH_ARGS) || exit 1; \
 	  touch run/bench/spikes.done; \
 	fi; \

@@ -70,6 +70,12 @@ pub struct SpikeArgs {
     /// touches memory the balloon gave back and QEMU discarded page by page; 0: off.
     #[arg(long, default_value_t = 0)]
     pub balloon_first_mib: u64,
+    /// Touch this much fresh host memory (and give it back) right before each spike, MiB;
+    /// 0: off. For hosts that are VMs whose hypervisor takes free memory back (this
+    /// project's test machines): the spike then finds host memory backed, as on bare metal
+    /// (docs/spikes.md; `crate::hostbench::warm_host_memory`).
+    #[arg(long, default_value_t = 0)]
+    pub warm_host_mib: u64,
     /// Sockets, logs and `spikes.jsonl`.
     #[arg(long, default_value = "run/bench/spikes")]
     pub out: PathBuf,
@@ -424,6 +430,9 @@ fn measure(a: &SpikeArgs, fleet: &mut Fleet, configs: &[Config], memory: Kib, cp
                     if a.balloon_first_mib > 0 && !c.ballooning() {
                         step("balloon", balloon_to(&ctl, Kib::from_mib_saturating(a.balloon_first_mib), Duration::from_secs(60)))?;
                         step("balloon", balloon_to(&ctl, memory, Duration::from_secs(60)))?;
+                    }
+                    if a.warm_host_mib > 0 {
+                        crate::hostbench::warm_host_memory(a.warm_host_mib).ok_or("warming the host's memory: mmap failed")?;
                     }
                     let before = guest_counters(&g.q);
                     let host_before = host_counters(&g.q);
