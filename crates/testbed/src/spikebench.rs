@@ -431,9 +431,7 @@ fn measure(a: &SpikeArgs, fleet: &mut Fleet, configs: &[Config], memory: Kib, cp
                         step("balloon", balloon_to(&ctl, Kib::from_mib_saturating(a.balloon_first_mib), Duration::from_secs(60)))?;
                         step("balloon", balloon_to(&ctl, memory, Duration::from_secs(60)))?;
                     }
-                    if a.warm_host_mib > 0 {
-                        crate::hostbench::warm_host_memory(a.warm_host_mib).ok_or("warming the host's memory: mmap failed")?;
-                    }
+                    crate::hostbench::warm_host_memory(a.warm_host_mib)?;
                     let before = guest_counters(&g.q);
                     let host_before = host_counters(&g.q);
                     let w = one_spike(&g.q, &ctl, shape, a.hold_s)?;

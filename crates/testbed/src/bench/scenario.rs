@@ -173,8 +173,8 @@ fn reach(fleet: &Fleet, c: Config, m: Moment, setup: &Setup, ctl: &Qmp, q: &crat
 fn migrate_at(m: Moment, setup: &Setup, ctl: &Qmp, q: &crate::Qemu, dest: &crate::Qemu) -> Result<Migrated, String> {
     let bw = if m == Moment::DuringSpike { setup.slow_mib } else { setup.bandwidth_mib } << 20;
     let spike = (m == Moment::DuringSpike).then(|| with_vmstat(&setup.spike_cmd()));
-    if spike.is_some() && setup.warm_host_mib > 0 {
-        crate::hostbench::warm_host_memory(setup.warm_host_mib).ok_or("warming the host's memory: mmap failed")?;
+    if spike.is_some() {
+        crate::hostbench::warm_host_memory(setup.warm_host_mib)?;
     }
     migrate_with_spike(ctl, q, dest, bw, spike.as_deref(), Duration::from_secs(900))
 }

@@ -102,6 +102,38 @@ pub fn ratio(a: f64, b: f64) -> f64 {
     if b == 0.0 { f64::NAN } else { a / b }
 }
 
+/// Touches `mib` MiB of fresh anonymous memory in transparent huge pages, as QEMU's guest
+/// RAM is mapped, and gives it back; 0 does nothing.
+///
+/// For hosts that are virtual machines themselves, as this project's test machines are (a
+/// Firecracker guest whose free memory its hypervisor takes back by free page reporting,
+/// 8 MiB blocks): a host page free for a second or more costs the next process that
+/// touches it an exit to that hypervisor, 0.44-1.41 s for 1.2 GiB against 0.12 s for pages
+/// just freed. The pages given back here sit at the head of the host's free lists, so the
+/// allocations right after it (a spike's) find pages the hypervisor backs, as every page is
+/// on a bare-metal host.
+pub fn warm_host_memory(mib: u64) -> Result<(), String> {
+    let len = mib.checked_mul(1 << 20).and_then(|b| usize::try_from(b).ok()).ok_or(format!("warming the host's memory: {mib} MiB is more than this host can map"))?;
+    if len == 0 {
+        return Ok(());
+    }
+    // SAFETY: a new private anonymous mapping, written only inside its `len` bytes and
+    // unmapped before return; nothing else refers to it.
+    unsafe {
+        let p = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+        if p == libc::MAP_FAILED {
+            return Err(format!("warming the host's memory: mmap of {mib} MiB failed"));
+        }
+        libc::madvise(p, len, libc::MADV_HUGEPAGE);
+        let bytes = p.cast::<u8>();
+        for off in (0..len).step_by(4096) {
+            bytes.add(off).write_volatile(1);
+        }
+        libc::munmap(p, len);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,47 +155,11 @@ mod tests {
         assert!((c.cpu_percent() - 1.0).abs() < 1e-9);
         assert!(ratio(1.0, 0.0).is_nan());
     }
-}
 
-/// Touches `mib` MiB of fresh anonymous memory in transparent huge pages, as QEMU's guest
-/// RAM is mapped, and gives it back; returns how long the touch took.
-///
-/// For hosts that are virtual machines themselves, as this project's test machines are (a
-/// Firecracker guest whose free memory its hypervisor takes back by free page reporting,
-/// 8 MiB blocks): a host page free for a second or more costs the next process that
-/// touches it an exit to that hypervisor, 0.44-1.41 s for 1.2 GiB against 0.12 s for pages
-/// just freed. The pages given back here sit at the head of the host's free lists, so the
-/// allocations right after it (a spike's) find pages the hypervisor backs, as every page is
-/// on a bare-metal host. `None` if the mapping failed.
-pub fn warm_host_memory(mib: u64) -> Option<std::time::Duration> {
-    let len = usize::try_from(mib.checked_mul(1 << 20)?).ok()?;
-    if len == 0 {
-        return Some(std::time::Duration::ZERO);
-    }
-    let start = std::time::Instant::now();
-    // SAFETY: a new private anonymous mapping, written only inside its `len` bytes and
-    // unmapped before return; nothing else refers to it.
-    unsafe {
-        let p = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
-        if p == libc::MAP_FAILED {
-            return None;
-        }
-        libc::madvise(p, len, libc::MADV_HUGEPAGE);
-        let bytes = p.cast::<u8>();
-        for off in (0..len).step_by(4096) {
-            bytes.add(off).write_volatile(1);
-        }
-        libc::munmap(p, len);
-    }
-    Some(start.elapsed())
-}
-
-#[cfg(test)]
-mod warm_tests {
     #[test]
     fn warming_touches_and_gives_back() {
-        assert!(super::warm_host_memory(8).is_some());
-        assert_eq!(super::warm_host_memory(0), Some(std::time::Duration::ZERO));
-        assert_eq!(super::warm_host_memory(u64::MAX), None, "no size that overflows");
+        assert!(warm_host_memory(8).is_ok());
+        assert!(warm_host_memory(0).is_ok());
+        assert!(warm_host_memory(u64::MAX).is_err(), "no size that overflows");
     }
 }
