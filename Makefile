@@ -256,6 +256,7 @@ bench: agent testbed image
 	    --system-qemu "$$(scripts/build-qemu72-fixed.sh --populate)" --tools-disk "$$(scripts/bench-tools-disk.sh)" \
 	    --qemu10 "$$(scripts/build-qemu10-populate.sh --populate)" --kernel-json run/bench/kernel.json --warm-host-mib 1536 \
 	    --out run/bench/migration --results bench $(BENCH_ARGS) || exit 1; \
+	  $(MAKE) calibrate || exit 1; \
 	  touch run/bench/migration.done; \
 	fi; \
 	if [ "$(BENCH_SPIKES)" = 1 ] && stage spikes; then \

@@ -45,8 +45,9 @@ pub struct Calibration {
     pub hook_gib_s: f64,
     /// A page the hook serves costs this many pages written into backed memory.
     pub hook_refault_factor: f64,
-    /// Sent at a migration's start before the bandwidth limit bites, MiB.
-    pub burst_mib: f64,
+    /// A migration's start sends this long's worth of its bandwidth at no cost in time
+    /// (the idle cells' line's intercept), s.
+    pub burst_s: f64,
     pub hook_cost_us_per_page: f64,
     /// Time the guest's computing programs lose per 4 KiB page the balloon moves (the
     /// worker's inflation and deflation, and the hook), µs: the seed's slow-path overhead in
@@ -62,6 +63,8 @@ pub struct Calibration {
     pub kernel_base_gib: f64,
     /// Of the kernel's memory, pages that hold no data (sent as zero pages by QEMU).
     pub kernel_zero_gib: f64,
+    /// The same in the patched kernel.
+    pub patched_kernel_zero_gib: f64,
     pub daemons_gib: f64,
     pub hot_cache_gib: f64,
     pub base_uncommitted_gib: f64,
@@ -70,6 +73,10 @@ pub struct Calibration {
     /// Free memory reporting leaves unreported above the low watermark, MiB.
     pub fpr_keep_mib: f64,
     pub hint_gib_s: f64,
+    /// Of what programs freed in the last `hint_miss_s`, up to this much is sent by a
+    /// migration with free page hinting anyway, MiB.
+    pub hint_miss_mib: f64,
+    pub hint_miss_s: f64,
     pub agent_cpu_ms: f64,
     /// A file read served from the guest's page cache (a hit), GiB/s.
     pub cache_read_gib_s: f64,
@@ -147,7 +154,7 @@ impl Calibration {
         let non_negative = [
             ("migration_fixed_s", self.migration_fixed_s),
             ("zero_scan_gib_s", self.zero_scan_gib_s),
-            ("burst_mib", self.burst_mib),
+            ("burst_s", self.burst_s),
             ("stop_remaining_mib", self.stop_remaining_mib),
             ("downtime_fixed_ms", self.downtime_fixed_ms),
             ("hook_cost_us_per_page", self.hook_cost_us_per_page),
@@ -155,6 +162,7 @@ impl Calibration {
             ("swap_slowdown", self.swap_slowdown),
             ("kernel_base_gib", self.kernel_base_gib),
             ("kernel_zero_gib", self.kernel_zero_gib),
+            ("patched_kernel_zero_gib", self.patched_kernel_zero_gib),
             ("fpr_keep_mib", self.fpr_keep_mib),
             ("daemons_gib", self.daemons_gib),
             ("hot_cache_gib", self.hot_cache_gib),

@@ -58,6 +58,11 @@ pub(crate) struct BenchCell {
     pub moment: serde_json::Value,
     pub qemu: String,
     pub sent_mib: f64,
+    /// The cell's runs' least and most MiB sent (the median alone in older records).
+    #[serde(default)]
+    pub sent_min: Option<f64>,
+    #[serde(default)]
+    pub sent_max: Option<f64>,
     pub total_s: f64,
     pub downtime_ms: f64,
 }
@@ -95,6 +100,9 @@ fn line(pts: &[(f64, f64)]) -> (f64, f64) {
     (my - b * mx, b)
 }
 
+/// The size of make bench's migrated guests, MiB.
+const BENCH_GUEST_MIB: f64 = 2048.0;
+
 /// The spike make bench's kernel benchmark and the conformance cells write: 3 × 400 MiB.
 const SPIKE_GIB: f64 = 1200.0 / 1024.0;
 
@@ -120,6 +128,16 @@ pub fn qemu_tcg(results_json: &str) -> Result<Vec<Fitted>, SimError> {
     }
     let (a, b) = line(&idle);
     let mib_s = 1.0 / b;
+    // The zero-page scan goes on while the sender waits for its bandwidth: the idle cell
+    // that scanned the most per second of its migration bounds its speed from below.
+    let (scan_gib_s, scan_cfg) = r
+        .cells
+        .iter()
+        .filter(|c| c.qemu == "system" && c.moment.as_str() == Some("idle") && c.total_s > 0.0)
+        .map(|c| (((BENCH_GUEST_MIB - c.sent_mib) / 1024.0).max(0.0) / c.total_s, c))
+        .max_by(|x, y| x.0.total_cmp(&y.0))
+        .map(|(v, c)| (v, format!("{}: {:.0} MiB sent in {:.2} s", c.config, c.sent_mib, c.total_s)))
+        .unwrap_or((0.0, String::new()));
     let downtimes: Vec<f64> = r
         .cells
         .iter()
@@ -132,6 +150,55 @@ pub fn qemu_tcg(results_json: &str) -> Result<Vec<Fitted>, SimError> {
         ));
     };
     let spike_s = median(r.kernel.samples.spike_hook.clone());
+    // What a settled guest's floor holds in data: its idle migration with free page hinting
+    // sends just that (the free memory hinted away, the balloon's not sent).
+    let floor_mib = |configs: &[&str]| {
+        let sent: Vec<f64> = configs
+            .iter()
+            .filter_map(|c| sys(c, "idle"))
+            .map(|c| c.sent_mib)
+            .collect();
+        (!sent.is_empty()).then(|| (median(sent.clone()), sent.len()))
+    };
+    let (Some((stock_floor, stock_n)), Some((patched_floor, _))) = (
+        floor_mib(&["ab-stock", "hint", "fpr-hint"]),
+        floor_mib(&["ab-patched-fpr"]),
+    ) else {
+        return Err(SimError::BadCalibration(
+            "bench results: no idle ab-stock, hint or fpr-hint cell, or no idle ab-patched-fpr cell, on the system QEMU".into(),
+        ));
+    };
+    // What hinting alone sends beyond its idle floor 0.5-4 s after the spike's free.
+    let hint_after: Vec<f64> = r
+        .cells
+        .iter()
+        .filter(|c| c.qemu == "system" && c.config == "hint")
+        .filter(|c| {
+            c.moment
+                .get("after-spike")
+                .and_then(|v| v.as_f64())
+                .is_some_and(|ms| ms <= 4000.0)
+        })
+        .map(|c| c.sent_mib)
+        .collect();
+    let Some(hint_idle) = sys("hint", "idle").map(|c| c.sent_mib) else {
+        return Err(SimError::BadCalibration(
+            "bench results: no idle hint cell on the system QEMU".into(),
+        ));
+    };
+    if hint_after.is_empty() {
+        return Err(SimError::BadCalibration(
+            "bench results: no hint cell 0.5-4 s after the spike on the system QEMU".into(),
+        ));
+    }
+    let hint_after_n = hint_after.len();
+    let hint_after = median(hint_after);
+    // The model's floor of make bench's 2 GiB guest: its kernel (struct page and the rest)
+    // and daemons, from the values the file has.
+    let key = |k: &str| current(CALIBRATION_TOML, "qemu-tcg", k).unwrap_or(0.0);
+    let kernel_mib = BENCH_GUEST_MIB * key("struct_page_fraction")
+        + (key("kernel_base_gib") + key("daemons_gib")) * 1024.0;
+    let zero = |sent: f64| ((kernel_mib - sent) / 1024.0).max(0.0);
     let n = idle.len();
     Ok(vec![
         Fitted {
@@ -143,10 +210,17 @@ pub fn qemu_tcg(results_json: &str) -> Result<Vec<Fitted>, SimError> {
         },
         Fitted {
             profile: "qemu-tcg",
-            key: "burst_mib",
-            value: (-a * mib_s).max(0.0),
-            decimals: 1,
-            from: format!("bench: the same line's intercept ({a:.3} s) times its bandwidth"),
+            key: "burst_s",
+            value: (-a).max(0.0),
+            decimals: 3,
+            from: format!("bench: the same line's intercept ({a:.3} s)"),
+        },
+        Fitted {
+            profile: "qemu-tcg",
+            key: "zero_scan_gib_s",
+            value: scan_gib_s,
+            decimals: 2,
+            from: format!("bench: at least the fastest idle cell's zero pages per second ({scan_cfg}, the rest of {BENCH_GUEST_MIB:.0} MiB as zero pages)"),
         },
         Fitted {
             profile: "qemu-tcg",
@@ -182,6 +256,33 @@ pub fn qemu_tcg(results_json: &str) -> Result<Vec<Fitted>, SimError> {
             value: r.kernel.hook_over_no_balloon,
             decimals: 3,
             from: "bench kernel: the hook's spike over the same spike into backed memory".into(),
+        },
+        Fitted {
+            profile: "qemu-tcg",
+            key: "kernel_zero_gib",
+            value: zero(stock_floor),
+            decimals: 3,
+            from: format!(
+                "bench: a settled stock guest with hinting sends {stock_floor:.0} MiB idle (median of {stock_n} cells) of a {kernel_mib:.0} MiB floor"
+            ),
+        },
+        Fitted {
+            profile: "qemu-tcg",
+            key: "patched_kernel_zero_gib",
+            value: zero(patched_floor),
+            decimals: 3,
+            from: format!(
+                "bench: the patched kernel + FPR + hinting sends {patched_floor:.0} MiB idle of a {kernel_mib:.0} MiB floor"
+            ),
+        },
+        Fitted {
+            profile: "qemu-tcg",
+            key: "hint_miss_mib",
+            value: (hint_after - hint_idle).max(0.0),
+            decimals: 0,
+            from: format!(
+                "bench: hinting alone sends {hint_after:.0} MiB 0.5-4 s after the spike (median of {hint_after_n} cells), {hint_idle:.0} idle"
+            ),
         },
         Fitted {
             profile: "qemu-tcg",
@@ -578,7 +679,27 @@ pub fn write_into(text: &str, fits: &[Fitted]) -> String {
         match fits.iter().find(|f| f.profile == profile && f.key == key) {
             Some(f) if t.contains('=') && !t.starts_with('#') => {
                 let (head, tail) = line.split_once('=').unwrap_or((line, ""));
-                let comment = tail.find('#').map(|i| &tail[i..]).unwrap_or("");
+                let old = tail.find('#').map(|i| &tail[i..]).unwrap_or("");
+                // The comment says what the value was fitted to (its figures change with
+                // the fit); the old comment's `[kind]` tag stays.
+                let comment = if f.from.is_empty() {
+                    old.to_string()
+                } else {
+                    let tag = old
+                        .trim_start_matches('#')
+                        .trim_start()
+                        .strip_prefix('[')
+                        .and_then(|r| r.split_once(']'))
+                        .map_or("fit", |(t, _)| t);
+                    // `from` names its source first ("bench: …", "bench kernel: …"): the
+                    // tag says it already.
+                    let from = f
+                        .from
+                        .strip_prefix(tag)
+                        .map(|r| r.trim_start_matches(':').trim_start())
+                        .unwrap_or(&f.from);
+                    format!("# [{tag}] make calibrate: {from}")
+                };
                 let value = format!("{:.*}", f.decimals, f.value);
                 let value = if value.contains('.') {
                     value
@@ -592,7 +713,7 @@ pub fn write_into(text: &str, fits: &[Fitted]) -> String {
                     while l.len() < width {
                         l.push(' ');
                     }
-                    l.push_str(comment);
+                    l.push_str(&comment);
                 }
                 out.push_str(&l);
             }
@@ -642,5 +763,16 @@ mod tests {
         assert!(out.contains("x = 4.25"), "{out}");
         assert!(out.contains("# b's"), "{out}");
         assert_eq!(current(&out, "b", "x"), Some(4.25));
+        // A fit that says what it came from rewrites the comment, its tag kept.
+        let text = "[profile.b]\nx = 3.0   # [bench] make calibrate: 3.5 GB/s\n";
+        let fits = [Fitted {
+            from: "bench kernel: 2.9 GB/s".into(),
+            ..fits[0].clone()
+        }];
+        let out = write_into(text, &fits);
+        assert_eq!(
+            out,
+            "[profile.b]\nx = 4.25  # [bench] make calibrate: kernel: 2.9 GB/s\n"
+        );
     }
 }

@@ -22,6 +22,11 @@ pub struct MigrationRecord {
     pub size_at_start_bytes: u64,
 }
 
+/// What free page hinting misses of a recent free (`hint_miss_mib`).
+fn hint_miss(c: &Calibration) -> Kib {
+    Kib((c.hint_miss_mib.max(0.0) * 1024.0) as u64)
+}
+
 #[derive(Debug, Clone, PartialEq)]
 enum Phase {
     /// Waiting for the balloon to reach a size asked for before it (one-shot); gives up
@@ -47,6 +52,9 @@ pub struct Migration {
     downtime_ms: f64,
     /// This migration's bandwidth as a fraction of the calibrated one (jitter).
     bw_factor: f64,
+    /// Of this round's pages to send, recently freed ones free page hinting missed (KiB):
+    /// the first a balloon inflating takes.
+    missed: f64,
 }
 
 impl Migration {
@@ -70,6 +78,7 @@ impl Migration {
             sent: 0.0,
             downtime_ms: 0.0,
             bw_factor,
+            missed: 0.0,
         };
         m.phase = if prepare {
             Phase::Prepare {
@@ -77,12 +86,12 @@ impl Migration {
                 last_size: g.size(),
             }
         } else {
-            m.first_pass(g, c, hinting)
+            m.first_pass(now, g, c, hinting)
         };
         m
     }
 
-    fn first_pass(&mut self, g: &Guest, c: &Calibration, hinting: bool) -> Phase {
+    fn first_pass(&mut self, now: f64, g: &Guest, c: &Calibration, hinting: bool) -> Phase {
         self.round = 1;
         match c.migration {
             MigrationKind::Xen => Phase::Precopy {
@@ -90,8 +99,19 @@ impl Migration {
                 zero_left: 0.0,
             },
             MigrationKind::Qemu => {
-                // Free page hinting: the guest's free pages at the start are skipped in the first pass.
-                let hinted = if hinting { g.free_dirty() } else { Kib::ZERO };
+                // Free page hinting: the guest's free pages at the start are skipped in the
+                // first pass (and at each round's start, in `step`).
+                let missed = if hinting {
+                    g.free_unhintable(now, hint_miss(c), c.hint_miss_s)
+                } else {
+                    Kib::ZERO
+                };
+                self.missed = missed.0 as f64;
+                let hinted = if hinting {
+                    g.free_dirty().saturating_sub(missed)
+                } else {
+                    Kib::ZERO
+                };
                 let to_send = g.written().saturating_sub(hinted).0 as f64;
                 // Zero pages cost scanning time, not bytes; the scan goes on while the
                 // sender waits for its bandwidth. Hinted pages cost the guest's report, in
@@ -102,7 +122,7 @@ impl Migration {
                 } else {
                     0.0
                 };
-                let burst = (c.burst_mib * 1024.0).min(to_send);
+                let burst = (c.burst_s * rate(c.bandwidth_gib_s * self.bw_factor, 1.0).0 as f64).min(to_send);
                 self.sent += burst;
                 Phase::Precopy {
                     to_send: to_send - burst,
@@ -145,6 +165,21 @@ impl Migration {
         }
     }
 
+    /// The balloon took `k` written pages: the recently freed ones first, so the pages free
+    /// page hinting missed go first; the rest as [`Migration::discarded`].
+    pub fn ballooned(&mut self, k: Kib, g: &Guest) {
+        let mut k = k.0 as f64;
+        if let Phase::Precopy { to_send, .. } = &mut self.phase {
+            let first = self.missed.min(k).min(*to_send);
+            *to_send -= first;
+            self.missed -= first;
+            k -= first;
+        }
+        if k >= 1.0 {
+            self.discarded(Kib(k as u64), g);
+        }
+    }
+
     /// One tick; returns the record once the migration is over.
     pub fn step(
         &mut self,
@@ -168,7 +203,7 @@ impl Migration {
                 if (asked && (size <= target.saturating_add(Kib(64 * 1024)) || size >= last_size))
                     || now >= deadline
                 {
-                    self.phase = self.first_pass(g, c, hinting);
+                    self.phase = self.first_pass(now, g, c, hinting);
                 } else {
                     self.phase = Phase::Prepare {
                         deadline,
@@ -208,6 +243,18 @@ impl Migration {
                     self.round += 1;
                     to_send = self.dirtied;
                     self.dirtied = 0.0;
+                    if hinting && c.migration == MigrationKind::Qemu {
+                        // QEMU starts a round of hints after every bitmap sync while the
+                        // guest runs: what the guest wrote and freed since is skipped.
+                        let missed = g.free_unhintable(now, hint_miss(c), c.hint_miss_s);
+                        let freed = to_send.min(g.free_dirty().0 as f64);
+                        let hinted = (freed - missed.0 as f64).max(0.0);
+                        self.missed = freed - hinted;
+                        to_send -= hinted;
+                        if c.zero_scan_gib_s > 0.0 {
+                            zero_left += hinted * c.zero_scan_gib_s / c.hint_gib_s;
+                        }
+                    }
                 }
                 self.phase = Phase::Precopy { to_send, zero_left };
                 None

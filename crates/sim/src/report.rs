@@ -69,7 +69,7 @@ pub fn reproduce(
         ));
         o.push('\n');
     }
-    let _ = writeln!(o, "## Not simulated yet\n\n- The watermark khugepaged sets in a guest configured with 512 MiB or more (transparent hugepages on: `min_free_kbytes` 44 MiB, a 65 MiB high watermark in a 1 GiB guest however far it is ballooned; docs/balancers.md, E1): make bench-host's ballooned guests' MemAvailable gap, which the model's watermarks (`sqrt(16 · KiB)`) do not have.\n- Conformance covers every moment of six configurations on both QEMUs; free page hinting (make bench's later `hint`, `fpr+hint` cells) is not in bench/results.json yet.");
+    let _ = writeln!(o, "## Not simulated yet\n\n- The watermark khugepaged sets in a guest configured with 512 MiB or more (transparent hugepages on: `min_free_kbytes` 44 MiB, a 65 MiB high watermark in a 1 GiB guest however far it is ballooned; docs/balancers.md, E1): make bench-host's ballooned guests' MemAvailable gap, which the model's watermarks (`sqrt(16 · KiB)`) do not have.\n- What holds the pages free page hinting misses right after a free (the model takes a measured amount, `hint_miss_mib`, without naming it).");
     Ok(o)
 }
 

@@ -187,19 +187,26 @@ pub fn simulate(
 ) -> Result<Run, SimError> {
     let calib = s.calibration()?;
     let cfg = s.policy.clone().unwrap_or_default();
-    let mut world = SimWorld::new(s, calib, policy.guest(), seed);
+    let mut side = policy.guest();
+    side.hinting |= s.free_page_hint;
+    let mut world = SimWorld::new(s, calib, side, seed);
     let mut hl = policy.host_loop(&cfg, s.vm.len());
     let ticks = (s.duration_s / s.tick_s).round() as u64;
     let mut next_sample = 0.0;
     let mut next_row = 0.0;
     let mut rows = Vec::new();
     let report_every = (ticks / 20).max(1);
+    // Per VM: a migration ran since the last row (one shorter than a row's interval shows).
+    let mut migrated = vec![false; world.vms.len()];
     for k in 0..ticks {
         if world.now + 1e-9 >= next_sample {
             host_step(&mut hl, &mut world);
             next_sample += 1.0;
         }
         world.advance();
+        for (m, v) in migrated.iter_mut().zip(&world.vms) {
+            *m |= v.migration.is_some();
+        }
         if s.stop_when_done
             && world
                 .vms
@@ -210,7 +217,7 @@ pub fn simulate(
         }
         if series && world.now + 1e-9 >= next_row {
             next_row += s.series_every_s.max(s.tick_s);
-            rows.extend(world.vms.iter().map(|v| {
+            rows.extend(world.vms.iter().zip(&mut migrated).map(|(v, migrated)| {
                 let g = &v.guest;
                 let gb = |k: autoballoon_core::units::Kib| k.0 as f64 / (1024.0 * 1024.0);
                 SeriesRow {
@@ -226,7 +233,7 @@ pub fn simulate(
                     free_gib: gb(g.free()),
                     available_gib: gb(g.mem_view().available),
                     swapped_gib: gb(g.swapped),
-                    migrating: v.migration.is_some(),
+                    migrating: std::mem::take(migrated),
                 }
             }));
         }

@@ -68,6 +68,10 @@ pub struct Scenario {
     /// The stock balloon's deflate-on-oom (QEMU `deflate-on-oom=on`).
     #[serde(default)]
     pub deflate_on_oom: bool,
+    /// Free page hinting at each migration (QEMU `free-page-hint=on`) whatever the policy's
+    /// own guest side says: make bench's `ab-stock` and `ab-patched+fpr` have it on.
+    #[serde(default)]
+    pub free_page_hint: bool,
     #[serde(default)]
     pub host: HostSpec,
     pub vm: Vec<VmSpec>,

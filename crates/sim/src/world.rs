@@ -109,7 +109,11 @@ impl SimWorld {
                         max,
                         kernel: Kib((max.0 as f64 * calib.struct_page_fraction) as u64)
                             .saturating_add(gib(calib.kernel_base_gib)),
-                        kernel_zero: gib(calib.kernel_zero_gib),
+                        kernel_zero: gib(if side.patched {
+                            calib.patched_kernel_zero_gib
+                        } else {
+                            calib.kernel_zero_gib
+                        }),
                         daemons: gib(calib.daemons_gib),
                         hot_cache: gib(calib.hot_cache_gib),
                         base_uncommitted: gib(calib.base_uncommitted_gib),
@@ -591,8 +595,11 @@ fn step_vm(
             + if xen { deflated.0 as f64 } else { 0.0 };
         m.dirty(written, g);
         // QEMU does not send what the balloon or reporting discarded meanwhile.
-        if !xen && dirty_taken.saturating_add(reported).0 > 0 {
-            m.discarded(dirty_taken.saturating_add(reported), g);
+        if !xen && dirty_taken.0 > 0 {
+            m.ballooned(dirty_taken, g);
+        }
+        if !xen && reported.0 > 0 {
+            m.discarded(reported, g);
         }
         m.step(now, dt, g, c, side.hinting, &v.name)
     } else {

@@ -13,15 +13,18 @@ fn bench_cells_replayed() {
     };
     let rows = conformance(&text).unwrap();
     println!("{}", markdown(&rows));
-    // 6 configurations (no balloon, the fixed balloon with deflate-on-oom, FPR, the stock
-    // kernel's host controller, the patched kernel with and without FPR) × 7 moments (idle,
-    // five after the spike, the spike during a slow migration) × 2 QEMUs (7.2 and 10).
-    assert!(rows.len() >= 84, "{}", rows.len());
+    // 8 configurations (no balloon, the fixed balloon with deflate-on-oom, FPR, hinting,
+    // both, the stock kernel's host controller, the patched kernel with and without FPR)
+    // × 7 moments (idle, five after the spike, the spike during a slow migration) × 2
+    // QEMUs (7.2 and 10).
+    assert!(rows.len() >= 112, "{}", rows.len());
     assert!(rows.iter().any(|r| r.moment.contains("during")));
     for q in ["system", "qemu10"] {
         for c in [
             "no-balloon",
             "fpr",
+            "hint",
+            "fpr-hint",
             "ab-stock",
             "ab-patched",
             "ab-patched-fpr",
@@ -34,10 +37,7 @@ fn bench_cells_replayed() {
     }
     // Today every cell is within 0.51–1.49× in MiB and 0.61–1.58× in time (docs/simulator.md).
     for r in &rows {
-        let (mib, time) = (
-            r.simulated_mib / r.measured_mib,
-            r.simulated_s / r.measured_s,
-        );
+        let (mib, time) = (r.mib_ratio(), r.time_ratio());
         assert!(
             (0.5..2.0).contains(&mib) && (0.5..2.0).contains(&time),
             "{r:?}: {mib:.2}× MiB, {time:.2}× time"
