@@ -171,7 +171,7 @@ pub struct Guest {
     pub free_clean: Kib,
     free_dirty: FreeDirty,
     /// Programs' frees of the last minute, by time: free page hinting misses part of what
-    /// was freed last ([`Guest::free_hintable`]).
+    /// was freed last ([`Guest::free_unhintable`]).
     releases: VecDeque<(f64, Kib)>,
     pub stats: GuestStats,
     next_report: f64,
@@ -243,9 +243,9 @@ impl Guest {
     }
 
     /// Of the free pages that hold data, those a round of free page hinting misses: up
-    /// to `miss` of what programs freed in the last `miss_s` (measured: after a 1.2 GiB
-    /// spike, hinting alone sent ~80 MiB more than when idle for 4 s, ~25 more at 8 s;
-    /// neither hinting nor reporting reaches those pages, which the model does not name).
+    /// to `miss` of what programs freed in the last `miss_s` (`hint_miss_mib`: after a 1.2
+    /// GiB spike hinting alone sent ~70 MiB more than idle for 4 s, less at 8 s; neither
+    /// hinting nor reporting reaches those pages, which the model does not name).
     pub fn free_unhintable(&self, now: f64, miss: Kib, miss_s: f64) -> Kib {
         self.releases
             .iter()
