@@ -92,19 +92,9 @@ impl FreeDirty {
     }
     /// Takes up to `k`, the most recently freed first (the allocator's hot pages).
     fn take(&mut self, k: Kib) -> Kib {
-        let mut left = k;
-        while left.0 > 0 {
-            let Some((_, v)) = self.recent.back_mut() else {
-                break;
-            };
-            let t = (*v).min(left);
-            *v = v.saturating_sub(t);
-            left = left.saturating_sub(t);
-            self.recent_total = self.recent_total.saturating_sub(t);
-            if v.0 == 0 {
-                self.recent.pop_back();
-            }
-        }
+        let t = take_newest(&mut self.recent, k);
+        self.recent_total = self.recent_total.saturating_sub(t);
+        let mut left = k.saturating_sub(t);
         let t = self.old.min(left);
         self.old = self.old.saturating_sub(t);
         left = left.saturating_sub(t);
@@ -115,6 +105,23 @@ impl FreeDirty {
         self.old = self.old.saturating_sub(t);
         t
     }
+}
+
+/// Takes up to `k` from amounts recorded by time, the newest first; returns what it took.
+fn take_newest(q: &mut VecDeque<(f64, Kib)>, k: Kib) -> Kib {
+    let mut left = k;
+    while left.0 > 0 {
+        let Some((_, v)) = q.back_mut() else {
+            break;
+        };
+        let t = (*v).min(left);
+        *v = v.saturating_sub(t);
+        left = left.saturating_sub(t);
+        if v.0 == 0 {
+            q.pop_back();
+        }
+    }
+    k.saturating_sub(left)
 }
 
 /// Counters of one guest.
@@ -227,18 +234,7 @@ impl Guest {
     /// (the allocator's hot pages), from the record of recent frees too.
     fn take_free_dirty(&mut self, k: Kib) -> Kib {
         let got = self.free_dirty.take(k);
-        let mut left = got;
-        while left.0 > 0 {
-            let Some((_, v)) = self.releases.back_mut() else {
-                break;
-            };
-            let t = (*v).min(left);
-            *v = v.saturating_sub(t);
-            left = left.saturating_sub(t);
-            if v.0 == 0 {
-                self.releases.pop_back();
-            }
-        }
+        take_newest(&mut self.releases, got);
         got
     }
 
