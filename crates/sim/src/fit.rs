@@ -115,12 +115,12 @@ pub fn qemu_tcg(results_json: &str) -> Result<Vec<Fitted>, SimError> {
             .iter()
             .find(|c| c.qemu == "system" && c.config == config && c.moment.as_str() == Some(moment))
     };
-    let idle: Vec<(f64, f64)> = r
+    let idle_cells: Vec<&BenchCell> = r
         .cells
         .iter()
         .filter(|c| c.qemu == "system" && c.moment.as_str() == Some("idle"))
-        .map(|c| (c.sent_mib, c.total_s))
         .collect();
+    let idle: Vec<(f64, f64)> = idle_cells.iter().map(|c| (c.sent_mib, c.total_s)).collect();
     if idle.len() < 3 {
         return Err(SimError::BadCalibration(
             "bench results: fewer than 3 idle cells on the system QEMU".into(),
@@ -130,10 +130,9 @@ pub fn qemu_tcg(results_json: &str) -> Result<Vec<Fitted>, SimError> {
     let mib_s = 1.0 / b;
     // The zero-page scan goes on while the sender waits for its bandwidth: the idle cell
     // that scanned the most per second of its migration bounds its speed from below.
-    let (scan_gib_s, scan_cfg) = r
-        .cells
+    let (scan_gib_s, scan_cfg) = idle_cells
         .iter()
-        .filter(|c| c.qemu == "system" && c.moment.as_str() == Some("idle") && c.total_s > 0.0)
+        .filter(|c| c.total_s > 0.0)
         .map(|c| (((BENCH_GUEST_MIB - c.sent_mib) / 1024.0).max(0.0) / c.total_s, c))
         .max_by(|x, y| x.0.total_cmp(&y.0))
         .map(|(v, c)| (v, format!("{}: {:.0} MiB sent in {:.2} s", c.config, c.sent_mib, c.total_s)))
@@ -158,7 +157,8 @@ pub fn qemu_tcg(results_json: &str) -> Result<Vec<Fitted>, SimError> {
             .filter_map(|c| sys(c, "idle"))
             .map(|c| c.sent_mib)
             .collect();
-        (!sent.is_empty()).then(|| (median(sent.clone()), sent.len()))
+        let n = sent.len();
+        (n > 0).then(|| (median(sent), n))
     };
     let (Some((stock_floor, stock_n)), Some((patched_floor, _))) = (
         floor_mib(&["ab-stock", "hint", "fpr-hint"]),

@@ -27,6 +27,16 @@ fn hint_miss(c: &Calibration) -> Kib {
     Kib((c.hint_miss_mib.max(0.0) * 1024.0) as u64)
 }
 
+/// Hinted pages cost the guest's report, in zero-scan-equivalent KiB (nothing where the
+/// scan is not modelled).
+fn hint_scan(c: &Calibration, hinted: f64) -> f64 {
+    if c.zero_scan_gib_s > 0.0 {
+        hinted * c.zero_scan_gib_s / c.hint_gib_s
+    } else {
+        0.0
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 enum Phase {
     /// Waiting for the balloon to reach a size asked for before it (one-shot); gives up
@@ -101,27 +111,17 @@ impl Migration {
             MigrationKind::Qemu => {
                 // Free page hinting: the guest's free pages at the start are skipped in the
                 // first pass (and at each round's start, in `step`).
-                let missed = if hinting {
-                    g.free_unhintable(now, hint_miss(c), c.hint_miss_s)
-                } else {
-                    Kib::ZERO
-                };
-                self.missed = missed.0 as f64;
                 let hinted = if hinting {
-                    g.free_dirty().saturating_sub(missed)
+                    self.hint_round(now, g, c, g.free_dirty().0 as f64)
                 } else {
-                    Kib::ZERO
-                };
-                let to_send = g.written().saturating_sub(hinted).0 as f64;
-                // Zero pages cost scanning time, not bytes; the scan goes on while the
-                // sender waits for its bandwidth. Hinted pages cost the guest's report, in
-                // scan-equivalent KiB.
-                let zero = g.cfg.max.0 as f64 - to_send - hinted.0 as f64;
-                let hint = if c.zero_scan_gib_s > 0.0 {
-                    hinted.0 as f64 * c.zero_scan_gib_s / c.hint_gib_s
-                } else {
+                    self.missed = 0.0;
                     0.0
                 };
+                let to_send = (g.written().0 as f64 - hinted).max(0.0);
+                // Zero pages cost scanning time, not bytes; the scan goes on while the
+                // sender waits for its bandwidth.
+                let zero = g.cfg.max.0 as f64 - to_send - hinted;
+                let hint = hint_scan(c, hinted);
                 let burst = (c.burst_s * rate(c.bandwidth_gib_s * self.bw_factor, 1.0).0 as f64).min(to_send);
                 self.sent += burst;
                 Phase::Precopy {
@@ -163,6 +163,16 @@ impl Migration {
             *to_send = (*to_send - k * (*to_send / written)).max(0.0);
             self.dirtied = (self.dirtied - k * (self.dirtied / written).min(1.0)).max(0.0);
         }
+    }
+
+    /// A round of free page hinting over `candidates` KiB of free pages that hold data:
+    /// returns what it skips, and keeps what it missed (the recently freed pages
+    /// [`Guest::free_unhintable`] names) as `missed`.
+    fn hint_round(&mut self, now: f64, g: &Guest, c: &Calibration, candidates: f64) -> f64 {
+        let unhintable = g.free_unhintable(now, hint_miss(c), c.hint_miss_s).0 as f64;
+        let hinted = (candidates - unhintable).max(0.0);
+        self.missed = candidates - hinted;
+        hinted
     }
 
     /// The balloon took `k` written pages: the recently freed ones first, so the pages free
@@ -246,14 +256,10 @@ impl Migration {
                     if hinting && c.migration == MigrationKind::Qemu {
                         // QEMU starts a round of hints after every bitmap sync while the
                         // guest runs: what the guest wrote and freed since is skipped.
-                        let missed = g.free_unhintable(now, hint_miss(c), c.hint_miss_s);
                         let freed = to_send.min(g.free_dirty().0 as f64);
-                        let hinted = (freed - missed.0 as f64).max(0.0);
-                        self.missed = freed - hinted;
+                        let hinted = self.hint_round(now, g, c, freed);
                         to_send -= hinted;
-                        if c.zero_scan_gib_s > 0.0 {
-                            zero_left += hinted * c.zero_scan_gib_s / c.hint_gib_s;
-                        }
+                        zero_left += hint_scan(c, hinted);
                     }
                 }
                 self.phase = Phase::Precopy { to_send, zero_left };
