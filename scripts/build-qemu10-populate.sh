@@ -13,7 +13,9 @@
 #   scripts/qemu10/virtio-balloon-reported-hold-lazily.patch: the thread holds that memory
 #     lazily (MADV_FREE) and, x-populate-reported-hold-ms later (5 s), pages out what the
 #     guest did not write (MADV_PAGEOUT), so a request the guest does not use up costs the
-#     host nothing after the hold;
+#     host nothing after the hold; a chunk the guest wrote stays whole (paging it out
+#     would split the host's huge page under it), one paged out goes back into the record
+#     (the guest would fault it in 4 KiB at a time);
 #   scripts/qemu10/virtio-balloon-migrate-skip-ballooned.patch: x-migrate-skip-ballooned (off
 #     by default), with which a migration skips the pages in the balloon, as it skips the
 #     free pages the guest hints, instead of sending each as a zero page (docs/migration.md);
