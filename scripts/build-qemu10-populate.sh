@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build QEMU 10 (the upstream source of Debian's bookworm-backports package, the same version
-# scripts/install-qemu10.sh installs) with five changes of ours, in this order:
+# scripts/install-qemu10.sh installs) with six changes of ours, in this order:
 #   scripts/qemu10/virtio-balloon-populate-on-deflate.patch: an experimental balloon property,
 #     x-populate-on-deflate (off by default), with which QEMU acknowledges a deflation first
 #     and then backs the deflated pages in a thread of its own (MADV_POPULATE_WRITE), so
@@ -22,7 +22,11 @@
 #   scripts/qemu10/virtio-balloon-hint-id-while-reporting.patch: a fix, not behind a
 #     property: while the guest reports free page hints the device shows it the id of the
 #     round, not the stop id, so a `balloon` command meanwhile no longer ends the round
-#     (docs/migration.md, "A balloon command ends a round of hints").
+#     (docs/migration.md, "A balloon command ends a round of hints");
+#   scripts/qemu10/virtio-balloon-populate-collapse.patch: the thread backs a chunk that is a
+#     whole huge page with MADV_COLLAPSE, so that one whose page table the balloon or the
+#     page-out left behind comes back as one huge page instead of 512 small ones (docs/spikes.md,
+#     "Backing again in huge pages").
 # With the properties off, the device behaves as QEMU's own (but for that fix, which only
 # a configuration change during a round of hints meets), so one build serves the baselines
 # and the changes side by side. `make test` does not build it (it runs its tests where it is built);
@@ -55,7 +59,7 @@ KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PATCHES=("$HERE/qemu10/virtio-balloon-populate-on-deflate.patch" "$HERE/qemu10/virtio-balloon-populate-reported.patch"
          "$HERE/qemu10/virtio-balloon-reported-hold-lazily.patch" "$HERE/qemu10/virtio-balloon-migrate-skip-ballooned.patch"
-         "$HERE/qemu10/virtio-balloon-hint-id-while-reporting.patch")
+         "$HERE/qemu10/virtio-balloon-hint-id-while-reporting.patch" "$HERE/qemu10/virtio-balloon-populate-collapse.patch")
 MESON_VERSION=1.5.0
 BUILD_DEPS=(ninja-build pkg-config libglib2.0-dev libpixman-1-dev zlib1g-dev python3-venv flex bison)
 

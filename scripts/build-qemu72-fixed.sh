@@ -4,7 +4,7 @@
 # clears bits without resetting TCG's TLB; upstream 03bfc2188f, QEMU 9.0). KVM hosts are not
 # affected, and this machine has no KVM, so without the fix a QEMU 7.2 destination breaks
 # whether or not anything balloons (docs/migration.md, "Why destinations crashed").
-# The build also carries the project's six balloon patches, the QEMU 10 build's ported to 7.2:
+# The build also carries the project's seven balloon patches, the QEMU 10 build's ported to 7.2:
 # x-populate-on-deflate (off by default, so the device behaves as Debian's),
 # scripts/qemu72/virtio-balloon-populate-on-deflate.patch, and x-populate-reported on top of
 # it, scripts/qemu72/virtio-balloon-populate-reported.patch and
@@ -17,11 +17,13 @@
 # migration that ended during a round, nothing reads the hints the guest had queued, so its
 # next rounds fail; with the fix the device reads them when the VM starts running
 # (scripts/qemu72/virtio-balloon-hint-queue-after-load.patch; docs/migration.md, *A free page
-# queue nobody reads after a migration*).
+# queue nobody reads after a migration*). Last, the thread backs a chunk that is a whole huge
+# page with MADV_COLLAPSE (scripts/qemu72/virtio-balloon-populate-collapse.patch; docs/spikes.md,
+# "Backing again in huge pages").
 #
 # Steps: fetch the source package of the installed qemu-system-x86 version through a private
 # apt configuration (deb-src lines of its own; /etc/apt is left alone), unpack it afresh for
-# every build, apply the seven patches in scripts/qemu72/ (the TCG fix first), configure
+# every build, apply the eight patches in scripts/qemu72/ (the TCG fix first), configure
 # x86_64-softmmu only with what the test bed uses (no GUI, no docs), build with ninja
 # (nice 19) and install into
 #   ${AUTOBALLOON_CACHE:-$HOME/.cache/autoballoon}/qemu/7.2-fixed-<hash>/
@@ -46,7 +48,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PATCHES=("$HERE/qemu72/tcg-dirty-bitmap-sync.patch" "$HERE/qemu72/virtio-balloon-populate-on-deflate.patch"
          "$HERE/qemu72/virtio-balloon-populate-reported.patch" "$HERE/qemu72/virtio-balloon-reported-hold-lazily.patch"
          "$HERE/qemu72/virtio-balloon-migrate-skip-ballooned.patch" "$HERE/qemu72/virtio-balloon-hint-id-while-reporting.patch"
-         "$HERE/qemu72/virtio-balloon-hint-queue-after-load.patch")
+         "$HERE/qemu72/virtio-balloon-hint-queue-after-load.patch" "$HERE/qemu72/virtio-balloon-populate-collapse.patch")
 BUILD_DEPS=(meson ninja-build pkg-config libglib2.0-dev libpixman-1-dev libfdt-dev zlib1g-dev python3-venv flex bison dpkg-dev)
 
 say() { echo "build-qemu72-fixed: $*" >&2; }

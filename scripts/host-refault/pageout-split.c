@@ -4,12 +4,15 @@
  * project's QEMU patch holds memory it backed ahead of the guest
  * (scripts/qemu10/virtio-balloon-reported-hold-lazily.patch): each 2 MiB chunk
  * is populated (MADV_POPULATE_WRITE), made lazily free (MADV_FREE), maybe
- * written, then paged out (MADV_PAGEOUT). Four cases, each on a fresh mapping
+ * written, then paged out (MADV_PAGEOUT). Five cases, each on a fresh mapping
  * of SIZE MiB with MADV_HUGEPAGE (as QEMU maps guest RAM):
  *   untouched   nothing written, then every page touched again
  *   written     one word written per 2 MiB before the page-out
  *   discarded   nothing written, then MADV_DONTNEED over the whole range (as
  *               free page reporting discards it) before touching it again
+ *   collapsed   nothing written, then MADV_COLLAPSE on each 2 MiB (as the
+ *               populating thread backs such a chunk again,
+ *               virtio-balloon-populate-collapse.patch) before touching it again
  *   kept        nothing written, no page-out, then touched again
  * Prints the mapping's resident and huge-page KiB (smaps) after each step and
  * the minor faults the last touch took. docs/spikes.md, "What the hold's
@@ -30,6 +33,9 @@
 #endif
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
+#endif
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
 #endif
 
 #define HUGE (2UL << 20)
@@ -79,7 +85,7 @@ static void report(const char *what, void *a)
 }
 
 static void one(const char *name, size_t size, int write, int pageout,
-		int discard)
+		int discard, int collapse)
 {
 	char *m = mmap(NULL, size + HUGE, PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -116,6 +122,12 @@ static void one(const char *name, size_t size, int write, int pageout,
 		madvise(a, size, MADV_DONTNEED);
 		report("discarded whole", a);
 	}
+	if (collapse) {
+		for (off = 0; off < size; off += HUGE)
+			if (madvise(a + off, HUGE, MADV_COLLAPSE))
+				perror("MADV_COLLAPSE");
+		report("collapsed", a);
+	}
 	before = minflt();
 	for (off = 0; off < size; off += 4096)
 		a[off] = 2;
@@ -130,9 +142,10 @@ int main(int argc, char **argv)
 	size_t size = (argc > 1 ? strtoul(argv[1], NULL, 10) : 64) << 20;
 
 	size &= ~(HUGE - 1);
-	one("untouched", size, 0, 1, 0);
-	one("written", size, 1, 1, 0);
-	one("discarded", size, 0, 1, 1);
-	one("kept", size, 0, 0, 0);
+	one("untouched", size, 0, 1, 0, 0);
+	one("written", size, 1, 1, 0, 0);
+	one("discarded", size, 0, 1, 1, 0);
+	one("collapsed", size, 0, 1, 0, 1);
+	one("kept", size, 0, 0, 0, 0);
 	return 0;
 }
