@@ -12,7 +12,8 @@
  *               free page reporting discards it) before touching it again
  *   collapsed   nothing written, then MADV_COLLAPSE on each 2 MiB (as the
  *               populating thread backs such a chunk again,
- *               virtio-balloon-populate-collapse.patch) before touching it again
+ *               virtio-balloon-populate-collapse.patch) before touching it
+ *               again
  *   kept        nothing written, no page-out, then touched again
  * Prints the mapping's resident and huge-page KiB (smaps) after each step and
  * the minor faults the last touch took. docs/spikes.md, "What the hold's
@@ -39,6 +40,9 @@
 #endif
 
 #define HUGE (2UL << 20)
+
+/* What a case does between holding the mapping lazily and touching it again */
+enum { WRITE = 1, PAGEOUT = 2, DISCARD = 4, COLLAPSE = 8 };
 
 /* The Rss and AnonHugePages of the mapping at addr, in KiB. */
 static void usage_of(void *addr, long *rss, long *huge)
@@ -84,8 +88,7 @@ static void report(const char *what, void *a)
 	printf("  %-34s resident %7ld KiB, huge %7ld KiB\n", what, rss, huge);
 }
 
-static void one(const char *name, size_t size, int write, int pageout,
-		int discard, int collapse)
+static void one(const char *name, size_t size, unsigned int steps)
 {
 	char *m = mmap(NULL, size + HUGE, PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -108,21 +111,21 @@ static void one(const char *name, size_t size, int write, int pageout,
 		}
 	}
 	report("populated, held lazily", a);
-	if (write) {
+	if (steps & WRITE) {
 		for (off = 0; off < size; off += HUGE)
 			a[off] = 1;
 		report("one word written per 2 MiB", a);
 	}
-	if (pageout) {
+	if (steps & PAGEOUT) {
 		for (off = 0; off < size; off += HUGE)
 			madvise(a + off, HUGE, MADV_PAGEOUT);
 		report("paged out", a);
 	}
-	if (discard) {
+	if (steps & DISCARD) {
 		madvise(a, size, MADV_DONTNEED);
 		report("discarded whole", a);
 	}
-	if (collapse) {
+	if (steps & COLLAPSE) {
 		for (off = 0; off < size; off += HUGE)
 			if (madvise(a + off, HUGE, MADV_COLLAPSE))
 				perror("MADV_COLLAPSE");
@@ -142,10 +145,10 @@ int main(int argc, char **argv)
 	size_t size = (argc > 1 ? strtoul(argv[1], NULL, 10) : 64) << 20;
 
 	size &= ~(HUGE - 1);
-	one("untouched", size, 0, 1, 0, 0);
-	one("written", size, 1, 1, 0, 0);
-	one("discarded", size, 0, 1, 1, 0);
-	one("collapsed", size, 0, 1, 0, 1);
-	one("kept", size, 0, 0, 0, 0);
+	one("untouched", size, PAGEOUT);
+	one("written", size, WRITE | PAGEOUT);
+	one("discarded", size, PAGEOUT | DISCARD);
+	one("collapsed", size, PAGEOUT | COLLAPSE);
+	one("kept", size, 0);
 	return 0;
 }

@@ -24,6 +24,12 @@ fn rss_mib(q: &Qemu) -> u64 {
     q.rss().expect("QEMU's VmRSS").0 / 1024
 }
 
+/// Whether the QEMU at `qemu` has the trace event `event`: which of the project's patches a
+/// cached build carries.
+fn has_trace_event(qemu: &Path, event: &str) -> bool {
+    std::process::Command::new(qemu).args(["-trace", "help"]).output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(event))
+}
+
 /// Runs `check` on each build that is built (`off`: its wrapper with the properties off).
 fn on_each_build(test: &str, check: fn(&str, &Path)) {
     for (i, off) in common::populate_qemus(test).iter().enumerate() {
@@ -133,8 +139,7 @@ fn backs_reported_memory(test: &str, off: &Path) {
     // What it paged out is in the record again, so that the next request backs it before
     // the guest touches it (the page-out leaves a page table where the huge page was). A
     // build from before that (the trace event of the same patch tells) leaves it out.
-    let rerecords = std::process::Command::new(&vm.spec.qemu).args(["-trace", "help"]).output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("virtio_balloon_reported_kept"));
-    if rerecords {
+    if has_trace_event(&vm.spec.qemu, "virtio_balloon_reported_kept") {
         let again = wait_for(Duration::from_secs(10), Duration::from_millis(100), || recorded().is_some_and(|b| b + 64 * MIB >= reported));
         eprintln!("recorded again: {} MiB of {} MiB", recorded().unwrap_or(0) / MIB, reported / MIB);
         assert!(again.is_some(), "QEMU recorded {:?} bytes again of the {reported} it had before the request", recorded());
@@ -177,8 +182,7 @@ fn backs_paged_out_memory_in_huge_pages(vm: &Qemu, q: &Qmp, off: &Path) {
         eprintln!("SKIPPED the huge pages' check: this host's transparent huge pages are {:?}, {:?} bytes", thp.trim(), size.trim());
         return;
     }
-    let collapses = std::process::Command::new(&vm.spec.qemu).args(["-trace", "help"]).output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("virtio_balloon_populate_collapsed"));
-    if !collapses {
+    if !has_trace_event(&vm.spec.qemu, "virtio_balloon_populate_collapsed") {
         eprintln!("SKIPPED the huge pages' check on {}: built before the thread collapsed chunks (build it again)", off.display());
         return;
     }
