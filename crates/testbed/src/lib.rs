@@ -23,7 +23,7 @@ pub mod spikebench;
 
 pub use console::{count_oom_kills, Console, ConsoleError};
 pub use migrate::{free_port, migrate, start_migration, wait_migration, Migrated};
-pub use qemu::{host_memory_of, qemu_binary, rss_of, HostMemory, filled_disk, sparse_disk, RssSample, RssSampler, status_kib, GuestAgent, GuestImage, Qemu, QemuError, TcgThread, VmSpec, QEMU_ENV};
+pub use qemu::{host_memory_of, threads_of, ThreadUsage, qemu_binary, rss_of, HostMemory, filled_disk, sparse_disk, RssSample, RssSampler, status_kib, GuestAgent, GuestImage, Qemu, QemuError, TcgThread, VmSpec, QEMU_ENV};
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -265,7 +265,9 @@ impl Qemu {
             None => "tcg".to_string(),
         };
         cmd.args(["-accel", &accel, "-machine", "pc", "-cpu", if spec.gigantic_pages { "qemu64,+pdpe1gb" } else { "qemu64" }, "-nodefaults", "-display", "none", "-no-reboot"])
-            .args(["-name", &spec.name])
+            // Named threads ("CPU 0/TCG", "balloon-populate"), so that the benches can tell
+            // the vCPUs' page faults and CPU time from the rest of QEMU's (`threads_of`).
+            .args(["-name", &format!("{},debug-threads=on", spec.name)])
             .args(["-m", &memory_arg(&spec), "-smp", &smp_arg(&spec)])
             .arg("-kernel").arg(image.dir.join("vmlinuz"))
             .arg("-initrd").arg(image.dir.join("initrd.img"))
@@ -439,6 +441,38 @@ pub fn proc_stat_faults(stat: &str) -> Option<(u64, u64)> {
     Some((f.get(7)?.parse().ok()?, f.get(9)?.parse().ok()?))
 }
 
+/// One thread of a process at one moment: its name, minor page faults and CPU time so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadUsage {
+    pub tid: u32,
+    pub name: String,
+    pub minflt: u64,
+    pub cpu_ns: u64,
+}
+
+/// A thread's id, name and minor faults from its `/proc/PID/task/TID/stat` text and its CPU
+/// time from its `schedstat` text (nanoseconds on the CPU, first field). Pure.
+pub fn thread_usage(stat: &str, schedstat: &str) -> Option<ThreadUsage> {
+    let name = &stat[stat.find('(')? + 1..stat.rfind(')')?];
+    let tid = stat.split_whitespace().next()?.parse().ok()?;
+    Some(ThreadUsage { tid, name: name.to_string(), minflt: proc_stat_faults(stat)?.0, cpu_ns: schedstat.split_whitespace().next()?.parse().ok()? })
+}
+
+/// Every thread of process `pid` now (a thread that ends while it is read is left out);
+/// `None` if the process is gone.
+pub fn threads_of(pid: u32) -> Option<Vec<ThreadUsage>> {
+    let dir = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    Some(
+        dir.flatten()
+            .filter_map(|e| {
+                let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+                let schedstat = std::fs::read_to_string(e.path().join("schedstat")).ok()?;
+                thread_usage(&stat, &schedstat)
+            })
+            .collect(),
+    )
+}
+
 /// QEMU's host-side memory of one guest at one moment: what the host did for it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HostMemory {
@@ -592,6 +626,13 @@ mod tests {
         assert_eq!(proc_stat_faults(include_str!("../fixtures/qemu10-tcg.stat")), Some((4886, 35)));
         assert_eq!(proc_stat_faults("1 (a) b) S 0 0 0 0 -1 0 7 0 9 0"), Some((7, 9)), "a name with a parenthesis");
         assert_eq!(proc_stat_faults("1 (a) S 0"), None);
+    }
+
+    #[test]
+    fn reads_a_threads_name_faults_and_cpu_time() {
+        let stat = "4242 (CPU 0/TCG) S 1 4200 4200 0 -1 4194368 31337 0 0 0 1200 300 0 0 20 0 3 0 99 0 0";
+        assert_eq!(thread_usage(stat, "15000000000 2000 900\n"), Some(ThreadUsage { tid: 4242, name: "CPU 0/TCG".into(), minflt: 31337, cpu_ns: 15_000_000_000 }));
+        assert_eq!(thread_usage(stat, ""), None, "no CPU time");
     }
 
     #[test]

@@ -188,6 +188,18 @@ pub struct HostDelta {
     pub thp_fault_fallback: u64,
     pub ram_rss_mib: f64,
     pub ram_huge_mib: f64,
+    /// Of QEMU's faults and CPU time: its vCPU threads', and its thread backing memory
+    /// ahead (`balloon-populate`, the project's QEMU patches); CPU seconds of the rest.
+    #[serde(default)]
+    pub vcpu_minflt: u64,
+    #[serde(default)]
+    pub vcpu_cpu_s: f64,
+    #[serde(default)]
+    pub populate_minflt: u64,
+    #[serde(default)]
+    pub populate_cpu_s: f64,
+    #[serde(default)]
+    pub other_cpu_s: f64,
 }
 
 /// What the guest's kernel counted during one spike (`/proc/vmstat` and
@@ -218,17 +230,23 @@ pub struct GuestDelta {
     pub pgscan_kswapd: u64,
     #[serde(default)]
     pub pgsteal_kswapd: u64,
+    /// The guest agent's CPU time (on the guest's vCPUs), seconds; none without an agent.
+    #[serde(default)]
+    pub agent_cpu_s: Option<f64>,
 }
 
-/// The guest's counters at one moment.
-type Counters = (Vmstat, Pressure);
+/// The guest's counters at one moment, and the agent's CPU time in ns if it runs.
+type Counters = (Vmstat, Pressure, Option<u64>);
 
-/// The guest's counters now: `/proc/vmstat` and the PSI totals in one console command,
-/// read by core's parsers.
+/// The guest's counters now: `/proc/vmstat`, the PSI totals and the agent's `schedstat`
+/// in one console command, read by core's parsers.
 fn guest_counters(q: &crate::Qemu) -> Option<Counters> {
-    let out = q.console.run("cat /proc/vmstat; echo ==; cat /proc/pressure/memory", Duration::from_secs(30)).ok()?;
-    let (vm, psi) = out.text.split_once("==")?;
-    Some((parse_vmstat(vm.trim()).ok()?, parse_pressure(psi.trim()).ok()?))
+    let cmd = "cat /proc/vmstat; echo ==; cat /proc/pressure/memory; echo ==; p=$(pidof autoballoon-guest) && cat /proc/${p%% *}/schedstat";
+    let out = q.console.run(cmd, Duration::from_secs(30)).ok()?;
+    let mut parts = out.text.split("==");
+    let (vm, psi) = (parts.next()?, parts.next()?);
+    let agent = parts.next().and_then(|t| t.split_whitespace().next()?.parse().ok());
+    Some((parse_vmstat(vm.trim()).ok()?, parse_pressure(psi.trim()).ok()?, agent))
 }
 
 fn delta(before: &Counters, after: &Counters) -> GuestDelta {
@@ -248,17 +266,57 @@ fn delta(before: &Counters, after: &Counters) -> GuestDelta {
         compact_stall: d("compact_stall"),
         pgscan_kswapd: d("pgscan_kswapd"),
         pgsteal_kswapd: d("pgsteal_kswapd"),
+        agent_cpu_s: before.2.zip(after.2).map(|(b, a)| a.saturating_sub(b) as f64 / 1e9),
     }
 }
 
-/// The host's side of one guest now: QEMU's memory and the host kernel's counters.
-fn host_counters(q: &crate::Qemu) -> Option<(crate::HostMemory, Vmstat)> {
+/// The host's side of one guest at one moment: QEMU's memory, its threads and the host
+/// kernel's counters.
+type HostCounters = (crate::HostMemory, Vmstat, Vec<crate::ThreadUsage>);
+
+/// The host's side of one guest now.
+fn host_counters(q: &crate::Qemu) -> Option<HostCounters> {
     let vmstat = std::fs::read_to_string("/proc/vmstat").ok()?;
-    Some((crate::host_memory_of(q.pid(), q.spec.memory)?, parse_vmstat(&vmstat).ok()?))
+    Some((crate::host_memory_of(q.pid(), q.spec.memory)?, parse_vmstat(&vmstat).ok()?, crate::threads_of(q.pid())?))
 }
 
-fn host_delta(before: &(crate::HostMemory, Vmstat), after: &(crate::HostMemory, Vmstat)) -> HostDelta {
+/// Which of QEMU's threads a thread is, by the name `debug-threads=on` gives it
+/// (`balloon-fill`: the populating thread of the project's QEMU patches).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum QemuThread {
+    Vcpu,
+    Populate,
+    Other,
+}
+
+fn qemu_thread(name: &str) -> QemuThread {
+    if name.starts_with("CPU ") || name.starts_with("ALL CPUs") {
+        QemuThread::Vcpu
+    } else if name == "balloon-fill" {
+        QemuThread::Populate
+    } else {
+        QemuThread::Other
+    }
+}
+
+/// The faults and CPU seconds of `kind`'s threads between two readings (a thread that
+/// ended or started in between counts for what it did while both saw it, or from zero).
+fn threads_delta(before: &[crate::ThreadUsage], after: &[crate::ThreadUsage], kind: QemuThread) -> (u64, f64) {
+    let mut faults = 0;
+    let mut ns = 0;
+    for t in after.iter().filter(|t| qemu_thread(&t.name) == kind) {
+        let b = before.iter().find(|b| b.tid == t.tid);
+        faults += t.minflt.saturating_sub(b.map_or(0, |b| b.minflt));
+        ns += t.cpu_ns.saturating_sub(b.map_or(0, |b| b.cpu_ns));
+    }
+    (faults, ns as f64 / 1e9)
+}
+
+fn host_delta(before: &HostCounters, after: &HostCounters) -> HostDelta {
     let d = |k: &str| after.1.get(k).unwrap_or(0).saturating_sub(before.1.get(k).unwrap_or(0));
+    let (vcpu_minflt, vcpu_cpu_s) = threads_delta(&before.2, &after.2, QemuThread::Vcpu);
+    let (populate_minflt, populate_cpu_s) = threads_delta(&before.2, &after.2, QemuThread::Populate);
+    let (_, other_cpu_s) = threads_delta(&before.2, &after.2, QemuThread::Other);
     HostDelta {
         qemu_minflt: after.0.faults.0.saturating_sub(before.0.faults.0),
         qemu_majflt: after.0.faults.1.saturating_sub(before.0.faults.1),
@@ -266,6 +324,11 @@ fn host_delta(before: &(crate::HostMemory, Vmstat), after: &(crate::HostMemory, 
         thp_fault_fallback: d("thp_fault_fallback"),
         ram_rss_mib: after.0.ram_rss.0 as f64 / 1024.0,
         ram_huge_mib: after.0.ram_huge.0 as f64 / 1024.0,
+        vcpu_minflt,
+        vcpu_cpu_s,
+        populate_minflt,
+        populate_cpu_s,
+        other_cpu_s,
     }
 }
 
@@ -448,8 +511,8 @@ fn measure(a: &SpikeArgs, fleet: &mut Fleet, configs: &[Config], memory: Kib, cp
                         start_mib,
                         peak_mib,
                         if r.completed { "" } else { ", FAILED" },
-                        r.guest.map_or(String::new(), |g| format!(" (guest: stalled {:.2} s some / {:.2} s full, {} direct reclaims scanning {} pages, {} MiB deflated, {} THP faults, {} fell back to 4 KiB, {} compaction stalls, kswapd scanned {} / reclaimed {} pages)", g.psi_some_s, g.psi_full_s, g.allocstall, g.pgscan_direct, g.balloon_deflate / 256, g.thp_fault_alloc, g.thp_fault_fallback, g.compact_stall, g.pgscan_kswapd, g.pgsteal_kswapd)),
-                        r.host.map_or(String::new(), |h| format!(" (host: QEMU faulted {} times, {} THP faults, {} fell back; guest RAM {:.0} MiB resident, {:.0} MiB of it huge)", h.qemu_minflt + h.qemu_majflt, h.thp_fault_alloc, h.thp_fault_fallback, h.ram_rss_mib, h.ram_huge_mib))
+                        r.guest.map_or(String::new(), |g| format!(" (guest: stalled {:.2} s some / {:.2} s full, {} direct reclaims scanning {} pages, {} MiB deflated, {} THP faults, {} fell back to 4 KiB, {} compaction stalls, kswapd scanned {} / reclaimed {} pages{})", g.psi_some_s, g.psi_full_s, g.allocstall, g.pgscan_direct, g.balloon_deflate / 256, g.thp_fault_alloc, g.thp_fault_fallback, g.compact_stall, g.pgscan_kswapd, g.pgsteal_kswapd, g.agent_cpu_s.map_or(String::new(), |s| format!(", agent {s:.3} CPU s")))),
+                        r.host.map_or(String::new(), |h| format!(" (host: QEMU faulted {} times, its vCPUs {} times in {:.2} CPU s, its populating thread {} times in {:.2} s, the rest {:.2} s; {} THP faults, {} fell back; guest RAM {:.0} MiB resident, {:.0} MiB of it huge)", h.qemu_minflt + h.qemu_majflt, h.vcpu_minflt, h.vcpu_cpu_s, h.populate_minflt, h.populate_cpu_s, h.other_cpu_s, h.thp_fault_alloc, h.thp_fault_fallback, h.ram_rss_mib, h.ram_huge_mib))
                     );
                     writeln!(sink, "{}", serde_json::to_string(&r).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
                     records.push(r);
@@ -580,11 +643,24 @@ mod tests {
     #[test]
     fn a_spike_delta_counts_kswapd_beside_direct_reclaim() {
         let psi = |us: u64| parse_pressure(&format!("some avg10=0.00 avg60=0.00 avg300=0.00 total={us}\nfull avg10=0.00 avg60=0.00 avg300=0.00 total={}", us / 2)).unwrap();
-        let before = (parse_vmstat("pgscan_kswapd 100\npgsteal_kswapd 90\npgscan_direct 7\nallocstall_dma32 1").unwrap(), psi(1_000_000));
-        let after = (parse_vmstat("pgscan_kswapd 4196\npgsteal_kswapd 4000\npgscan_direct 7\nallocstall_dma32 1").unwrap(), psi(1_500_000));
+        let before = (parse_vmstat("pgscan_kswapd 100\npgsteal_kswapd 90\npgscan_direct 7\nallocstall_dma32 1").unwrap(), psi(1_000_000), Some(2_000_000_000));
+        let after = (parse_vmstat("pgscan_kswapd 4196\npgsteal_kswapd 4000\npgscan_direct 7\nallocstall_dma32 1").unwrap(), psi(1_500_000), Some(2_040_000_000));
         let d = delta(&before, &after);
         assert_eq!((d.pgscan_kswapd, d.pgsteal_kswapd, d.pgscan_direct, d.allocstall), (4096, 3910, 0, 0));
         assert_eq!((d.psi_some_s, d.psi_full_s), (0.5, 0.25));
+        assert_eq!(d.agent_cpu_s, Some(0.04));
+        assert_eq!(delta(&(before.0.clone(), before.1, None), &after).agent_cpu_s, None, "no agent");
+    }
+
+    #[test]
+    fn a_spike_splits_qemus_faults_and_cpu_time_by_thread() {
+        let t = |tid: u32, name: &str, minflt: u64, cpu_ns: u64| crate::ThreadUsage { tid, name: name.into(), minflt, cpu_ns };
+        let before = [t(1, "qemu-system-x86", 10, 1_000_000_000), t(2, "CPU 0/TCG", 100, 5_000_000_000), t(3, "CPU 1/TCG", 100, 5_000_000_000), t(4, "balloon-fill", 0, 0)];
+        let after = [t(1, "qemu-system-x86", 12, 1_100_000_000), t(2, "CPU 0/TCG", 700, 5_400_000_000), t(3, "CPU 1/TCG", 150, 5_500_000_000), t(4, "balloon-fill", 40, 200_000_000), t(9, "worker", 3, 50_000_000)];
+        assert_eq!(threads_delta(&before, &after, QemuThread::Vcpu), (650, 0.9));
+        assert_eq!(threads_delta(&before, &after, QemuThread::Populate), (40, 0.2));
+        assert_eq!(threads_delta(&before, &after, QemuThread::Other), (5, 0.15), "a thread started meanwhile counts from zero");
+        assert_eq!(qemu_thread("ALL CPUs/TCG"), QemuThread::Vcpu, "single-threaded TCG");
     }
 
     impl SpikeArgs {
