@@ -100,7 +100,8 @@ pub struct RunArgs {
     /// default, while the guest has less than 512 MiB to spare, /proc/meminfo is read every
     /// 100 ms and the agent samples at once when what programs hold or committed grew by
     /// 32 MiB; a guest with a host port and a free page reporting device is watched with
-    /// more to spare too, every 250 ms, so the host can back reported memory ahead).
+    /// more to spare too, every 250 ms, so the host can back reported memory ahead; every
+    /// 50 ms, whatever the margin, for a minute after that demand last grew).
     #[arg(long)]
     pub no_commit_watch: bool,
     /// Free page reporting reports free pieces down to 4 KiB, not only 2 MiB blocks, once

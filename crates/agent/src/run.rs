@@ -299,7 +299,7 @@ impl<'a> Agent<'a> {
             debug(format_args!("sample {}: {size}, {mem}, {psi}", self.seq));
         }
         if !self.args.no_commit_watch {
-            self.watch.after_sample(s.mem.as_ref());
+            self.watch.after_sample(s.mem.as_ref(), Instant::now());
         }
         if let Some(r) = &mut self.reporting {
             r.after_sample(s);
@@ -340,11 +340,11 @@ impl<'a> Agent<'a> {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let watching = self.watch.watching();
-            let slice = if watching { self.watch.every().min(left) } else { left };
+            let slice = if watching { self.watch.every(Instant::now()).min(left) } else { left };
             if self.wait_once(slice) || Instant::now() >= deadline {
                 return;
             }
-            if watching && self.source.meminfo_view().is_ok_and(|m| self.watch.grew(&m)) {
+            if watching && self.source.meminfo_view().is_ok_and(|m| self.watch.grew(&m, Instant::now())) {
                 if !self.short(Instant::now()) {
                     debug(format_args!("the guest's programs committed or touched memory; sampling now"));
                 }

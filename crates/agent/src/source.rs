@@ -3,7 +3,7 @@
 
 use autoballoon_core::control::Source;
 use autoballoon_core::policy::MemView;
-use autoballoon_core::procfs::{parse_buddyinfo, parse_meminfo, parse_pressure, parse_vmstat, Pressure};
+use autoballoon_core::procfs::{parse_buddyinfo, parse_meminfo_only, parse_pressure, parse_vmstat_only, Pressure, Vmstat};
 use autoballoon_core::sample::Sample;
 use crate::backend::{read_text, Backend, FileError};
 use autoballoon_core::Pages;
@@ -69,7 +69,7 @@ impl ProcSource {
 
     /// The memory view in the text of /proc/meminfo.
     fn parse_meminfo_view(&self, text: &str) -> Result<MemView, SourceError> {
-        let m = parse_meminfo(text).map_err(|e| self.parse_error("meminfo", e))?;
+        let m = parse_meminfo_only(text, MemView::MEMINFO_FIELDS).map_err(|e| self.parse_error("meminfo", e))?;
         MemView::from_meminfo(&m).map_err(|e| self.parse_error("meminfo", e))
     }
 
@@ -114,7 +114,7 @@ impl Source for ProcSource {
         if let Some(held) = held_for_hinting {
             mem = mem.with_hinted_saturating(held);
         }
-        let vmstat = parse_vmstat(&vmstat).map_err(|e| self.parse_error("vmstat", e))?;
+        let vmstat = parse_vmstat_only(&vmstat, Vmstat::SAMPLED).map_err(|e| self.parse_error("vmstat", e))?;
         let pressure: Option<Pressure> = match pressure {
             Some(text) => Some(parse_pressure(&text).map_err(|e| self.parse_error("pressure/memory", e))?),
             None => None,
@@ -127,6 +127,7 @@ impl Source for ProcSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use autoballoon_core::procfs::parse_meminfo;
     use autoballoon_core::Kib;
     use crate::backend::host::HostOwned;
     use crate::backend::kernel::KernelBalloon;

@@ -28,15 +28,25 @@
 
 use autoballoon_core::policy::MemView;
 use autoballoon_core::Kib;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How often the margin is read between samples while watched.
 pub const WATCH_EVERY: Duration = Duration::from_millis(100);
 /// How often while watched only because the guest's free memory is reported (its margin
-/// is ample): each read of `/proc/meminfo` costs the agent CPU (under TCG, 10 reads a
-/// second took its share over `make bench`'s footprint workload from 0.54 % to 1.18 % of a
-/// vCPU), and a guest with room to spare loses no more than the pages it touches meanwhile.
+/// is ample) and its programs' demand has not grown for [`BUSY_FOR`]: each read of
+/// `/proc/meminfo` costs the agent CPU (under TCG, 10 reads a second took its share over
+/// `make bench`'s footprint workload from 0.54 % to 1.18 % of a vCPU), and a guest with
+/// room to spare loses no more than the pages it touches meanwhile.
 pub const WATCH_EVERY_AMPLE: Duration = Duration::from_millis(250);
+/// How often, whatever the margin, within [`BUSY_FOR`] of the last time the programs'
+/// demand grew: a guest whose programs come back for memory again and again. A spike
+/// touches memory at over 2 GiB/s; what it touches before the host hears of it, the host
+/// faults in again 4 KiB at a time where its page table stayed (docs/spikes.md, *An
+/// earlier request*): on QEMU 10, 1,000-29,000 faults a spike read at 250 ms, 120-2,600
+/// at 50 ms.
+pub const WATCH_EVERY_BUSY: Duration = Duration::from_millis(50);
+/// How long after the programs' demand last grew the guest counts as busy.
+pub const BUSY_FOR: Duration = Duration::from_secs(60);
 /// The guest is watched while its margin at the last sample was below this: a guest with
 /// more to spare absorbs what a program commits without growing.
 pub const WATCH_BELOW: Kib = Kib::from_mib_saturating(512);
@@ -55,24 +65,33 @@ pub struct Watch {
     last: Option<Kib>,
     always: bool,
     ample: bool,
+    /// When the programs' demand last grew by [`DROP`] between two samples or reads.
+    grew_at: Option<Instant>,
 }
 
 impl Watch {
     /// A watch of a guest whose free memory goes back to the host (its balloon device
     /// reports free pages): watched after every sample with a view.
     pub fn whatever_the_margin() -> Watch {
-        Watch { last: None, always: true, ample: false }
+        Watch { always: true, ..Watch::default() }
     }
 
-    /// Takes the last sample's view (none: not watched).
-    pub fn after_sample(&mut self, m: Option<&MemView>) {
+    /// Takes the sample's view (none: not watched), taken at `now`: a demand grown by
+    /// [`DROP`] since the sample before counts as busy, whether or not a read between
+    /// the two saw it.
+    pub fn after_sample(&mut self, m: Option<&MemView>, now: Instant) {
+        if let Some(m) = m {
+            self.grew(m, now);
+        }
         self.ample = m.is_some_and(|m| margin(m) >= WATCH_BELOW);
         self.last = m.filter(|_| self.always || !self.ample).map(MemView::demand);
     }
 
-    /// How often to read the margin while watched.
-    pub fn every(&self) -> Duration {
-        if self.ample {
+    /// How often to read the margin while watched, `now`.
+    pub fn every(&self, now: Instant) -> Duration {
+        if self.grew_at.is_some_and(|t| now.saturating_duration_since(t) < BUSY_FOR) {
+            WATCH_EVERY_BUSY
+        } else if self.ample {
             WATCH_EVERY_AMPLE
         } else {
             WATCH_EVERY
@@ -83,9 +102,14 @@ impl Watch {
         self.last.is_some()
     }
 
-    /// Whether the demand `now` grew far enough since the last sample to sample at once.
-    pub fn grew(&self, now: &MemView) -> bool {
-        self.last.is_some_and(|last| now.demand() >= last.saturating_add(DROP))
+    /// Whether the demand in `m`, read at `now`, grew far enough since the last sample to
+    /// sample at once; if so, the guest counts as busy from `now`.
+    pub fn grew(&mut self, m: &MemView, now: Instant) -> bool {
+        let grew = self.last.is_some_and(|last| m.demand() >= last.saturating_add(DROP));
+        if grew {
+            self.grew_at = Some(now);
+        }
+        grew
     }
 }
 
@@ -100,45 +124,69 @@ mod tests {
 
     #[test]
     fn a_program_that_maps_its_memory_wakes_the_agent_before_it_touches_any() {
+        let t = Instant::now();
         let mut w = Watch::default();
-        w.after_sample(Some(&view(80, 200, 190)));
+        w.after_sample(Some(&view(80, 200, 190)), t);
         assert!(w.watching(), "70 MiB to spare: watched");
-        assert_eq!(w.every(), WATCH_EVERY);
-        assert!(!w.grew(&view(80, 200, 190)), "nothing changed");
-        assert!(!w.grew(&view(70, 210, 200)), "10 MiB less: not worth a sample");
-        assert!(w.grew(&view(80, 1400, 190)), "1.2 GiB mapped, none of it touched yet");
-        assert!(w.grew(&view(30, 200, 240)), "50 MiB touched: a slow ramp");
+        assert_eq!(w.every(t), WATCH_EVERY);
+        assert!(!w.grew(&view(80, 200, 190), t), "nothing changed");
+        assert!(!w.grew(&view(70, 210, 200), t), "10 MiB less: not worth a sample");
+        assert!(w.grew(&view(80, 1400, 190), t), "1.2 GiB mapped, none of it touched yet");
+        assert!(w.grew(&view(30, 200, 240), t), "50 MiB touched: a slow ramp");
     }
 
     #[test]
     fn hinting_and_the_balloon_taking_memory_are_no_reason_to_sample() {
+        let t = Instant::now();
         let mut w = Watch::default();
-        w.after_sample(Some(&view(150, 200, 190)));
+        w.after_sample(Some(&view(150, 200, 190)), t);
         assert!(w.watching());
-        assert!(!w.grew(&view(0, 200, 190)), "free page hinting holds every free page");
-        assert!(!w.grew(&view(40, 200, 190)), "the balloon took 110 MiB");
-        assert!(w.grew(&view(0, 400, 190)), "a program mapped 200 MiB while hinting held the rest");
+        assert!(!w.grew(&view(0, 200, 190), t), "free page hinting holds every free page");
+        assert!(!w.grew(&view(40, 200, 190), t), "the balloon took 110 MiB");
+        assert_eq!(w.every(t), WATCH_EVERY, "no growth: not busy");
+        assert!(w.grew(&view(0, 400, 190), t), "a program mapped 200 MiB while hinting held the rest");
     }
 
     #[test]
     fn a_guest_with_room_to_spare_is_not_watched() {
+        let t = Instant::now();
         let mut w = Watch::default();
-        w.after_sample(Some(&view(1800, 200, 190)));
+        w.after_sample(Some(&view(1800, 200, 190)), t);
         assert!(!w.watching());
-        assert!(!w.grew(&view(0, 2000, 190)), "not watched: the next sample sees it");
-        w.after_sample(None);
+        assert!(!w.grew(&view(0, 2000, 190), t), "not watched: the next sample sees it");
+        w.after_sample(None, t);
         assert!(!w.watching(), "no view: not watched");
     }
 
     #[test]
     fn a_guest_whose_free_memory_is_reported_is_watched_with_room_to_spare() {
+        let t = Instant::now();
         let mut w = Watch::whatever_the_margin();
-        w.after_sample(Some(&view(1800, 200, 190)));
+        w.after_sample(Some(&view(1800, 200, 190)), t);
         assert!(w.watching());
-        assert_eq!(w.every(), WATCH_EVERY_AMPLE, "room to spare: read less often");
-        assert!(w.grew(&view(1800, 1400, 190)), "1.2 GiB mapped into a guest that has it free");
-        w.after_sample(None);
+        assert_eq!(w.every(t), WATCH_EVERY_AMPLE, "room to spare: read less often");
+        assert!(w.grew(&view(1800, 1400, 190), t), "1.2 GiB mapped into a guest that has it free");
+        w.after_sample(None, t);
         assert!(!w.watching(), "no view: not watched");
+    }
+
+    #[test]
+    fn a_guest_whose_programs_came_back_for_memory_lately_is_read_more_often() {
+        let t = Instant::now();
+        let mut w = Watch::whatever_the_margin();
+        w.after_sample(Some(&view(1800, 200, 190)), t);
+        assert!(w.grew(&view(1800, 1400, 190), t), "a spike's programs mapped 1.2 GiB");
+        w.after_sample(Some(&view(1800, 200, 190)), t);
+        assert_eq!(w.every(t + Duration::from_secs(8)), WATCH_EVERY_BUSY, "the next spike comes within seconds");
+        assert_eq!(w.every(t + BUSY_FOR), WATCH_EVERY_AMPLE, "a minute without one: back to the ample pace");
+        let mut short = Watch::default();
+        short.after_sample(Some(&view(80, 200, 190)), t);
+        assert!(short.grew(&view(80, 400, 190), t));
+        assert_eq!(short.every(t), WATCH_EVERY_BUSY, "busy beats a short margin too");
+        let mut sampled = Watch::whatever_the_margin();
+        sampled.after_sample(Some(&view(1800, 200, 190)), t);
+        sampled.after_sample(Some(&view(1800, 1400, 190)), t);
+        assert_eq!(sampled.every(t), WATCH_EVERY_BUSY, "a sample, not a read, saw the growth");
     }
 
     #[test]

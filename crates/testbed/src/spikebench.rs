@@ -157,6 +157,10 @@ pub struct SpikeRecord {
     /// 0: the cold spike of the round.
     pub cycle: u32,
     pub cpus: u32,
+    /// When the spike's command went to the guest's console (Unix time, s): to line it up
+    /// with the controller's log.
+    #[serde(default)]
+    pub sent_unix_s: Option<f64>,
     /// `spike`'s allocation time (all threads mapped and touched), seconds.
     pub alloc_s: Option<f64>,
     /// From the spike's start until QMP `actual` rose by [`REACTED`], seconds.
@@ -200,6 +204,10 @@ pub struct HostDelta {
     pub populate_cpu_s: f64,
     #[serde(default)]
     pub other_cpu_s: f64,
+    /// TLB shootdowns the host's CPUs took (`/proc/interrupts`, host-wide): each
+    /// `madvise` that unmaps or remaps guest RAM interrupts the CPUs running QEMU.
+    #[serde(default)]
+    pub tlb_shootdowns: u64,
 }
 
 /// What the guest's kernel counted during one spike (`/proc/vmstat` and
@@ -270,14 +278,23 @@ fn delta(before: &Counters, after: &Counters) -> GuestDelta {
     }
 }
 
-/// The host's side of one guest at one moment: QEMU's memory, its threads and the host
-/// kernel's counters.
-type HostCounters = (crate::HostMemory, Vmstat, Vec<crate::ThreadUsage>);
+/// The host's side of one guest at one moment: QEMU's memory, its threads, the host
+/// kernel's counters and its TLB shootdowns so far.
+type HostCounters = (crate::HostMemory, Vmstat, Vec<crate::ThreadUsage>, Option<u64>);
 
 /// The host's side of one guest now.
 fn host_counters(q: &crate::Qemu) -> Option<HostCounters> {
     let vmstat = std::fs::read_to_string("/proc/vmstat").ok()?;
-    Some((crate::host_memory_of(q.pid(), q.spec.memory)?, parse_vmstat(&vmstat).ok()?, crate::threads_of(q.pid())?))
+    let tlb = std::fs::read_to_string("/proc/interrupts").ok().and_then(|t| interrupts_total(&t, "TLB"));
+    Some((crate::host_memory_of(q.pid(), q.spec.memory)?, parse_vmstat(&vmstat).ok()?, crate::threads_of(q.pid())?, tlb))
+}
+
+/// The count of interrupt `name` (e.g. `TLB`) over all CPUs in a `/proc/interrupts` text.
+/// Pure.
+fn interrupts_total(text: &str, name: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.trim_start().strip_prefix(name).is_some_and(|r| r.starts_with(':')))?;
+    let counts = line.split_once(':')?.1.split_whitespace().map_while(|w| w.parse::<u64>().ok());
+    Some(counts.sum())
 }
 
 /// Which of QEMU's threads a thread is, by the name `debug-threads=on` gives it
@@ -324,6 +341,7 @@ fn host_delta(before: &HostCounters, after: &HostCounters) -> HostDelta {
         thp_fault_fallback: d("thp_fault_fallback"),
         ram_rss_mib: after.0.ram_rss.0 as f64 / 1024.0,
         ram_huge_mib: after.0.ram_huge.0 as f64 / 1024.0,
+        tlb_shootdowns: after.3.zip(before.3).map_or(0, |(a, b)| a.saturating_sub(b)),
         vcpu_minflt,
         vcpu_cpu_s,
         populate_minflt,
@@ -351,6 +369,7 @@ fn mib(bytes: u64) -> f64 {
 /// One spike's run and what `actual` did meanwhile.
 struct Watched {
     run: SpikeRun,
+    sent_unix_s: Option<f64>,
     reaction_s: Option<f64>,
     grown_s: Option<f64>,
     start_mib: f64,
@@ -361,13 +380,14 @@ struct Watched {
 fn one_spike(q: &crate::Qemu, ctl: &Qmp, shape: Shape, hold_s: u64) -> Result<Watched, String> {
     let start = ctl.query_balloon().map_err(|e| e.to_string())?;
     let cmd = shape.command(hold_s);
+    let sent_unix_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok().map(|d| d.as_secs_f64());
     let (run, sizes) = watch_balloon(ctl, Duration::from_millis(20), || q.console.run(&cmd, Duration::from_secs(300)).map(|o| SpikeRun::parse(&o.text, o.status)));
     let run = run.map_err(|e| format!("spike: {e}"))?;
     let reacted = sizes.iter().find(|(_, b)| *b >= start.saturating_add(REACTED.to_bytes_saturating().0)).map(|(t, _)| *t);
     let peak = sizes.iter().map(|(_, b)| *b).max().unwrap_or(start).max(start);
     let nine_tenths = start + (peak - start) / 10 * 9;
     let grown_s = (peak >= start.saturating_add(REACTED.to_bytes_saturating().0)).then(|| sizes.iter().find(|(_, b)| *b >= nine_tenths).map(|(t, _)| *t)).flatten();
-    Ok(Watched { run, reaction_s: reacted, grown_s, start_mib: mib(start), peak_mib: mib(peak) })
+    Ok(Watched { run, sent_unix_s, reaction_s: reacted, grown_s, start_mib: mib(start), peak_mib: mib(peak) })
 }
 
 /// Brings `c`'s guest to its cold state before a round: the controller's guests settled,
@@ -500,7 +520,7 @@ fn measure(a: &SpikeArgs, fleet: &mut Fleet, configs: &[Config], memory: Kib, cp
                     let w = one_spike(&g.q, &ctl, shape, a.hold_s)?;
                     let host = host_before.zip(host_counters(&g.q)).map(|(b, a)| host_delta(&b, &a));
                     let guest = before.zip(guest_counters(&g.q)).map(|(b, a)| delta(&b, &a));
-                    let r = SpikeRecord { qemu_version: version.clone(), config: c, shape, round, cycle, cpus, alloc_s: w.run.alloc_s, reaction_s: w.reaction_s, completed: w.run.completed, start_mib: w.start_mib, peak_mib: w.peak_mib, grown_s: w.grown_s, guest, host };
+                    let r = SpikeRecord { qemu_version: version.clone(), config: c, shape, round, cycle, cpus, sent_unix_s: w.sent_unix_s, alloc_s: w.run.alloc_s, reaction_s: w.reaction_s, completed: w.run.completed, start_mib: w.start_mib, peak_mib: w.peak_mib, grown_s: w.grown_s, guest, host };
                     let (start_mib, peak_mib) = (r.start_mib, r.peak_mib);
                     println!(
                         "[spikes]   spike {}: {} s, reaction {}, grown {}, {:.0} -> {:.0} MiB{}{}{}",
@@ -512,7 +532,7 @@ fn measure(a: &SpikeArgs, fleet: &mut Fleet, configs: &[Config], memory: Kib, cp
                         peak_mib,
                         if r.completed { "" } else { ", FAILED" },
                         r.guest.map_or(String::new(), |g| format!(" (guest: stalled {:.2} s some / {:.2} s full, {} direct reclaims scanning {} pages, {} MiB deflated, {} THP faults, {} fell back to 4 KiB, {} compaction stalls, kswapd scanned {} / reclaimed {} pages{})", g.psi_some_s, g.psi_full_s, g.allocstall, g.pgscan_direct, g.balloon_deflate / 256, g.thp_fault_alloc, g.thp_fault_fallback, g.compact_stall, g.pgscan_kswapd, g.pgsteal_kswapd, g.agent_cpu_s.map_or(String::new(), |s| format!(", agent {s:.3} CPU s")))),
-                        r.host.map_or(String::new(), |h| format!(" (host: QEMU faulted {} times, its vCPUs {} times in {:.2} CPU s, its populating thread {} times in {:.2} s, the rest {:.2} s; {} THP faults, {} fell back; guest RAM {:.0} MiB resident, {:.0} MiB of it huge)", h.qemu_minflt + h.qemu_majflt, h.vcpu_minflt, h.vcpu_cpu_s, h.populate_minflt, h.populate_cpu_s, h.other_cpu_s, h.thp_fault_alloc, h.thp_fault_fallback, h.ram_rss_mib, h.ram_huge_mib))
+                        r.host.map_or(String::new(), |h| format!(" (host: QEMU faulted {} times, its vCPUs {} times in {:.2} CPU s, its populating thread {} times in {:.2} s, the rest {:.2} s; {} TLB shootdowns, {} THP faults, {} fell back; guest RAM {:.0} MiB resident, {:.0} MiB of it huge)", h.qemu_minflt + h.qemu_majflt, h.vcpu_minflt, h.vcpu_cpu_s, h.populate_minflt, h.populate_cpu_s, h.other_cpu_s, h.tlb_shootdowns, h.thp_fault_alloc, h.thp_fault_fallback, h.ram_rss_mib, h.ram_huge_mib))
                     );
                     writeln!(sink, "{}", serde_json::to_string(&r).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
                     records.push(r);
@@ -663,6 +683,13 @@ mod tests {
         assert_eq!(qemu_thread("ALL CPUs/TCG"), QemuThread::Vcpu, "single-threaded TCG");
     }
 
+    #[test]
+    fn counts_an_interrupt_over_all_cpus() {
+        let t = "           CPU0       CPU1\n  0:         33          0   IO-APIC    2-edge      timer\nRES:    1709147    1643117   Rescheduling interrupts\nTLB:    4031069    2556292   TLB shootdowns\n";
+        assert_eq!(interrupts_total(t, "TLB"), Some(6_587_361));
+        assert_eq!(interrupts_total(t, "CAL"), None);
+    }
+
     impl SpikeArgs {
         fn try_parse_from_empty() -> SpikeArgs {
             #[derive(clap::Parser)]
@@ -683,6 +710,7 @@ mod tests {
             round: 0,
             cycle,
             cpus: 1,
+            sent_unix_s: None,
             alloc_s: Some(alloc_s),
             reaction_s: None,
             completed: true,

@@ -39,6 +39,10 @@ pub struct MemView {
 }
 
 impl MemView {
+    /// The fields [`MemView::from_meminfo`] reads.
+    pub const MEMINFO_FIELDS: &'static [&'static str] =
+        &["MemTotal", "MemFree", "MemAvailable", "Committed_AS", "Active", "Inactive", "SwapTotal", "SwapFree", "Cached", "AnonPages", "Shmem", "Active(file)", "Inactive(file)"];
+
     /// Picks the fields out of a parsed report; fails naming the first missing one.
     pub fn from_meminfo(m: &Meminfo) -> Result<MemView, MissingField> {
         Ok(MemView {
@@ -127,7 +131,17 @@ impl MemView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::procfs::{fixtures, parse_meminfo};
+    use crate::procfs::{fixtures, parse_meminfo, parse_meminfo_only};
+
+    #[test]
+    fn the_fields_it_reads_are_all_a_view_needs() {
+        for (source, text) in fixtures::all("meminfo") {
+            let whole = MemView::from_meminfo(&parse_meminfo(&text).unwrap());
+            let some = parse_meminfo_only(&text, MemView::MEMINFO_FIELDS).unwrap();
+            assert!(some.len() <= MemView::MEMINFO_FIELDS.len(), "{source}");
+            assert_eq!(MemView::from_meminfo(&some), whole, "{source}");
+        }
+    }
 
     #[test]
     fn pages_held_for_hinting_count_as_free_and_available() {

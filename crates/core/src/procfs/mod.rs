@@ -9,9 +9,9 @@ mod psi;
 mod vmstat;
 
 pub use buddyinfo::{parse_buddyinfo, Buddyinfo, Zone};
-pub use meminfo::{parse_meminfo, Meminfo, MissingField};
+pub use meminfo::{parse_meminfo, parse_meminfo_only, Meminfo, MissingField};
 pub use psi::{parse_pressure, Pressure, PressureLine};
-pub use vmstat::{parse_vmstat, Vmstat};
+pub use vmstat::{parse_vmstat, parse_vmstat_only, Vmstat};
 
 /// Why a procfs text could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
