@@ -1,6 +1,7 @@
 //! The commitment watch: between samples, while the guest has little memory to spare, the
 //! agent reads `/proc/meminfo` every [`WATCH_EVERY`] and samples at once when what its
-//! programs hold or were promised ([`MemView::demand`]) grew by [`DROP`] since the last sample.
+//! programs hold or were promised ([`MemView::demand`]) grew by [`DROP`] since the last sample;
+//! every [`WATCH_EVERY_BUSY`] for [`BUSY_FOR`] after that demand last grew.
 //!
 //! Why: the pressure trigger ([`crate::trigger`]) wakes the agent only once tasks stall on
 //! memory. A program that commits memory and touches it at its own pace (a slow ramp), or a
@@ -42,8 +43,8 @@ pub const WATCH_EVERY_AMPLE: Duration = Duration::from_millis(250);
 /// demand grew: a guest whose programs come back for memory again and again. A spike
 /// touches memory at over 2 GiB/s; what it touches before the host hears of it, the host
 /// faults in again 4 KiB at a time where its page table stayed (docs/spikes.md, *An
-/// earlier request*): on QEMU 10, 1,000-29,000 faults a spike read at 250 ms, 120-2,600
-/// at 50 ms.
+/// earlier request*): on QEMU 10, 405-28,765 vCPU faults a steady spike read at 250 ms,
+/// 118-2,630 at 50 ms.
 pub const WATCH_EVERY_BUSY: Duration = Duration::from_millis(50);
 /// How long after the programs' demand last grew the guest counts as busy.
 pub const BUSY_FOR: Duration = Duration::from_secs(60);

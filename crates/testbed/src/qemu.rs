@@ -265,7 +265,7 @@ impl Qemu {
             None => "tcg".to_string(),
         };
         cmd.args(["-accel", &accel, "-machine", "pc", "-cpu", if spec.gigantic_pages { "qemu64,+pdpe1gb" } else { "qemu64" }, "-nodefaults", "-display", "none", "-no-reboot"])
-            // Named threads ("CPU 0/TCG", "balloon-populate"), so that the benches can tell
+            // Named threads ("CPU 0/TCG", "balloon-fill"), so that the benches can tell
             // the vCPUs' page faults and CPU time from the rest of QEMU's (`threads_of`).
             .args(["-name", &format!("{},debug-threads=on", spec.name)])
             .args(["-m", &memory_arg(&spec), "-smp", &smp_arg(&spec)])
@@ -453,7 +453,7 @@ pub struct ThreadUsage {
 /// A thread's id, name and minor faults from its `/proc/PID/task/TID/stat` text and its CPU
 /// time from its `schedstat` text (nanoseconds on the CPU, first field). Pure.
 pub fn thread_usage(stat: &str, schedstat: &str) -> Option<ThreadUsage> {
-    let name = &stat[stat.find('(')? + 1..stat.rfind(')')?];
+    let name = stat.get(stat.find('(')? + 1..stat.rfind(')')?)?;
     let tid = stat.split_whitespace().next()?.parse().ok()?;
     Some(ThreadUsage { tid, name: name.to_string(), minflt: proc_stat_faults(stat)?.0, cpu_ns: schedstat.split_whitespace().next()?.parse().ok()? })
 }
@@ -633,6 +633,7 @@ mod tests {
         let stat = "4242 (CPU 0/TCG) S 1 4200 4200 0 -1 4194368 31337 0 0 0 1200 300 0 0 20 0 3 0 99 0 0";
         assert_eq!(thread_usage(stat, "15000000000 2000 900\n"), Some(ThreadUsage { tid: 4242, name: "CPU 0/TCG".into(), minflt: 31337, cpu_ns: 15_000_000_000 }));
         assert_eq!(thread_usage(stat, ""), None, "no CPU time");
+        assert_eq!(thread_usage("1 )a( S", "5"), None, "no name: not a panic");
     }
 
     #[test]

@@ -193,7 +193,7 @@ pub struct HostDelta {
     pub ram_rss_mib: f64,
     pub ram_huge_mib: f64,
     /// Of QEMU's faults and CPU time: its vCPU threads', and its thread backing memory
-    /// ahead (`balloon-populate`, the project's QEMU patches); CPU seconds of the rest.
+    /// ahead (`balloon-fill`, the project's QEMU patches); CPU seconds of the rest.
     #[serde(default)]
     pub vcpu_minflt: u64,
     #[serde(default)]
@@ -316,8 +316,8 @@ fn qemu_thread(name: &str) -> QemuThread {
     }
 }
 
-/// The faults and CPU seconds of `kind`'s threads between two readings (a thread that
-/// ended or started in between counts for what it did while both saw it, or from zero).
+/// The faults and CPU seconds of `kind`'s threads between two readings (a thread started
+/// in between counts from zero; one that ended in between is left out).
 fn threads_delta(before: &[crate::ThreadUsage], after: &[crate::ThreadUsage], kind: QemuThread) -> (u64, f64) {
     let mut faults = 0;
     let mut ns = 0;

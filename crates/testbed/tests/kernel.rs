@@ -326,11 +326,14 @@ fn offline_dimm(test: &str, name: &str, deflate_on_oom: bool, variant: &str) {
     let shrunk_total = meminfo(&q, "MemTotal");
     eprintln!("{name}: blocks {blocks:?}, MemTotal {boot_total} -> {online_total} -> {shrunk_total} kB ballooned; zone Normal (the dimm) {normal}");
     // Offline the dimm's blocks. A block refuses (EBUSY) when a kernel allocation landed in
-    // it; dropping the caches (slab) and trying once more sometimes helps.
+    // it; dropping the caches (slab) and trying once more sometimes helps. Offlining retries
+    // until it succeeds or its writer gets a fatal signal (Linux dropped its timeout in 5.x),
+    // so a block with a page that cannot be migrated would hold the console for good: each
+    // attempt runs under `timeout`, and one cut short counts as refused.
     let mut offlined = Vec::new();
     let mut refused = Vec::new();
     for b in &blocks {
-        let offline = format!("echo offline > /sys/devices/system/memory/{b}/state");
+        let offline = format!("timeout -s KILL 50 sh -c 'echo offline > /sys/devices/system/memory/{b}/state'");
         let retry = format!("echo 3 > /proc/sys/vm/drop_caches; {offline}");
         match q.console.run(&offline, Duration::from_secs(120)).and_then(|o| if o.status == 0 { Ok(o) } else { q.console.run(&retry, Duration::from_secs(120)) }) {
             Ok(o) if o.status == 0 => offlined.push(*b),
@@ -339,6 +342,10 @@ fn offline_dimm(test: &str, name: &str, deflate_on_oom: bool, variant: &str) {
         }
     }
     eprintln!("{name}: offlined {offlined:?}, refused {refused:?}");
+    if !refused.is_empty() {
+        // Why, in the kernel's words (an attempt cut short by `timeout` says nothing itself).
+        eprintln!("{name}: the kernel on offlining:\n{}", sh(&q, "dmesg | grep -iE 'offlin|isolat|migrat' | tail -20; true"));
+    }
     // QEMU empties the balloon (with the guest alive, QEMU's figure follows the guest's).
     let emptied = balloon_to(&qmp, total, Duration::from_secs(120)).ok().flatten().is_some();
     let alive = q.console.run("echo alive", Duration::from_secs(60)).is_ok();
