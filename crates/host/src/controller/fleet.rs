@@ -12,7 +12,7 @@ use crate::config::{vm_of_socket, BalancerKind, Config, Origin, PolicyConfig, Re
 use crate::log::{EventKind, Logger, RateLimit};
 use autoballoon_core::host::{Balancer, SharesConfig, VmId};
 use serde_json::json;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
@@ -276,8 +276,12 @@ impl Fleet {
         }
         let st = &mut *guard;
         let mut changes = Vec::new();
+        // Which VMs' QEMU is gone, read once: an actor may find its QEMU gone while this pass
+        // runs, and a VM this pass removed as gone without marking its socket dead would be
+        // found again and added back in the same pass. One found gone later leaves next pass.
+        let gone: HashSet<String> = st.vms.iter().filter(|m| m.handle.shared.gone.load(Ordering::SeqCst)).map(|m| m.handle.name.clone()).collect();
         // A socket whose QEMU is gone stays out until another socket takes its path.
-        for m in st.vms.iter().filter(|m| m.handle.shared.gone.load(Ordering::SeqCst)) {
+        for m in st.vms.iter().filter(|m| gone.contains(&m.handle.name)) {
             if let Some((_, id)) = st.sockets.iter().find(|(v, _)| v.qmp == m.cfg.qmp) {
                 st.dead.insert(m.cfg.qmp.clone(), *id);
             }
@@ -297,7 +301,7 @@ impl Fleet {
         let mut i = 0;
         while i < st.vms.len() {
             let m = &st.vms[i];
-            let gone = m.handle.shared.gone.load(Ordering::SeqCst);
+            let gone = gone.contains(&m.handle.name);
             let wanted = want.iter().find(|(v, _)| v.name == m.handle.name);
             // Another origin or another kind of endpoint: the VM starts over.
             let replaced = wanted.filter(|(v, o)| *o != m.origin || v.libvirt_domain != m.cfg.libvirt_domain || v.libvirt_uri != m.cfg.libvirt_uri || v.balloon_device != m.cfg.balloon_device);
