@@ -8,6 +8,7 @@ mod config;
 mod estimate_cmd;
 mod logging;
 mod pcp;
+mod procfile;
 mod protect;
 mod report;
 mod run;
@@ -101,7 +102,8 @@ pub struct RunArgs {
     /// 100 ms and the agent samples at once when what programs hold or committed grew by
     /// 32 MiB; a guest with a host port and a free page reporting device is watched with
     /// more to spare too, every 250 ms, so the host can back reported memory ahead; every
-    /// 50 ms, whatever the margin, for a minute after that demand last grew).
+    /// 50 ms, whatever the margin, for a minute after that demand last grew, except
+    /// every 250 ms from a growth until the demand falls 32 MiB below its peak again).
     #[arg(long)]
     pub no_commit_watch: bool,
     /// Free page reporting reports free pieces down to 4 KiB, not only 2 MiB blocks, once

@@ -5,10 +5,10 @@ use autoballoon_core::control::Source;
 use autoballoon_core::policy::MemView;
 use autoballoon_core::procfs::{parse_buddyinfo, parse_meminfo_only, parse_pressure, parse_vmstat_only, Pressure, Vmstat};
 use autoballoon_core::sample::Sample;
-use crate::backend::{read_text, Backend, FileError};
+use crate::backend::{Backend, FileError};
+use crate::procfile::ProcFile;
 use autoballoon_core::Pages;
-use std::io::ErrorKind;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -22,9 +22,13 @@ pub enum SourceError {
     File(#[from] FileError),
 }
 
-/// Reads the guest's procfs under `proc_dir` and its size from a [`Backend`].
+/// Reads the guest's procfs under `proc_dir` (each file kept open: [`ProcFile`]) and its
+/// size from a [`Backend`].
 pub struct ProcSource {
-    proc_dir: PathBuf,
+    meminfo: ProcFile,
+    vmstat: ProcFile,
+    pressure: ProcFile,
+    buddyinfo: ProcFile,
     backend: Rc<dyn Backend>,
     start: Instant,
     migration: Migration,
@@ -43,7 +47,8 @@ pub enum Migration {
 
 impl ProcSource {
     pub fn new(proc_dir: PathBuf, backend: Rc<dyn Backend>) -> ProcSource {
-        ProcSource { proc_dir, backend, start: Instant::now(), migration: Migration::None, balloon: None }
+        let file = |name: &str| ProcFile::new(proc_dir.join(name));
+        ProcSource { meminfo: file("meminfo"), vmstat: file("vmstat"), pressure: file("pressure/memory"), buddyinfo: file("buddyinfo"), backend, start: Instant::now(), migration: Migration::None, balloon: None }
     }
 
     /// The host's notices: a live migration runs (samples say so until it ends).
@@ -63,34 +68,20 @@ impl ProcSource {
 
     /// `/proc/meminfo` alone, as a memory view: the commitment watch's quick read
     /// between samples ([`crate::watch`]).
-    pub fn meminfo_view(&self) -> Result<MemView, SourceError> {
-        self.parse_meminfo_view(&read_text(&self.proc_dir.join("meminfo"))?)
+    pub fn meminfo_view(&mut self) -> Result<MemView, SourceError> {
+        let text = self.meminfo.read()?;
+        parse_meminfo_view(self.meminfo.path(), &text)
     }
+}
 
-    /// The memory view in the text of /proc/meminfo.
-    fn parse_meminfo_view(&self, text: &str) -> Result<MemView, SourceError> {
-        let m = parse_meminfo_only(text, MemView::MEMINFO_FIELDS).map_err(|e| self.parse_error("meminfo", e))?;
-        MemView::from_meminfo(&m).map_err(|e| self.parse_error("meminfo", e))
-    }
+/// The memory view in the text of /proc/meminfo at `path`.
+fn parse_meminfo_view(path: &Path, text: &str) -> Result<MemView, SourceError> {
+    let m = parse_meminfo_only(text, MemView::MEMINFO_FIELDS).map_err(|e| parse_error(path, e))?;
+    MemView::from_meminfo(&m).map_err(|e| parse_error(path, e))
+}
 
-    fn parse_error(&self, file: &str, why: impl ToString) -> SourceError {
-        SourceError::Parse { path: self.proc_dir.join(file), why: why.to_string() }
-    }
-
-    /// /proc/pressure/memory; `None` if the kernel has no PSI.
-    fn read_pressure(&self) -> Result<Option<String>, SourceError> {
-        self.read_optional("pressure/memory")
-    }
-
-    /// A file under the proc directory that a kernel may not have; `None` if it has not.
-    fn read_optional(&self, file: &str) -> Result<Option<String>, SourceError> {
-        let path = self.proc_dir.join(file);
-        match std::fs::read_to_string(&path) {
-            Ok(text) => Ok(Some(text)),
-            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::Unsupported) => Ok(None),
-            Err(source) => Err(FileError::Read { path, source }.into()),
-        }
-    }
+fn parse_error(path: &Path, why: impl ToString) -> SourceError {
+    SourceError::Parse { path: path.into(), why: why.to_string() }
 }
 
 impl Source for ProcSource {
@@ -99,24 +90,25 @@ impl Source for ProcSource {
     fn sample(&mut self) -> Result<Sample, SourceError> {
         // Read back to back, parse afterwards: the size belongs to this memory view.
         let at = self.start.elapsed();
-        let meminfo = read_text(&self.proc_dir.join("meminfo"))?;
+        let meminfo = self.meminfo.read()?;
         let (guest_size, max) = self.backend.size()?;
         let target_in_force = self.backend.target_in_force()?;
         let held_for_hinting = self.backend.held_for_hinting()?;
-        let vmstat = read_text(&self.proc_dir.join("vmstat"))?;
-        let pressure = self.read_pressure()?;
-        let buddyinfo = self.read_optional("buddyinfo")?;
+        let vmstat = self.vmstat.read()?;
+        // None: a kernel without PSI.
+        let pressure = self.pressure.read_optional()?;
+        let buddyinfo = self.buddyinfo.read_optional()?;
 
-        let mut mem = self.parse_meminfo_view(&meminfo)?;
+        let mut mem = parse_meminfo_view(self.meminfo.path(), &meminfo)?;
         if let Some(text) = buddyinfo {
-            mem = mem.with_buddyinfo(&parse_buddyinfo(&text).map_err(|e| self.parse_error("buddyinfo", e))?);
+            mem = mem.with_buddyinfo(&parse_buddyinfo(&text).map_err(|e| parse_error(self.buddyinfo.path(), e))?);
         }
         if let Some(held) = held_for_hinting {
             mem = mem.with_hinted_saturating(held);
         }
-        let vmstat = parse_vmstat_only(&vmstat, Vmstat::SAMPLED).map_err(|e| self.parse_error("vmstat", e))?;
+        let vmstat = parse_vmstat_only(&vmstat, Vmstat::SAMPLED).map_err(|e| parse_error(self.vmstat.path(), e))?;
         let pressure: Option<Pressure> = match pressure {
-            Some(text) => Some(parse_pressure(&text).map_err(|e| self.parse_error("pressure/memory", e))?),
+            Some(text) => Some(parse_pressure(&text).map_err(|e| parse_error(self.pressure.path(), e))?),
             None => None,
         };
         self.balloon = vmstat.balloon_pages();
@@ -141,10 +133,12 @@ mod tests {
         let x = s.sample().unwrap().mem.unwrap();
         assert_eq!(x.free_in_hint_blocks, Some(Kib::from_mib_saturating(124)), "31 blocks of 4 MiB in DMA32");
         assert!(x.free_in_hint_blocks.unwrap() < x.free);
-        std::fs::remove_file(t.proc.join("buddyinfo")).unwrap();
-        assert_eq!(s.sample().unwrap().mem.unwrap().free_in_hint_blocks, None, "no buddyinfo: unknown");
         std::fs::write(t.proc.join("buddyinfo"), "Node 0, zone DMA32 x\n").unwrap();
         let e = s.sample().unwrap_err().to_string();
+        assert!(e.contains("buddyinfo"), "{e}");
+        std::fs::remove_file(t.proc.join("buddyinfo")).unwrap();
+        let mut s = ProcSource::new(t.proc.clone(), Rc::new(KernelBalloon::new(&t.kernel)));
+        assert_eq!(s.sample().unwrap().mem.unwrap().free_in_hint_blocks, None, "a kernel without buddyinfo: unknown");
         assert!(e.contains("buddyinfo"), "{e}");
     }
 
@@ -204,6 +198,7 @@ mod tests {
             std::fs::write(t.proc.join(file), good).unwrap();
         }
         std::fs::remove_file(t.proc.join("meminfo")).unwrap();
-        assert!(matches!(s.sample(), Err(SourceError::File(FileError::Read { .. }))));
+        let mut s = ProcSource::new(t.proc.clone(), Rc::new(KernelBalloon::new(&t.kernel)));
+        assert!(matches!(s.sample(), Err(SourceError::File(FileError::Read { .. }))), "no meminfo");
     }
 }

@@ -33,7 +33,7 @@ pub enum WriteError {
     HostOwned,
 }
 
-pub fn read_text(path: &Path) -> Result<String, FileError> {
+fn read_text(path: &Path) -> Result<String, FileError> {
     std::fs::read_to_string(path).map_err(|source| FileError::Read { path: path.into(), source })
 }
 

@@ -15,7 +15,7 @@ pub mod host;
 pub mod kernel;
 pub mod xen;
 
-pub use files::{read_text, FileError, WriteError};
+pub use files::{FileError, WriteError};
 
 use crate::{BackendKind, RunArgs};
 use autoballoon_core::control::Actuator;
