@@ -1,8 +1,8 @@
 //! The commitment watch: between samples, while the guest has little memory to spare, the
 //! agent reads `/proc/meminfo` every [`WATCH_EVERY`] and samples at once when what its
 //! programs hold or were promised ([`MemView::demand`]) grew by [`DROP`] since the last sample;
-//! every [`WATCH_EVERY_BUSY`] for [`BUSY_FOR`] after that demand last grew, except while the
-//! growth it told the host of is still held ([`WATCH_EVERY_HELD`]).
+//! every [`WATCH_EVERY_BUSY`] for [`BUSY_FOR`] after that demand last grew, except once the
+//! programs stopped committing and while they hold what they committed ([`WATCH_EVERY_HELD`]).
 //!
 //! Why: the pressure trigger ([`crate::trigger`]) wakes the agent only once tasks stall on
 //! memory. A program that commits memory and touches it at its own pace (a slow ramp), or a
@@ -47,9 +47,11 @@ pub const WATCH_EVERY_AMPLE: Duration = Duration::from_millis(250);
 /// earlier request*): on QEMU 10, 405-28,765 vCPU faults a steady spike read at 250 ms,
 /// 118-2,630 at 50 ms.
 pub const WATCH_EVERY_BUSY: Duration = Duration::from_millis(50);
-/// How often after the programs' demand grew and until it falls by [`DROP`] again: the
-/// growth went to the host with the sample it woke, and a read now only finds what another
-/// program commits meanwhile. Each read wakes the agent on a vCPU the spike is using: at
+/// How often after the programs' demand grew, once a read found it grown no further, until
+/// it falls by [`DROP`] again: the growth went to the host with the sample it woke, and a
+/// read now only finds what another program commits meanwhile (while the demand still
+/// grows from read to read, a spike's threads starting one after another, the pace stays
+/// [`WATCH_EVERY_BUSY`]). Each read wakes the agent on a vCPU the spike is using: at
 /// [`WATCH_EVERY_BUSY`] throughout, the agent took 78-103 ms of a single vCPU's time over a
 /// spike of 3 × 400 MiB (2.4-2.9 s under TCG with a build on the host's other core), 5-19
 /// ms without the watch, and the spike took 1.12× as long as with no agent.
@@ -76,9 +78,18 @@ pub struct Watch {
     ample: bool,
     /// When the programs' demand last grew by [`DROP`] between two samples or reads.
     grew_at: Option<Instant>,
-    /// The highest demand seen since it last grew, until a sample or read sees it fall by
-    /// [`DROP`] below that: the host has heard of what the programs hold.
-    held: Option<Kib>,
+    /// The programs' demand since it last grew, until a sample or read sees it fall by
+    /// [`DROP`] below its peak.
+    held: Option<Held>,
+}
+
+/// What the programs' demand did since it last grew.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Held {
+    peak: Kib,
+    /// A read found it no higher than the sample or read before: the programs stopped
+    /// committing, and the host has heard of what they hold.
+    settled: bool,
 }
 
 impl Watch {
@@ -93,7 +104,7 @@ impl Watch {
     /// the two saw it.
     pub fn after_sample(&mut self, m: Option<&MemView>, now: Instant) {
         if let Some(m) = m {
-            self.grew(m, now);
+            self.see(m, now, false);
         }
         self.ample = m.is_some_and(|m| margin(m) >= WATCH_BELOW);
         self.last = m.filter(|_| self.always || !self.ample).map(MemView::demand);
@@ -104,7 +115,7 @@ impl Watch {
 
     /// How often to read the margin while watched, `now`.
     pub fn every(&self, now: Instant) -> Duration {
-        if self.held.is_some() {
+        if self.held.is_some_and(|h| h.settled) {
             WATCH_EVERY_HELD
         } else if self.grew_at.is_some_and(|t| now.saturating_duration_since(t) < BUSY_FOR) {
             WATCH_EVERY_BUSY
@@ -122,6 +133,12 @@ impl Watch {
     /// Whether the demand in `m`, read at `now`, grew far enough since the last sample to
     /// sample at once; if so, the guest counts as busy from `now`.
     pub fn grew(&mut self, m: &MemView, now: Instant) -> bool {
+        self.see(m, now, true)
+    }
+
+    /// [`Watch::grew`] for a read (`read`: it may find the growth settled) or a sample (it
+    /// follows the read that woke it at once, so it says nothing of what came after).
+    fn see(&mut self, m: &MemView, now: Instant, read: bool) -> bool {
         let Some(last) = self.last else { return false };
         let demand = m.demand();
         let grew = demand >= last.saturating_add(DROP);
@@ -129,9 +146,10 @@ impl Watch {
             self.grew_at = Some(now);
         }
         self.held = match self.held {
-            Some(peak) if demand.saturating_add(DROP) <= peak => None,
-            Some(peak) => Some(peak.max(demand)),
-            None => grew.then_some(demand),
+            Some(h) if demand.saturating_add(DROP) <= h.peak => None,
+            Some(h) if demand >= h.peak.saturating_add(DROP) => Some(Held { peak: demand, settled: false }),
+            Some(h) => Some(Held { peak: h.peak.max(demand), settled: h.settled || read }),
+            None => grew.then_some(Held { peak: demand, settled: false }),
         };
         grew
     }
@@ -211,7 +229,7 @@ mod tests {
         let mut sampled = Watch::whatever_the_margin();
         sampled.after_sample(Some(&view(1800, 200, 190)), t);
         sampled.after_sample(Some(&view(1800, 1400, 190)), t);
-        assert_eq!(sampled.every(t), WATCH_EVERY_HELD, "a sample, not a read, saw the growth");
+        assert_eq!(sampled.every(t), WATCH_EVERY_BUSY, "a sample, not a read, saw the growth");
         assert!(!sampled.grew(&view(1800, 200, 190), t), "the spike's programs freed it");
         assert_eq!(sampled.every(t), WATCH_EVERY_BUSY, "busy until the next spike");
     }
@@ -223,15 +241,30 @@ mod tests {
         w.after_sample(Some(&view(1800, 200, 190)), t);
         assert!(w.grew(&view(1800, 1400, 190), t), "a spike's programs mapped 1.2 GiB");
         w.after_sample(Some(&view(1000, 1400, 990)), t);
-        assert_eq!(w.every(t), WATCH_EVERY_HELD, "the host has the growth; the spike has the vCPU");
+        assert_eq!(w.every(t), WATCH_EVERY_BUSY, "more of the spike's threads may be mapping theirs");
         assert!(!w.grew(&view(600, 1400, 1390), t), "touching what was committed is no growth");
-        assert_eq!(w.every(t), WATCH_EVERY_HELD);
+        assert_eq!(w.every(t), WATCH_EVERY_HELD, "the host has the growth; the spike has the vCPU");
         assert!(w.grew(&view(600, 1700, 1390), t), "another program commits 300 MiB: still seen");
+        assert_eq!(w.every(t), WATCH_EVERY_BUSY);
         w.after_sample(Some(&view(400, 1700, 1590)), t);
         assert!(!w.grew(&view(400, 1690, 1580), t), "10 MiB freed: still held");
         assert_eq!(w.every(t), WATCH_EVERY_HELD);
         assert!(!w.grew(&view(1800, 200, 190), t), "the programs freed it");
         assert_eq!(w.every(t + Duration::from_secs(8)), WATCH_EVERY_BUSY, "the next spike comes within seconds");
+    }
+
+    #[test]
+    fn threads_that_map_their_memory_one_after_another_are_read_at_the_busy_pace_until_the_last() {
+        let t = Instant::now();
+        let mut w = Watch::whatever_the_margin();
+        w.after_sample(Some(&view(1800, 200, 190)), t);
+        for (i, committed) in [600, 1000, 1400].into_iter().enumerate() {
+            assert!(w.grew(&view(1800, committed, 190), t), "thread {i} mapped 400 MiB");
+            w.after_sample(Some(&view(1800, committed, 190)), t);
+            assert_eq!(w.every(t), WATCH_EVERY_BUSY, "thread {i}");
+        }
+        assert!(!w.grew(&view(1500, 1400, 490), t));
+        assert_eq!(w.every(t), WATCH_EVERY_HELD, "no thread mapped more since the last read");
     }
 
     #[test]
