@@ -139,7 +139,6 @@ mod tests {
         std::fs::remove_file(t.proc.join("buddyinfo")).unwrap();
         let mut s = ProcSource::new(t.proc.clone(), Rc::new(KernelBalloon::new(&t.kernel)));
         assert_eq!(s.sample().unwrap().mem.unwrap().free_in_hint_blocks, None, "a kernel without buddyinfo: unknown");
-        assert!(e.contains("buddyinfo"), "{e}");
     }
 
     #[test]

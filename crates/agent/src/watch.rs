@@ -51,10 +51,10 @@ pub const WATCH_EVERY_BUSY: Duration = Duration::from_millis(50);
 /// it falls by [`DROP`] again: the growth went to the host with the sample it woke, and a
 /// read now only finds what another program commits meanwhile (while the demand still
 /// grows from read to read, a spike's threads starting one after another, the pace stays
-/// [`WATCH_EVERY_BUSY`]). Each read wakes the agent on a vCPU the spike is using: at
-/// [`WATCH_EVERY_BUSY`] throughout, the agent took 78-103 ms of a single vCPU's time over a
-/// spike of 3 × 400 MiB (2.4-2.9 s under TCG with a build on the host's other core), 5-19
-/// ms without the watch, and the spike took 1.12× as long as with no agent.
+/// [`WATCH_EVERY_BUSY`]). Each read takes a vCPU from the spike: at [`WATCH_EVERY_BUSY`]
+/// throughout (and before reads were made cheaper, [`crate::procfile`]) the agent took
+/// 67-103 ms of a single vCPU over a spike of 3 × 400 MiB under TCG, 5-19 ms without the
+/// watch; with this pace and those reads, 7-19 ms (docs/spikes.md, *The watch's own cost*).
 pub const WATCH_EVERY_HELD: Duration = Duration::from_millis(250);
 /// How long after the programs' demand last grew the guest counts as busy.
 pub const BUSY_FOR: Duration = Duration::from_secs(60);
