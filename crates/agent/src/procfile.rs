@@ -4,7 +4,7 @@
 //! calls (open, statx, reads from 32 bytes up, doubling, to the end, close), since procfs
 //! gives no size. Inside a TCG guest whose kernel isolates page tables (`pti`), each system
 //! call switches page tables twice, and each switch empties TCG's cache of address
-//! translations (the vCPU has no PCID): a read took the agent 650-720 µs of its vCPU, the
+//! translations (the vCPU has no PCID): a read took the agent about 650 µs of its vCPU, the
 //! commitment watch 20 of them a second while the guest is busy (docs/spikes.md, *The
 //! watch's own cost*). Kept open and
 //! read with `pread` from offset 0 into a buffer that has room for the whole file, it is two
