@@ -6,10 +6,9 @@
 //! call switches page tables twice, and each switch empties TCG's cache of address
 //! translations (the vCPU has no PCID): a read took the agent about 650 µs of its vCPU, the
 //! commitment watch 20 of them a second while the guest is busy (docs/spikes.md, *The
-//! watch's own cost*). Kept open and
-//! read with `pread` from offset 0 into a buffer that has room for the whole file, it is two
-//! (the file, then the end), three for a file longer than one page (`/proc/vmstat`), whose
-//! records the kernel hands out a page at a time.
+//! watch's own cost*). Kept open and read with `pread` from offset 0 into a buffer that has
+//! room for the whole file, it is two (the file, then the end), three for a file longer
+//! than one page (`/proc/vmstat`), whose records the kernel hands out a page at a time.
 //!
 //! procfs regenerates such a file at every read from offset 0, as `top` relies on. A file
 //! removed or replaced while open is not seen: procfs files stay while the kernel runs.
