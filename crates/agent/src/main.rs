@@ -101,7 +101,8 @@ pub struct RunArgs {
     /// default, while the guest has less than 512 MiB to spare, /proc/meminfo is read every
     /// 100 ms and the agent samples at once when what programs hold or committed grew by
     /// 32 MiB; a guest with a host port and a free page reporting device is watched with
-    /// more to spare too, every 250 ms, so the host can back reported memory ahead; every
+    /// more to spare too, every 250 ms, once the host says it backs reported memory again
+    /// ahead of a program (QEMU's `x-populate-reported`, the project's patches); every
     /// 50 ms, whatever the margin, for a minute after that demand last grew, except
     /// every 250 ms from a growth until the demand falls 32 MiB below its peak again).
     #[arg(long)]

@@ -77,13 +77,11 @@ fn start(a: &RunArgs, policy: &PolicyConfig, trim: CacheTrimRule) -> Result<(), 
         let rule = FineReportRule { after: Duration::from_secs(a.report_pieces_after_s), band: crate::report::BAND };
         agent.reporting = FineReporting::start(std::path::Path::new("/sys"), &a.proc_dir, rule);
     }
-    // Reported free memory comes back page by page: with a host to tell, every commitment
-    // is worth telling it at once (crate::watch).
+    // Reported free memory comes back page by page: with a host that backs it again ahead
+    // of a program, every commitment is worth telling it at once (crate::watch); the host
+    // says whether it does once the link is up (`HostMessage::Abilities`).
     let reports = crate::report::read_order(std::path::Path::new("/sys")).is_some();
-    if agent.channel.is_some() && reports && !a.no_commit_watch {
-        agent.watch = Watch::whatever_the_margin();
-        info(format_args!("commitment watch at any margin: free page reporting gives this guest's free memory back, and the host may back it again ahead of a program"));
-    }
+    agent.watch_any_margin = agent.channel.is_some() && reports && !a.no_commit_watch;
     if !a.no_pressure_trigger {
         match PressureTrigger::open(&a.proc_dir, STALL, WINDOW) {
             Ok(t) => agent.trigger = Some(t),
@@ -183,6 +181,10 @@ struct Agent<'a> {
     /// The commitment watch between samples ([`crate::watch`]), off with
     /// `--no-commit-watch`.
     watch: Watch,
+    /// The watch may run whatever the margin: there is a host to tell, the guest's free
+    /// memory is reported, and the watch is on. It does once the host says it backs
+    /// reported memory again ahead of a program.
+    watch_any_margin: bool,
     /// A migration that must not see the balloon shrink started: stop a shrink under way.
     stop_shrinking: bool,
     /// Passes through the loop so far.
@@ -207,6 +209,7 @@ impl<'a> Agent<'a> {
             reporting: None,
             short_until: None,
             watch: Watch::default(),
+            watch_any_margin: false,
             stop_shrinking: false,
             seq: 0,
             bad_sample: limited(Level::Warn),
@@ -357,6 +360,20 @@ impl<'a> Agent<'a> {
         }
     }
 
+    /// The host said whether it backs reported memory again ahead of a program: the
+    /// commitment watch runs whatever the margin only if it does (one log line a change).
+    fn host_backs_reported(&mut self, backs: bool) {
+        let always = self.watch_any_margin && backs;
+        if !self.watch.set_whatever_the_margin(always) {
+            return;
+        }
+        if always {
+            info(format_args!("commitment watch at any margin: the host backs this guest's reported free memory again ahead of a program"));
+        } else {
+            info(format_args!("commitment watch only while less than {} is to spare: the host no longer backs reported memory ahead of a program", crate::watch::WATCH_BELOW));
+        }
+    }
+
     /// One wait of at most `timeout`; whether it ended early (a notice or the trigger).
     fn wait_once(&mut self, timeout: Duration) -> bool {
         let trigger = self.trigger.as_ref().map(PressureTrigger::fd);
@@ -386,6 +403,7 @@ impl<'a> Agent<'a> {
                     self.source.set_migration(Migration::None);
                     info(format_args!("migration ended ({outcome}): shrinking resumes"));
                 }
+                HostMessage::Abilities { backs_reported } => self.host_backs_reported(backs_reported),
             }
         }
         early
@@ -418,6 +436,32 @@ mod tests {
         for ok in ["0", "4", "1024"] {
             assert!(check(&args(ok)).is_ok(), "{ok}");
         }
+    }
+
+    #[test]
+    fn the_commitment_watch_runs_at_any_margin_only_once_the_host_backs_reported_memory() {
+        use clap::Parser;
+        let a = match crate::Cli::try_parse_from(["autoballoon-guest", "run", "--backend", "kernel"]).unwrap().command {
+            crate::Command::Run(a) => *a,
+            crate::Command::Estimate(_) => unreachable!(),
+        };
+        let t = crate::testutil::ProcTree::new("abilities", "linux-6.12-guest-idle");
+        let mut agent = Agent::new(&a, ProcSource::new(t.proc.clone(), std::rc::Rc::new(crate::backend::host::HostOwned)), None);
+        let m = agent.source.meminfo_view().unwrap();
+        assert!(crate::watch::margin(&m) >= crate::watch::WATCH_BELOW, "the fixture has room to spare");
+        let watched = |agent: &mut Agent| {
+            agent.watch.after_sample(Some(&m), Instant::now());
+            agent.watch.watching()
+        };
+        agent.host_backs_reported(true);
+        assert!(!watched(&mut agent), "no host port, no reporting device or no watch: never at any margin");
+        agent.watch_any_margin = true;
+        agent.host_backs_reported(false);
+        assert!(!watched(&mut agent), "a host that does not back reported memory ahead");
+        agent.host_backs_reported(true);
+        assert!(watched(&mut agent), "one that does");
+        agent.host_backs_reported(false);
+        assert!(!watched(&mut agent), "a new QEMU after a migration that does not");
     }
 
     #[test]

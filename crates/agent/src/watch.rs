@@ -20,11 +20,14 @@
 //! later, docs/migration.md).
 //!
 //! A guest whose balloon device reports free pages is watched whatever its margin
-//! ([`Watch::whatever_the_margin`]): what it keeps free has gone back to the host, and it
-//! faults that memory in again page by page, so a program's commitment is worth telling the
-//! host at once even when the guest has room for it; a host whose QEMU backs reported
-//! memory again on request does so ahead of the program (core's `back_ahead`,
-//! docs/spikes.md, *Backing reported memory ahead of a spike*).
+//! ([`Watch::whatever_the_margin`]) once its host says it backs reported memory again on
+//! request (`HostMessage::Abilities`): what the guest keeps free has gone back to the host,
+//! and it faults that memory in again page by page, so a program's commitment is worth
+//! telling the host at once even when the guest has room for it, and the host backs it
+//! ahead of the program (core's `back_ahead`, docs/spikes.md, *Backing reported memory
+//! ahead of a spike*). A host that cannot (QEMU as upstream ships it) gains nothing from
+//! those reads, which take the vCPU from the program: the guest is then watched only
+//! below the margin.
 //!
 //! The rule is pure; the agent's loop reads the file and acts on it.
 
@@ -94,9 +97,16 @@ struct Held {
 
 impl Watch {
     /// A watch of a guest whose free memory goes back to the host (its balloon device
-    /// reports free pages): watched after every sample with a view.
+    /// reports free pages) and whose host backs it again ahead of a program: watched
+    /// after every sample with a view.
     pub fn whatever_the_margin() -> Watch {
         Watch { always: true, ..Watch::default() }
+    }
+
+    /// Watches whatever the margin (`true`) or only below [`WATCH_BELOW`] from the next
+    /// sample on, keeping what the watch has seen; whether that changed anything.
+    pub fn set_whatever_the_margin(&mut self, always: bool) -> bool {
+        std::mem::replace(&mut self.always, always) != always
     }
 
     /// Takes the sample's view (none: not watched), taken at `now`: a demand grown by
@@ -210,6 +220,23 @@ mod tests {
         assert!(w.grew(&view(1800, 1400, 190), t), "1.2 GiB mapped into a guest that has it free");
         w.after_sample(None, t);
         assert!(!w.watching(), "no view: not watched");
+    }
+
+    #[test]
+    fn the_host_saying_what_it_backs_switches_the_watch_at_the_next_sample() {
+        let t = Instant::now();
+        let mut w = Watch::default();
+        w.after_sample(Some(&view(1800, 200, 190)), t);
+        assert!(!w.watching(), "room to spare, no host that backs ahead: not watched");
+        assert!(w.set_whatever_the_margin(true), "the host backs reported memory ahead");
+        assert!(!w.set_whatever_the_margin(true), "said again: no change");
+        w.after_sample(Some(&view(1800, 200, 190)), t);
+        assert!(w.watching(), "watched from the next sample on");
+        assert!(w.grew(&view(1800, 1400, 190), t));
+        assert!(w.set_whatever_the_margin(false), "a new QEMU that does not");
+        w.after_sample(Some(&view(1800, 1400, 190)), t);
+        assert!(!w.watching());
+        assert_eq!(w.every(t), WATCH_EVERY_BUSY, "what it saw is kept: the demand grew a moment ago");
     }
 
     #[test]

@@ -182,7 +182,7 @@ pub fn render(vms: &[VmStatus], host: &HostStatus) -> String {
         ("autoballoon_vm_agent_overlong_total", "Lines from the agent longer than the protocol's bound, dropped whole.", |v| Some(v.agent.overlong)),
         ("autoballoon_vm_agent_flooded_total", "Agent samples dropped for exceeding the rate limit.", |v| Some(v.agent.flooded)),
         ("autoballoon_vm_agent_short_total", "Agent samples that said the guest ran short of memory (each decided at once).", |v| Some(v.agent.short)),
-        ("autoballoon_vm_agent_notices_dropped_total", "Migration notices the agent could not be sent (it was not reading).", |v| Some(v.agent.notices_dropped)),
+        ("autoballoon_vm_agent_notices_dropped_total", "Notices (a migration's start or end, what the host does for the VM) the agent could not be sent (it was not reading).", |v| Some(v.agent.notices_dropped)),
     ];
     for (name, help, get) in counters {
         let mut f = family(&mut out, name, "counter", help);

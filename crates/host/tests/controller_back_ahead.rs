@@ -2,10 +2,11 @@
 //! a QEMU whose balloon offers `x-populate-reported` (the project's QEMU patches), a sample
 //! that says the guest runs short because its programs committed memory they have not
 //! touched makes the controller ask QEMU at once to back that much of what free page
-//! reporting gave back; on QEMU as it is, nothing is asked.
+//! reporting gave back; on QEMU as it is, nothing is asked. The agent hears which it is, so
+//! that it watches its programs' commitments at any margin only where that helps.
 mod common;
 
-use autoballoon_core::protocol::AgentMessage;
+use autoballoon_core::protocol::{AgentMessage, HostMessage};
 use autoballoon_core::units::{Kib, Pages};
 use autoballoon_fakes::{sample, FakeQemuConfig};
 use common::*;
@@ -56,4 +57,18 @@ fn qemu_as_it_is_is_not_asked() {
     wait_for(Duration::from_secs(5), "the growth", || f.last_request().is_some_and(|r| r >= mib(1500)));
     assert_eq!(f.q().command_count("qom-set"), 1, "only the statistics interval was set");
     assert_eq!(d.status("a").backed_ahead, 0);
+}
+
+#[test]
+fn the_agent_hears_whether_its_reported_memory_is_backed_ahead() {
+    for backs_reported in [true, false] {
+        let (f, _d) = start(backs_reported);
+        wait_for(Duration::from_secs(5), "the agent told", || f.p().received().first() == Some(&HostMessage::Abilities { backs_reported }));
+        assert_eq!(f.p().received().len(), 1, "once a link: {:?}", f.p().received());
+    }
+    // An agent that starts again while the link stays up says hello, and hears it again.
+    let (f, _d) = start(true);
+    wait_for(Duration::from_secs(5), "the agent told", || f.p().received().len() == 1);
+    f.p().send(&AgentMessage::Hello { version: "0".into(), backend: "host".into() }).unwrap();
+    wait_for(Duration::from_secs(5), "told again", || f.p().received() == vec![HostMessage::Abilities { backs_reported: true }; 2]);
 }

@@ -47,7 +47,8 @@ fn no_shrinking_while_migrating_growth_allowed_then_resumes_after_a_failure() {
     wait_for(T, "shrinking to 364 MiB after the failed migration", || g.fakes.last_request() == Some(expected_target(300)));
     assert_requests_in_bounds(&g.q());
     let received = g.p().received();
-    assert_eq!(received, vec![HostMessage::MigrationStarted { shrink_allowed: false }, HostMessage::MigrationEnded { outcome: Outcome::Failed }], "one notice each");
+    let abilities = HostMessage::Abilities { backs_reported: false };
+    assert_eq!(received, vec![abilities, HostMessage::MigrationStarted { shrink_allowed: false }, HostMessage::MigrationEnded { outcome: Outcome::Failed }], "one notice each, after what the host does");
 }
 
 #[test]

@@ -72,6 +72,17 @@ pub enum HostMessage {
     },
     /// The migration ended (completed or failed): shrinking may resume.
     MigrationEnded { outcome: MigrationOutcome },
+    /// What the host does for this VM that decides some of the agent's own work; sent
+    /// each time the link to the agent connects (a new QEMU after a migration may differ).
+    /// An older host never sends it: the agent then counts on none of it.
+    Abilities {
+        /// The host backs memory that free page reporting gave back again as soon as it
+        /// hears that a program committed memory (QEMU's `x-populate-reported`, the
+        /// project's QEMU patches): only then is a commitment worth telling the host at
+        /// once while the guest has room for it.
+        #[serde(default)]
+        backs_reported: bool,
+    },
 }
 
 /// How a migration ended.
@@ -128,6 +139,10 @@ mod tests {
                    Some(HostMessage::MigrationEnded { outcome: MigrationOutcome::Completed }));
         assert_eq!(decode::<HostMessage>("{\"type\":\"migration_ended\",\"outcome\":\"teleported\"}"),
                    Some(HostMessage::MigrationEnded { outcome: MigrationOutcome::Unknown }));
+        let abilities = HostMessage::Abilities { backs_reported: true };
+        assert_eq!(encode(&abilities), "{\"type\":\"abilities\",\"backs_reported\":true}\n");
+        assert_eq!(decode::<HostMessage>(&encode(&abilities)), Some(abilities));
+        assert_eq!(decode::<HostMessage>("{\"type\":\"abilities\",\"new\":1}"), Some(HostMessage::Abilities { backs_reported: false }), "a newer host's other abilities");
         assert_eq!(decode::<AgentMessage>("{\"type\":\"bogus\"}"), None);
         assert_eq!(decode::<AgentMessage>("\u{0}\u{1}garbage"), None);
         assert_eq!(decode::<AgentMessage>(&"x".repeat(MAX_LINE + 1)), None);

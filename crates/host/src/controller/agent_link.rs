@@ -46,6 +46,8 @@ struct Inbox {
     window: Option<(Instant, u32)>,
     /// A line (of any kind) came in since the link connected.
     heard: bool,
+    /// Hellos the agent sent since the link connected (one each time it started).
+    hellos: u64,
 }
 
 pub struct AgentLink {
@@ -55,10 +57,13 @@ pub struct AgentLink {
     /// the agent drops the torn part as garbage.
     torn: bool,
     notices_dropped: u64,
-    /// The last notice, if it was dropped: sent again by [`AgentLink::resend_dropped`] once
-    /// the guest reads again. A notice is the migration's state, so the newest says it all.
-    owed: Option<HostMessage>,
+    /// The notices dropped, at most one of each kind (the migration's state, the host's
+    /// abilities), oldest first: sent again by [`AgentLink::resend_dropped`] once the guest
+    /// reads again. Each kind is a state, so the newest of it says it all.
+    owed: Vec<HostMessage>,
     connected: Instant,
+    /// The agent's hellos as of the last [`AgentLink::greeted`].
+    hellos_seen: u64,
 }
 
 impl AgentLink {
@@ -76,7 +81,7 @@ impl AgentLink {
         let inbox = Arc::new(Mutex::new(Inbox::default()));
         let shared = inbox.clone();
         std::thread::Builder::new().name("agent-reader".into()).spawn(move || read_loop(reader, &shared, configured, on_wake))?;
-        Ok(AgentLink { stream, inbox, torn: false, notices_dropped: 0, owed: None, connected: Instant::now() })
+        Ok(AgentLink { stream, inbox, torn: false, notices_dropped: 0, owed: Vec::new(), connected: Instant::now(), hellos_seen: 0 })
     }
 
     /// The newest accepted report and when it arrived.
@@ -101,26 +106,35 @@ impl AgentLink {
         (!lock(&self.inbox).heard).then(|| self.connected.elapsed())
     }
 
+    /// Whether the agent said hello since the last call: it started, or started again
+    /// while the link stayed up, and what it was told before went to an earlier run of it.
+    pub fn greeted(&mut self) -> bool {
+        let n = lock(&self.inbox).hellos;
+        std::mem::replace(&mut self.hellos_seen, n) != n
+    }
+
     /// Sends a notice without blocking: if the guest's buffer is full the notice is
     /// dropped and counted (`Ok(false)`), and owed until [`AgentLink::resend_dropped`]
-    /// delivers it or a newer notice replaces it. `Err` means the link is dead.
+    /// delivers it or a newer notice of its kind replaces it. `Err` means the link is dead.
     pub fn send(&mut self, m: &HostMessage) -> std::io::Result<bool> {
         let sent = self.write(m)?;
+        self.owed.retain(|o| std::mem::discriminant(o) != std::mem::discriminant(m));
         if !sent {
             self.notices_dropped += 1;
+            self.owed.push(m.clone());
         }
-        self.owed = (!sent).then(|| m.clone());
         Ok(sent)
     }
 
-    /// Sends the last notice again if it was dropped, without blocking (a guest that
+    /// Sends the dropped notices again, oldest first, without blocking (a guest that
     /// stopped reading for a while would otherwise keep the state of a migration long
     /// over, or never hear of one that runs); not counted again. `Err`: the link is dead.
     pub fn resend_dropped(&mut self) -> std::io::Result<()> {
-        if let Some(m) = self.owed.clone() {
-            if self.write(&m)? {
-                self.owed = None;
+        while let Some(m) = self.owed.first().cloned() {
+            if !self.write(&m)? {
+                break;
             }
+            self.owed.remove(0);
         }
         Ok(())
     }
@@ -203,6 +217,7 @@ fn read_loop(stream: UnixStream, inbox: &Mutex<Inbox>, configured: Kib, on_wake:
             Some(AgentMessage::Hello { version, backend }) => {
                 let cut = |s: &str| s.chars().filter(|c| !c.is_control()).take(MAX_HELLO).collect::<String>();
                 ib.stats.hello = Some(format!("{} ({})", cut(&version), cut(&backend)));
+                ib.hellos += 1;
             }
             None => ib.stats.garbage += 1,
         }

@@ -11,7 +11,7 @@ use crate::controller::Msg;
 use crate::hypervisor::{self, Hypervisor, HypervisorError};
 use crate::log::EventKind;
 use autoballoon_core::migration::{MigrationPhase, MigrationShrink};
-use autoballoon_core::protocol::MigrationOutcome;
+use autoballoon_core::protocol::{HostMessage, MigrationOutcome};
 use autoballoon_core::Kib;
 use autoballoon_qmp::Backoff;
 use serde_json::json;
@@ -199,7 +199,12 @@ impl Actor {
     /// Keeps the agent link up: sends a dropped notice again, drops a closed link, connects
     /// (at most every AGENT_RETRY).
     pub(super) fn tend_agent(&mut self, s: &mut Session) {
+        let abilities = HostMessage::Abilities { backs_reported: self.balloon.backs_reported == Some(true) };
         if let Some(a) = s.agent.as_mut() {
+            // An agent that started again while the link stayed up hears it again.
+            if a.greeted() {
+                let _ = a.send(&abilities);
+            }
             // A notice the guest did not take: again, now that it may read.
             let _ = a.resend_dropped();
         }
@@ -233,7 +238,11 @@ impl Actor {
                 Wake::Freed => Msg::Freed,
             });
         };
-        if let Ok(link) = AgentLink::connect_waking(path, s.configured, on_wake) {
+        if let Ok(mut link) = AgentLink::connect_waking(path, s.configured, on_wake) {
+            // What the agent's own work depends on, told on every new link (this session's
+            // QEMU may differ from the last one's: a migration, an upgrade) and each time
+            // the agent says hello. Dropped, it is owed as a migration notice is.
+            let _ = link.send(&abilities);
             s.agent = Some(link);
         }
     }
