@@ -118,11 +118,10 @@ impl AgentLink {
     /// delivers it or a newer notice of its kind replaces it. `Err` means the link is dead.
     pub fn send(&mut self, m: &HostMessage) -> std::io::Result<bool> {
         let sent = self.write(m)?;
-        self.owed.retain(|o| std::mem::discriminant(o) != std::mem::discriminant(m));
         if !sent {
             self.notices_dropped += 1;
-            self.owed.push(m.clone());
         }
+        owe(&mut self.owed, m, sent);
         Ok(sent)
     }
 
@@ -159,6 +158,24 @@ impl AgentLink {
         // A torn line is finished by the next one's leading newline: the agent drops it.
         self.torn = (n as usize) < line.len();
         Ok(!self.torn)
+    }
+}
+
+/// What state a notice tells: a migration's start and its end are one state, the host's
+/// abilities another.
+fn kind(m: &HostMessage) -> u8 {
+    match m {
+        HostMessage::MigrationStarted { .. } | HostMessage::MigrationEnded { .. } => 0,
+        HostMessage::Abilities { .. } => 1,
+    }
+}
+
+/// `m` was sent, or dropped and now owed: either way no older notice of its kind is owed
+/// any more (the newest of a state says it all).
+fn owe(owed: &mut Vec<HostMessage>, m: &HostMessage, sent: bool) {
+    owed.retain(|o| kind(o) != kind(m));
+    if !sent {
+        owed.push(m.clone());
     }
 }
 
@@ -238,5 +255,29 @@ impl Inbox {
                 true
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use autoballoon_core::protocol::MigrationOutcome;
+
+    #[test]
+    fn the_newest_notice_of_each_state_is_owed() {
+        let started = HostMessage::MigrationStarted { shrink_allowed: false };
+        let ended = HostMessage::MigrationEnded { outcome: MigrationOutcome::Completed };
+        let (can, cannot) = (HostMessage::Abilities { backs_reported: true }, HostMessage::Abilities { backs_reported: false });
+        let mut owed = Vec::new();
+        owe(&mut owed, &started, false);
+        owe(&mut owed, &can, false);
+        assert_eq!(owed, [started.clone(), can.clone()], "both dropped, oldest first");
+        owe(&mut owed, &ended, true);
+        assert_eq!(owed, [can.clone()], "the migration's end delivered: its start is no longer owed");
+        owe(&mut owed, &ended, false);
+        owe(&mut owed, &cannot, false);
+        assert_eq!(owed, [ended, cannot.clone()], "a newer abilities notice replaces the owed one");
+        owe(&mut owed, &started, true);
+        assert_eq!(owed, [cannot]);
     }
 }
