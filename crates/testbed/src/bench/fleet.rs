@@ -46,6 +46,8 @@ pub struct Guest {
     pub seen: Seen,
     /// Its last migration: (moment, run).
     pub last: Option<(super::model::Moment, u32)>,
+    /// A spike ran in it since its boot (that travels with migrations).
+    pub spiked: bool,
 }
 
 /// At the last look at a guest's log (it travels with migrations): OOM kills, kernel error
@@ -160,7 +162,7 @@ impl Fleet {
         for (c, q) in started {
             let t = step(&format!("booting {}", c.key()), q.wait_booted(BOOT))?;
             println!("[bench]   {} booted in {:.0} s", c.key(), t.as_secs_f64());
-            guests.push(Guest { config: c, q, hops: 0, boots: 1, seen: Seen::default(), last: None });
+            guests.push(Guest { config: c, q, hops: 0, boots: 1, seen: Seen::default(), last: None, spiked: false });
         }
         let version = match guests.first() {
             Some(g) => step("QMP", Qmp::connect_with_retry(&g.q.qmp_ctl, Instant::now() + Duration::from_secs(10)))?.version().to_string(),
@@ -246,6 +248,7 @@ impl Fleet {
         g.boots += 1;
         g.hops = 0;
         g.seen = Seen::default();
+        g.spiked = false;
         let name = format!("{}-b{}", c.key(), g.boots);
         println!("[bench]   rebooting {} as {name}", c.key());
         let q = step("starting QEMU", Qemu::start(images.of(c.kernel())?, spec_cpus(c, &name, memory, &qemu, cpus), &out))?;

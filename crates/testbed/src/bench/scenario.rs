@@ -137,8 +137,9 @@ fn run_spike_watched(q: &crate::Qemu, setup: &Setup, ctl: &Qmp) -> Result<Watche
 }
 
 /// Brings `c`'s guest to moment `m` (for [`Moment::DuringSpike`]: settled, the spike comes
-/// later). Returns the spike's run and the guest's sizes during it, if one ran.
-fn reach(fleet: &Fleet, c: Config, m: Moment, setup: &Setup, ctl: &Qmp, q: &crate::Qemu) -> Result<Option<WatchedSpike>, String> {
+/// later; `spiked`: a spike ran in the guest before). Returns the spike's run and the
+/// guest's sizes during it, if one ran.
+fn reach(fleet: &Fleet, c: Config, m: Moment, setup: &Setup, ctl: &Qmp, q: &crate::Qemu, spiked: bool) -> Result<Option<WatchedSpike>, String> {
     if c == Config::DooFixed {
         fixed_size(setup, ctl)?;
     }
@@ -164,6 +165,15 @@ fn reach(fleet: &Fleet, c: Config, m: Moment, setup: &Setup, ctl: &Qmp, q: &crat
         }
         Moment::DuringSpike => {
             settle(fleet, c, ctl);
+            if !spiked {
+                // A whole run's guests come to this moment after the after-spike moments'
+                // spikes (the stock default keeping the headroom they earned); a fresh one
+                // (a resumed run measuring this moment again, a reboot) would come lean.
+                // So it runs the spike first and rests until free page reporting drained.
+                run_spike(q, setup)?;
+                std::thread::sleep(Duration::from_secs(super::model::LONG_IDLE_S));
+                settle(fleet, c, ctl);
+            }
             Ok(None)
         }
     }
@@ -260,7 +270,7 @@ pub fn point(fleet: &mut Fleet, images: &Images, setup: &Setup, c: Config, m: Mo
     let outcome = (|| -> Result<Migrated, String> {
         let g = fleet.guests.iter().find(|g| g.config == c).expect("a guest per configuration");
         let ctl = qmp(&g.q)?;
-        let spike = reach(fleet, c, m, setup, &ctl, &g.q)?;
+        let spike = reach(fleet, c, m, setup, &ctl, &g.q, g.spiked)?;
         if let Some((s, sizes)) = spike {
             rec.spike_alloc_s = s.alloc_s;
             rec.spike_completed = Some(s.completed);
@@ -275,6 +285,8 @@ pub fn point(fleet: &mut Fleet, images: &Images, setup: &Setup, c: Config, m: Mo
     })();
     fleet.resume(c);
     fleet.guest(c).last = Some((m, run));
+    // Every moment but the idle ones ran a spike (or reached the during moment's own).
+    fleet.guest(c).spiked |= !matches!(m, Moment::Idle | Moment::LongIdle);
     match outcome {
         Ok(done) => {
             rec.completed = true;
