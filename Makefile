@@ -218,7 +218,7 @@ BENCH_MIGRATION ?= 1
 # on both QEMU lines, each also with the project's balloon patches on (x-populate-on-deflate,
 # and with it x-populate-reported, which the controller uses for the stock kernel's spikes;
 # scripts/build-qemu72-fixed.sh --populate, scripts/build-qemu10-populate.sh --populate),
-# 1 and 2 vCPUs (about 80 min);
+# 1 and 2 vCPUs (about 2 h 15 min);
 # BENCH_SPIKES=0 skips it, SPIKEBENCH_ARGS passes options (--help).
 BENCH_SPIKES ?= 1
 # Then autoballoon-densitybench (bench/DENSITY.md): four guests running a job sequence, host
