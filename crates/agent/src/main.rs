@@ -185,17 +185,9 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod help_tests {
     use super::*;
+    use crate::testutil::run_args;
     use autoballoon_core::config::PolicyConfig;
     use clap::CommandFactory;
-
-    fn run_args(extra: &[&str]) -> RunArgs {
-        let mut argv = vec!["autoballoon-guest", "run"];
-        argv.extend_from_slice(extra);
-        match Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{extra:?}: {e}")).command {
-            Command::Run(a) => *a,
-            Command::Estimate(_) => unreachable!(),
-        }
-    }
 
     /// Every `[default: X]` that `run --help` states is the value the agent uses when the
     /// flag is absent: giving X changes nothing, giving another value changes the

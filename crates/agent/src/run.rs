@@ -426,11 +426,7 @@ mod tests {
 
     #[test]
     fn a_per_cpu_list_under_a_page_is_refused_before_anything_is_touched() {
-        use clap::Parser;
-        let args = |kib: &str| match crate::Cli::try_parse_from(["autoballoon-guest", "run", "--backend", "kernel", "--pcp-high-kib", kib]).unwrap().command {
-            crate::Command::Run(a) => *a,
-            crate::Command::Estimate(_) => unreachable!(),
-        };
+        let args = |kib: &str| crate::testutil::run_args(&["--backend", "kernel", "--pcp-high-kib", kib]);
         let e = check(&args("3")).unwrap_err();
         assert!(e.contains("`--pcp-high-kib`: 3 is less than a page"), "{e}");
         for ok in ["0", "4", "1024"] {
@@ -440,11 +436,7 @@ mod tests {
 
     #[test]
     fn the_commitment_watch_runs_at_any_margin_only_once_the_host_backs_reported_memory() {
-        use clap::Parser;
-        let a = match crate::Cli::try_parse_from(["autoballoon-guest", "run", "--backend", "kernel"]).unwrap().command {
-            crate::Command::Run(a) => *a,
-            crate::Command::Estimate(_) => unreachable!(),
-        };
+        let a = crate::testutil::run_args(&["--backend", "kernel"]);
         let t = crate::testutil::ProcTree::new("abilities", "linux-6.12-guest-idle");
         let mut agent = Agent::new(&a, ProcSource::new(t.proc.clone(), std::rc::Rc::new(crate::backend::host::HostOwned)), None);
         let m = agent.source.meminfo_view().unwrap();

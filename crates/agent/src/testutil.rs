@@ -18,6 +18,17 @@ fn fixture_result(dir: &str, file: &str) -> Result<String, (String, std::io::Err
     std::fs::read_to_string(&p).map_err(|e| (p, e))
 }
 
+/// `autoballoon-guest run` with `extra` arguments, parsed as the command line would be.
+pub fn run_args(extra: &[&str]) -> crate::RunArgs {
+    use clap::Parser;
+    let mut argv = vec!["autoballoon-guest", "run"];
+    argv.extend_from_slice(extra);
+    match crate::Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{extra:?}: {e}")).command {
+        crate::Command::Run(a) => *a,
+        crate::Command::Estimate(_) => unreachable!(),
+    }
+}
+
 pub struct ProcTree {
     pub root: PathBuf,
     /// meminfo, vmstat and pressure/memory.

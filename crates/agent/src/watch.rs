@@ -20,7 +20,7 @@
 //! later, docs/migration.md).
 //!
 //! A guest whose balloon device reports free pages is watched whatever its margin
-//! ([`Watch::whatever_the_margin`]) once its host says it backs reported memory again on
+//! ([`Watch::set_whatever_the_margin`]) once its host says it backs reported memory again on
 //! request (`HostMessage::Abilities`): what the guest keeps free has gone back to the host,
 //! and it faults that memory in again page by page, so a program's commitment is worth
 //! telling the host at once even when the guest has room for it, and the host backs it
@@ -96,15 +96,9 @@ struct Held {
 }
 
 impl Watch {
-    /// A watch of a guest whose free memory goes back to the host (its balloon device
-    /// reports free pages) and whose host backs it again ahead of a program: watched
-    /// after every sample with a view.
-    pub fn whatever_the_margin() -> Watch {
-        Watch { always: true, ..Watch::default() }
-    }
-
-    /// Watches whatever the margin (`true`) or only below [`WATCH_BELOW`] from the next
-    /// sample on, keeping what the watch has seen; whether that changed anything.
+    /// Watches whatever the margin (`true`: a guest whose free memory goes back to the host
+    /// and whose host backs it again ahead of a program) or only below [`WATCH_BELOW`] from
+    /// the next sample on, keeping what the watch has seen; whether that changed anything.
     pub fn set_whatever_the_margin(&mut self, always: bool) -> bool {
         std::mem::replace(&mut self.always, always) != always
     }
@@ -169,6 +163,13 @@ impl Watch {
 mod tests {
     use super::*;
 
+    /// A watch at any margin, as the agent sets it once the host says it backs ahead.
+    fn any_margin() -> Watch {
+        let mut w = Watch::default();
+        w.set_whatever_the_margin(true);
+        w
+    }
+
     fn view(available_mib: u64, committed_mib: u64, anon_mib: u64) -> MemView {
         let mib = Kib::from_mib_saturating;
         MemView { total: mib(2048), available: mib(available_mib), committed_as: mib(committed_mib), anon_and_shmem: Some(mib(anon_mib)), ..MemView::default() }
@@ -213,7 +214,7 @@ mod tests {
     #[test]
     fn a_guest_whose_free_memory_is_reported_is_watched_with_room_to_spare() {
         let t = Instant::now();
-        let mut w = Watch::whatever_the_margin();
+        let mut w = any_margin();
         w.after_sample(Some(&view(1800, 200, 190)), t);
         assert!(w.watching());
         assert_eq!(w.every(t), WATCH_EVERY_AMPLE, "room to spare: read less often");
@@ -242,7 +243,7 @@ mod tests {
     #[test]
     fn a_guest_whose_programs_came_back_for_memory_lately_is_read_more_often() {
         let t = Instant::now();
-        let mut w = Watch::whatever_the_margin();
+        let mut w = any_margin();
         w.after_sample(Some(&view(1800, 200, 190)), t);
         assert!(w.grew(&view(1800, 1400, 190), t), "a spike's programs mapped 1.2 GiB");
         w.after_sample(Some(&view(1800, 200, 190)), t);
@@ -253,7 +254,7 @@ mod tests {
         assert!(short.grew(&view(80, 400, 190), t));
         short.after_sample(Some(&view(80, 200, 190)), t);
         assert_eq!(short.every(t), WATCH_EVERY_BUSY, "busy beats a short margin too");
-        let mut sampled = Watch::whatever_the_margin();
+        let mut sampled = any_margin();
         sampled.after_sample(Some(&view(1800, 200, 190)), t);
         sampled.after_sample(Some(&view(1800, 1400, 190)), t);
         assert_eq!(sampled.every(t), WATCH_EVERY_BUSY, "a sample, not a read, saw the growth");
@@ -264,7 +265,7 @@ mod tests {
     #[test]
     fn a_growth_told_and_still_held_is_read_at_the_slower_pace() {
         let t = Instant::now();
-        let mut w = Watch::whatever_the_margin();
+        let mut w = any_margin();
         w.after_sample(Some(&view(1800, 200, 190)), t);
         assert!(w.grew(&view(1800, 1400, 190), t), "a spike's programs mapped 1.2 GiB");
         w.after_sample(Some(&view(1000, 1400, 990)), t);
@@ -283,7 +284,7 @@ mod tests {
     #[test]
     fn threads_that_map_their_memory_one_after_another_are_read_at_the_busy_pace_until_the_last() {
         let t = Instant::now();
-        let mut w = Watch::whatever_the_margin();
+        let mut w = any_margin();
         w.after_sample(Some(&view(1800, 200, 190)), t);
         for (i, committed) in [600, 1000, 1400].into_iter().enumerate() {
             assert!(w.grew(&view(1800, committed, 190), t), "thread {i} mapped 400 MiB");
