@@ -121,6 +121,13 @@ pub struct RunArgs {
     /// guest's present size while the balloon gives memory back (docs/guest-agent.md).
     #[arg(long)]
     pub no_overcommit: bool,
+    /// Leave virtio_balloon.report_blocks as the guest has it. By default, on the patched
+    /// kernel (patch 24 of its series) the agent switches it on at start (and logs it): with
+    /// a free page reporting device, the balloon's 2 MiB units go to the host as one range
+    /// each, which QEMU discards whole, so a spike the allocator hook serves gets them back
+    /// in the host's huge pages, not 4 KiB at a time (docs/guest-agent.md).
+    #[arg(long)]
+    pub no_whole_unit_reports: bool,
     /// Keep each CPU's list of freed pages to about this many KiB
     /// (vm.percpu_pagelist_high_fraction, set at start and logged; the kernel keeps four
     /// batches, about 1 MiB, at least): pages on those lists are free memory that free
@@ -133,7 +140,7 @@ pub struct RunArgs {
     #[command(flatten)]
     pub trim: trim::TrimArgs,
     /// Skip self-protection (oom_score_adj, mlockall), the overcommit and per-CPU list
-    /// sysctls and the cache trim, for tests on a host.
+    /// sysctls, the balloon's whole-unit reports and the cache trim, for tests on a host.
     #[arg(long)]
     pub unprivileged: bool,
     /// Stop after this many samples (0 = run forever).
@@ -225,6 +232,6 @@ mod help_tests {
         // Clap's own defaults (shown by clap from the same value) and the shared ones.
         assert_eq!(base.policy.config().unwrap(), PolicyConfig::default());
         assert_eq!((base.interval_ms, base.samples, base.backend), (1000, 0, BackendKind::Host));
-        assert!(!base.no_overcommit && !base.unprivileged && !base.no_pressure_trigger && !base.no_commit_watch);
+        assert!(!base.no_overcommit && !base.no_whole_unit_reports && !base.unprivileged && !base.no_pressure_trigger && !base.no_commit_watch);
     }
 }

@@ -64,6 +64,7 @@ fn start(a: &RunArgs, policy: &PolicyConfig, trim: CacheTrimRule) -> Result<(), 
             info(format_args!("vm.overcommit_memory set to 1 (was {old}): programs may allocate beyond the guest's present size; --no-overcommit leaves it"));
         }
         bound_pcp_lists(a);
+        report_whole_units(a);
     }
     let balloon = backend::open(a).map_err(|e| e.to_string())?;
     let channel = match &a.port {
@@ -124,6 +125,28 @@ fn bound_pcp_lists(a: &RunArgs) {
         Ok(Outcome::Kept(f)) => info(format_args!("{KEY} is {f} already (the guest's administrator, or an earlier start of the agent): left as it is")),
         Ok(Outcome::Absent) => info(format_args!("{KEY}: not in this kernel (before 5.14): the per-CPU free lists keep the kernel's sizing")),
         Err(e) => log(Level::Warn, format_args!("the per-CPU free lists keep the kernel's sizing: {e}")),
+    }
+}
+
+/// Has the patched kernel's balloon tell the host of its units whole
+/// ([`crate::report::report_whole_units`]); one log line whatever happens, and the agent
+/// runs on if it cannot.
+fn report_whole_units(a: &RunArgs) {
+    use crate::report::UnitsOutcome;
+    const KEY: &str = "virtio_balloon.report_blocks";
+    if a.no_whole_unit_reports {
+        info(format_args!("{KEY} left as it is (--no-whole-unit-reports)"));
+        return;
+    }
+    let sys = std::path::Path::new("/sys");
+    match crate::report::report_whole_units(sys) {
+        Ok(UnitsOutcome::Set) => info(format_args!(
+            "{KEY} set to 1 (was 0): the balloon's 2 MiB units go to the host as one range each, which QEMU discards whole, so they come back in its huge pages{}; --no-whole-unit-reports leaves it",
+            if crate::report::read_order(sys).is_some() { "" } else { " (once a device offers free page reporting: this one does not)" }
+        )),
+        Ok(UnitsOutcome::Kept) => info(format_args!("{KEY} is on already: left as it is")),
+        Ok(UnitsOutcome::Absent) => info(format_args!("{KEY}: not in this kernel (a stock kernel, or the series before patch 24): the balloon's pages go to the host 4 KiB at a time")),
+        Err(e) => log(Level::Warn, format_args!("the balloon's units go to the host 4 KiB at a time: cannot set {KEY}: {e}")),
     }
 }
 

@@ -54,13 +54,13 @@ pub enum Config {
     /// series' hook, measured beside the default. Not in `make bench`'s default list.
     #[value(name = "ab-patched+fpr-before-reclaim")]
     AbPatchedFprBeforeReclaim,
-    /// As ab-patched+fpr with the balloon's units told to QEMU on the free page reporting
-    /// queue, one range per unit, which QEMU discards whole (the guest booted with
-    /// `virtio_balloon.report_blocks=1`, patch 24; the series' default is the inflate queue,
-    /// a page frame number per 4 KiB page, which splits the host's huge pages). Not in
-    /// `make bench`'s default list.
-    #[value(name = "ab-patched+fpr-report-units")]
-    AbPatchedFprReportUnits,
+    /// As ab-patched+fpr with the balloon's units told to QEMU on the inflate queue, a page
+    /// frame number per 4 KiB page, which splits the host's huge pages (the agent with
+    /// `--no-whole-unit-reports`, so `virtio_balloon.report_blocks` stays at the kernel
+    /// series' default, 0; the agent's default is one range per unit on the free page
+    /// reporting queue, which QEMU discards whole). Not in `make bench`'s default list.
+    #[value(name = "ab-patched+fpr-inflate-queue")]
+    AbPatchedFprInflateQueue,
     /// As ab-stock with the agent's fine reporting on (`--report-pieces-after-s 10`). Not
     /// in `make bench`'s default list.
     #[value(name = "ab-stock-fine")]
@@ -129,7 +129,7 @@ impl Config {
             Config::AbPatched => "ab-patched",
             Config::AbPatchedFpr => "ab-patched+fpr",
             Config::AbPatchedFprBeforeReclaim => "ab-patched+fpr-before-reclaim",
-            Config::AbPatchedFprReportUnits => "ab-patched+fpr-report-units",
+            Config::AbPatchedFprInflateQueue => "ab-patched+fpr-inflate-queue",
             Config::AbPatchedFprFine => "ab-patched+fpr-fine",
             Config::AbStockFine => "ab-stock-fine",
             Config::NoBalloonPatched => "none-patched",
@@ -152,7 +152,7 @@ impl Config {
             Config::AbPatched => "autoballoon, patched kernel",
             Config::AbPatchedFpr => "autoballoon, patched kernel +FPR +hinting",
             Config::AbPatchedFprBeforeReclaim => "autoballoon, patched kernel +FPR +hinting, hook before reclaim",
-            Config::AbPatchedFprReportUnits => "autoballoon, patched kernel +FPR +hinting, units on the reporting queue",
+            Config::AbPatchedFprInflateQueue => "autoballoon, patched kernel +FPR +hinting, units on the inflate queue",
             Config::AbPatchedFprFine => "autoballoon, patched kernel +FPR +hinting, fine reporting",
             Config::AbStockFine => "autoballoon, stock kernel (+FPR +hinting), fine reporting",
             Config::NoBalloonPatched => "no balloon, patched kernel",
@@ -173,9 +173,9 @@ impl Config {
             Config::AbStock => "stock kernel, agent `--backend host`, the host controller in-process with the default policy, `free-page-reporting=on,free-page-hint=on`; migrated by plain QMP".into(),
             Config::AbStockNoFpr => "as ab-stock without free page reporting".into(),
             Config::AbPatched => "patched kernel, agent `--backend kernel` (default policy, no host controller); migrated by plain QMP".into(),
-            Config::AbPatchedFpr => "as ab-patched with `free-page-reporting=on,free-page-hint=on`".into(),
+            Config::AbPatchedFpr => "as ab-patched with `free-page-reporting=on,free-page-hint=on` (the balloon's units then go to QEMU as whole ranges on the reporting queue: the agent's default)".into(),
             Config::AbPatchedFprBeforeReclaim => "as ab-patched+fpr, booted with `virtio_balloon.cache_first=0`: the hook before direct reclaim (the first seed's placement)".into(),
-            Config::AbPatchedFprReportUnits => "as ab-patched+fpr, booted with `virtio_balloon.report_blocks=1`: units told to QEMU as whole ranges on the free page reporting queue, which QEMU discards without splitting the host's huge pages".into(),
+            Config::AbPatchedFprInflateQueue => "as ab-patched+fpr, the agent with `--no-whole-unit-reports`: units told to QEMU a page frame number per 4 KiB page on the inflate queue, which splits the host's huge pages".into(),
             Config::AbStockFine => "as ab-stock, the agent with `--report-pieces-after-s 10`: free page reporting down to 4 KiB pieces once the guest settled".into(),
             Config::AbPatchedFprFine => "as ab-patched+fpr, the agent with `--report-pieces-after-s 10`: free page reporting down to 4 KiB pieces once the guest settled".into(),
             Config::NoBalloonPatched => "patched kernel, balloon never moved, no agent, no free page reporting (the overhead's baseline for the patched rows)".into(),
@@ -197,7 +197,7 @@ impl Config {
             Config::AbPatched => (Patched, false, false, Hook, ""),
             Config::AbPatchedFpr => (Patched, true, true, Hook, ""),
             Config::AbPatchedFprBeforeReclaim => (Patched, true, true, Hook, "virtio_balloon.cache_first=0"),
-            Config::AbPatchedFprReportUnits => (Patched, true, true, Hook, "virtio_balloon.report_blocks=1"),
+            Config::AbPatchedFprInflateQueue => (Patched, true, true, Hook, "autoballoon.agent_extra=--no-whole-unit-reports"),
             Config::AbPatchedFprFine => (Patched, true, true, Hook, "autoballoon.agent_extra=--report-pieces-after-s,10"),
             Config::FprPatched => (Patched, true, false, NoAgent, ""),
             Config::FprHintPatched => (Patched, true, true, NoAgent, ""),

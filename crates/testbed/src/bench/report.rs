@@ -48,7 +48,7 @@ fn color(c: Config) -> &'static str {
         Config::AbPatched => "#2ca02c",
         Config::AbPatchedFpr => "#9467bd",
         Config::AbPatchedFprBeforeReclaim => "#c49c94",
-        Config::AbPatchedFprReportUnits => "#f7b6d2",
+        Config::AbPatchedFprInflateQueue => "#f7b6d2",
         Config::AbPatchedFprFine => "#dbdb8d",
         Config::AbStockFine => "#e377c2",
         Config::NoBalloonPatched => "#bcbd22",
