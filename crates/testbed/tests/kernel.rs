@@ -122,7 +122,8 @@ fn deb_spike_at_256_mib() {
 }
 
 /// Agent on the kernel interface, QMP `balloon` to 256 MiB with deflate-on-oom, then the
-/// spike: it must complete with 0 OOM kills, served by the hook.
+/// spike: it must complete with 0 OOM kills, served by the hook; the agent has set
+/// `virtio_balloon.report_blocks`.
 fn hook_spike(test: &str, image: &GuestImage, variant: &str) {
     let q = boot(test, image, spec(variant, GuestAgent::Kernel, true));
     let qmp = ctl(&q);
@@ -148,6 +149,8 @@ fn hook_spike(test: &str, image: &GuestImage, variant: &str) {
     assert!(inflated >= before.0, "vmstat balloon_inflate {inflated} < the {} pages in the balloon", before.0);
     let served_now = served.unwrap_or(0).saturating_sub(served_before);
     assert!(deflated >= served_now, "vmstat balloon_deflate grew {deflated} during the spike, the hook served {served_now} pages");
+    // The agent's default on this kernel: the balloon's units go to the host whole.
+    assert_eq!(sh(&q, "cat /sys/module/virtio_balloon/parameters/report_blocks").trim(), "Y", "the agent left virtio_balloon.report_blocks off");
     assert_clean(&q);
 }
 
