@@ -14,6 +14,8 @@
  *                       populates the queue in order, merging adjacent ranges (a QEMU that
  *                       acknowledged first and populated in a thread of its own)
  *   AB_POPULATE=off     pass every call through unchanged
+ *   AB_POPULATE=skip    answer MADV_WILLNEED at once, without the system call (what the
+ *                       deflation's one call per 4 KiB page costs QEMU; docs/spikes.md)
  *
  * Build and use: scripts/populate-on-deflate/wrap-qemu.sh QEMU [MODE] prints a wrapper.
  */
@@ -30,7 +32,7 @@
 #define MADV_POPULATE_WRITE 23
 #endif
 
-enum mode { MODE_OFF, MODE_SYNC, MODE_ASYNC };
+enum mode { MODE_OFF, MODE_SYNC, MODE_ASYNC, MODE_SKIP };
 
 #define QUEUE_LEN 65536
 
@@ -40,7 +42,7 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t nonempty = PTHREAD_COND_INITIALIZER;
 static struct range { uintptr_t start, end; } queue[QUEUE_LEN];
-static unsigned long head, tail, dropped, populated_pages;
+static unsigned long head, tail, dropped, populated_pages, skipped;
 
 static void *worker(void *unused)
 {
@@ -70,14 +72,20 @@ static void init(void)
 		mode = MODE_OFF;
 	else if (m && !strcmp(m, "sync"))
 		mode = MODE_SYNC;
+	else if (m && !strcmp(m, "skip"))
+		mode = MODE_SKIP;
 	if (mode == MODE_ASYNC && pthread_create(&t, NULL, worker, NULL) != 0)
 		mode = MODE_SYNC;
-	fprintf(stderr, "populate-on-deflate: mode %s\n", mode == MODE_OFF ? "off" : mode == MODE_SYNC ? "sync" : "async");
+	fprintf(stderr, "populate-on-deflate: mode %s\n",
+		mode == MODE_OFF ? "off" : mode == MODE_SYNC ? "sync" : mode == MODE_SKIP ? "skip" : "async");
 }
 
 __attribute__((destructor)) static void report(void)
 {
-	if (mode != MODE_OFF)
+	if (mode == MODE_SKIP)
+		fprintf(stderr, "populate-on-deflate: %lu calls skipped\n",
+			__atomic_load_n(&skipped, __ATOMIC_RELAXED));
+	else if (mode != MODE_OFF)
 		fprintf(stderr, "populate-on-deflate: %lu pages populated, %lu ranges dropped\n",
 			__atomic_load_n(&populated_pages, __ATOMIC_RELAXED), dropped);
 }
@@ -87,6 +95,10 @@ int madvise(void *addr, size_t len, int advice)
 	pthread_once(&once, init);
 	if (advice != MADV_WILLNEED || mode == MODE_OFF)
 		return real_madvise(addr, len, advice);
+	if (mode == MODE_SKIP) {
+		__atomic_add_fetch(&skipped, 1, __ATOMIC_RELAXED);
+		return 0;
+	}
 	if (mode == MODE_SYNC) {
 		if (real_madvise(addr, len, MADV_POPULATE_WRITE) == 0) {
 			__atomic_add_fetch(&populated_pages, len >> 12, __ATOMIC_RELAXED);
