@@ -14,6 +14,9 @@
 //! its own, which reaches the free lists. Done by hand 20 s after a spike, a sort and a
 //! fill, the host's copy of a lean patched guest fell from 222 to 189 MiB within 60 s;
 //! done by the agent at its switch, nothing moved (docs/spikes.md, *Free pieces*).
+//!
+//! At start the agent also has the patched kernel's balloon tell the host of its units on
+//! free page reporting's queue, whole ([`report_whole_units`]).
 
 use crate::logging::{info, Level, RateLimited};
 use autoballoon_core::policy::{FineReport, FineReportRule, MemView};
@@ -96,7 +99,7 @@ pub enum UnitsOutcome {
 /// host's transparent huge page at the first and leaves the unit to fault back 4 KiB at a
 /// time when the allocator hook gives it to a program (223,000-247,000 host faults a
 /// 1.2 GiB spike); a range on the reporting queue it discards whole, and the unit comes
-/// back as one huge page (600-1,100 faults; docs/spikes.md, *Units that come back whole*).
+/// back as one huge page (600-1,800 faults; docs/spikes.md, *Units that come back whole*).
 /// The kernel uses the switch only with a device that offers free page reporting and
 /// neither `MUST_TELL_HOST` nor a poison value; elsewhere it changes nothing.
 pub fn report_whole_units(sys: &Path) -> std::io::Result<UnitsOutcome> {
