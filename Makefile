@@ -223,7 +223,7 @@ BENCH_MIGRATION ?= 1
 BENCH_SPIKES ?= 1
 # Then autoballoon-densitybench (bench/DENSITY.md): four guests running a job sequence, host
 # memory against FPR alone on the same kernel, runtime against no balloon, on QEMU 10, both
-# kernels (about 40 min);
+# kernels (about 20 min);
 # BENCH_DENSITY=0 skips it, DENSITYBENCH_ARGS passes options (--help).
 BENCH_DENSITY ?= 1
 # The whole run takes several hours. BENCH_RESUME=1 goes on with an interrupted one: the

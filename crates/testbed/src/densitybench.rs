@@ -60,8 +60,9 @@ pub struct DensityArgs {
     #[arg(long)]
     pub qemu: Option<PathBuf>,
     /// Configurations, one after another, comma-separated [default: none,fpr,fpr+hint,
-    /// ab-stock, and with --patched-image fpr-patched,ab-patched+fpr]. Each row's memory is
-    /// compared with FPR on its own kernel.
+    /// ab-stock, and with --patched-image none-patched,fpr-patched,ab-patched+fpr]. Each
+    /// row's memory is compared with FPR on its own kernel, its runtime with no balloon on
+    /// its own kernel.
     #[arg(long, value_delimiter = ',')]
     pub configs: Vec<Config>,
     /// Guests per configuration.
@@ -257,7 +258,7 @@ pub fn run(a: DensityArgs) -> Result<(), String> {
     let configs = if a.configs.is_empty() {
         let mut v = vec![Config::NoBalloon, Config::Fpr, Config::FprHint, Config::AbStock];
         if images.patched.is_some() {
-            v.extend([Config::FprPatched, Config::AbPatchedFpr]);
+            v.extend([Config::NoBalloonPatched, Config::FprPatched, Config::AbPatchedFpr]);
         }
         v
     } else {
