@@ -55,6 +55,10 @@ fn check(a: &RunArgs) -> Result<(PolicyConfig, CacheTrimRule), String> {
 }
 
 fn start(a: &RunArgs, policy: &PolicyConfig, trim: CacheTrimRule) -> Result<(), String> {
+    let sys = std::path::Path::new("/sys");
+    // Whether the balloon device reports free pages: the kernel shows an order once one has
+    // registered.
+    let reports = crate::report::read_order(sys).is_some();
     if !a.unprivileged {
         protect::protect_self().map_err(|e| format!("cannot protect the agent from the OOM killer: {e}"))?;
         if a.no_overcommit {
@@ -64,7 +68,7 @@ fn start(a: &RunArgs, policy: &PolicyConfig, trim: CacheTrimRule) -> Result<(), 
             info(format_args!("vm.overcommit_memory set to 1 (was {old}): programs may allocate beyond the guest's present size; --no-overcommit leaves it"));
         }
         bound_pcp_lists(a);
-        report_whole_units(a);
+        report_whole_units(a, sys, reports);
     }
     let balloon = backend::open(a).map_err(|e| e.to_string())?;
     let channel = match &a.port {
@@ -76,12 +80,11 @@ fn start(a: &RunArgs, policy: &PolicyConfig, trim: CacheTrimRule) -> Result<(), 
     if !a.unprivileged {
         agent.trimmer = Trimmer::start(&a.trim.cgroup_dir, trim);
         let rule = FineReportRule { after: Duration::from_secs(a.report_pieces_after_s), band: crate::report::BAND };
-        agent.reporting = FineReporting::start(std::path::Path::new("/sys"), &a.proc_dir, rule);
+        agent.reporting = FineReporting::start(sys, &a.proc_dir, rule);
     }
     // Reported free memory comes back page by page: with a host that backs it again ahead
     // of a program, every commitment is worth telling it at once (crate::watch); the host
     // says whether it does once the link is up (`HostMessage::Abilities`).
-    let reports = crate::report::read_order(std::path::Path::new("/sys")).is_some();
     agent.watch_any_margin = agent.channel.is_some() && reports && !a.no_commit_watch;
     if !a.no_pressure_trigger {
         match PressureTrigger::open(&a.proc_dir, STALL, WINDOW) {
@@ -129,20 +132,20 @@ fn bound_pcp_lists(a: &RunArgs) {
 }
 
 /// Has the patched kernel's balloon tell the host of its units whole
-/// ([`crate::report::report_whole_units`]); one log line whatever happens, and the agent
-/// runs on if it cannot.
-fn report_whole_units(a: &RunArgs) {
+/// ([`crate::report::report_whole_units`]) under `sys`, where `reports` says whether the
+/// device has free page reporting; one log line whatever happens, and the agent runs on if
+/// it cannot.
+fn report_whole_units(a: &RunArgs, sys: &std::path::Path, reports: bool) {
     use crate::report::UnitsOutcome;
     const KEY: &str = "virtio_balloon.report_blocks";
     if a.no_whole_unit_reports {
         info(format_args!("{KEY} left as it is (--no-whole-unit-reports)"));
         return;
     }
-    let sys = std::path::Path::new("/sys");
     match crate::report::report_whole_units(sys) {
         Ok(UnitsOutcome::Set) => info(format_args!(
             "{KEY} set to 1 (was 0): the balloon's 2 MiB units go to the host as one range each, which QEMU discards whole, so they come back in its huge pages{}; --no-whole-unit-reports leaves it",
-            if crate::report::read_order(sys).is_some() { "" } else { " (once a device offers free page reporting: this one does not)" }
+            if reports { "" } else { " (once a device offers free page reporting: this one does not)" }
         )),
         Ok(UnitsOutcome::Kept) => info(format_args!("{KEY} is on already: left as it is")),
         Ok(UnitsOutcome::Absent) => info(format_args!("{KEY}: not in this kernel (a stock kernel, or the series before patch 24): the balloon's pages go to the host 4 KiB at a time")),
