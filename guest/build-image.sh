@@ -336,9 +336,9 @@ for m in "${EXTRA_MODULES[@]}"; do
 done
 
 # --- workloads ------------------------------------------------------------------------------
-step "building workloads (spike, fill, work, pipes)"
+step "building workloads (spike, fill, work, pipes, hold)"
 mkdir -p "$stage/usr/bin"
-for w in spike fill work pipes; do
+for w in spike fill work pipes hold; do
     gcc -O2 -Wall -static -pthread -o "$stage/usr/bin/$w" "$GUEST_DIR/workloads/$w.c"
     strip "$stage/usr/bin/$w" 2>/dev/null || true
 done
