@@ -13,7 +13,7 @@
 use autoballoon_core::Kib;
 use autoballoon_qmp::Qmp;
 use autoballoon_testbed::guest::balloon_to;
-use autoballoon_testbed::{GuestAgent, GuestImage, Qemu, TcgThread, VmSpec};
+use autoballoon_testbed::{wait_for, GuestAgent, GuestImage, Qemu, TcgThread, VmSpec};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -70,23 +70,21 @@ fn main() {
                 }
                 mode => {
                     q.console.spawn("hold 1150 > /tmp/hold.out 2>&1").expect("hold");
-                    let ready = (0..120).any(|_| {
-                        let o = q.console.run("cat /tmp/hold.out", Duration::from_secs(10)).map(|o| o.text).unwrap_or_default();
-                        o.contains("HOLD ready") || { let _ = q.console.run("sleep 1", Duration::from_secs(5)); false }
+                    let ready = wait_for(Duration::from_secs(120), Duration::from_millis(200), || {
+                        q.console.run("cat /tmp/hold.out", Duration::from_secs(10)).is_ok_and(|o| o.text.contains("HOLD ready"))
                     });
-                    assert!(ready, "hold never ready");
+                    assert!(ready.is_some(), "hold never ready");
                     let o = q.console.run("cat /tmp/hold.out; grep -E 'MemFree|LazyFree|AnonHuge' /proc/meminfo", Duration::from_secs(10)).unwrap();
                     println!("{}", o.text.trim());
                     wait_free_reported(&q);
-                    let t = if mode == "release" {
+                    if mode == "release" {
                         let _ = q.console.run("kill $(pidof hold); while pidof hold >/dev/null; do :; done", Duration::from_secs(30));
                         spike(&q)
                     } else {
                         let t = spike(&q);
                         let _ = q.console.run("kill $(pidof hold) 2>/dev/null; while pidof hold >/dev/null; do :; done", Duration::from_secs(30));
                         t
-                    };
-                    t
+                    }
                 }
             };
             println!("round {r} {}: {t:.2} s", modes[m]);
