@@ -4,24 +4,26 @@
 //! One guest with free page reporting and no agent, the balloon set by hand. Per round, in
 //! an order that rotates: `fpr` (the spike into free memory FPR has reported), `reclaim` (the
 //! same room held by `hold`, which the kernel reclaims during the spike), `release` (`hold`
-//! exits just before the spike). Prints one line per spike and the medians.
-//!
-//! `warm` is the spike right after the previous one, before FPR reported its memory.
+//! exits just before the spike), `warm` (the spike right after the previous one, before FPR
+//! reported its memory). Prints one line per spike and the medians.
 //!
 //! cargo run --release -p autoballoon-testbed --example hold_probe -- IMAGE_DIR QEMU ROUNDS GUEST_MIB MODES
 //! (GUEST_MIB: the guest's size set over QMP, 2048 for none; MODES: e.g. fpr,reclaim,release,warm)
 use autoballoon_core::Kib;
 use autoballoon_qmp::Qmp;
-use autoballoon_testbed::guest::balloon_to;
+use autoballoon_testbed::guest::{balloon_to, SpikeRun};
 use autoballoon_testbed::{wait_for, GuestAgent, GuestImage, Qemu, TcgThread, VmSpec};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 fn spike(q: &Qemu) -> f64 {
     let out = q.console.run("spike 3 400 1 0 1", Duration::from_secs(120)).expect("spike");
-    let line = out.text.lines().find(|l| l.starts_with("SPIKE cycle=")).unwrap_or_else(|| panic!("no spike line: {}", out.text));
-    let v = line.split_whitespace().find_map(|w| w.strip_prefix("alloc_s=")).expect("alloc_s");
-    v.parse().expect("alloc_s number")
+    SpikeRun::parse(&out.text, out.status).alloc_s.unwrap_or_else(|| panic!("no spike line: {}", out.text))
+}
+
+/// Ends `hold` (SIGTERM unmaps its memory) and waits until it has exited.
+fn stop_hold(q: &Qemu) {
+    let _ = q.console.run("kill $(pidof hold) 2>/dev/null; while pidof hold >/dev/null; do :; done", Duration::from_secs(30));
 }
 
 fn wait_free_reported(q: &Qemu) {
@@ -78,11 +80,11 @@ fn main() {
                     println!("{}", o.text.trim());
                     wait_free_reported(&q);
                     if mode == "release" {
-                        let _ = q.console.run("kill $(pidof hold); while pidof hold >/dev/null; do :; done", Duration::from_secs(30));
+                        stop_hold(&q);
                         spike(&q)
                     } else {
                         let t = spike(&q);
-                        let _ = q.console.run("kill $(pidof hold) 2>/dev/null; while pidof hold >/dev/null; do :; done", Duration::from_secs(30));
+                        stop_hold(&q);
                         t
                     }
                 }

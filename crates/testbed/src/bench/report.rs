@@ -199,7 +199,14 @@ pub fn best_limit(best: f64, floor: Option<f64>) -> f64 {
 
 /// The verdict of one product cell against QEMU's best at the same moment.
 pub fn verdict_best(c: &Cell, best: Option<&(Config, Cell)>, floor: Option<f64>) -> (bool, String) {
-    let Some((bc, b)) = best else { return (false, "**FAIL** (no QEMU baseline)".into()) };
+    let (ok, detail) = best_detail(c, best, floor);
+    (ok, if ok { format!("pass ({detail})") } else { format!("**FAIL** ({detail})") })
+}
+
+/// [`verdict_best`]'s pass or fail and what its brackets hold: the ratio to QEMU's best,
+/// and what the cell misses by.
+fn best_detail(c: &Cell, best: Option<&(Config, Cell)>, floor: Option<f64>) -> (bool, String) {
+    let Some((bc, b)) = best else { return (false, "no QEMU baseline".into()) };
     let limit = best_limit(b.sent_mib, floor);
     let mut why = Vec::new();
     if c.sent_mib.is_nan() || c.sent_mib > limit {
@@ -212,15 +219,13 @@ pub fn verdict_best(c: &Cell, best: Option<&(Config, Cell)>, floor: Option<f64>)
         why.push(format!("{} OOM kill(s)", c.oom_kills));
     }
     let vs = format!("{} {}", x(ratio(c.sent_mib, b.sent_mib)), bc.key());
-    (why.is_empty(), if why.is_empty() { format!("pass ({vs})") } else { format!("**FAIL** ({vs}; {})", why.join(", ")) })
+    (why.is_empty(), if why.is_empty() { vs } else { format!("{vs}; {}", why.join(", ")) })
 }
 
-/// A verdict of a configuration that is not a default, shown without its pass or fail:
-/// "pass (0.95× fpr+hint)" and "**FAIL** (2.16× fpr+hint; 216 MiB > 113 MiB)" both become
-/// what is in the brackets, in italics.
-pub fn shown_beside(verdict: &str) -> String {
-    let inner = verdict.split_once('(').and_then(|(_, r)| r.strip_suffix(')')).unwrap_or(verdict);
-    format!("*{inner}*")
+/// A cell of a configuration that is not a default, shown without its pass or fail: what
+/// [`verdict_best`]'s brackets would hold ("2.16× fpr+hint; 216 MiB > 113 MiB"), in italics.
+pub fn shown_beside(c: &Cell, best: Option<&(Config, Cell)>, floor: Option<f64>) -> String {
+    format!("*{}*", best_detail(c, best, floor).1)
 }
 
 fn line_title(ms: &[MigrationRecord], fp: &[FootprintRecord], line: QemuLine) -> String {
@@ -308,10 +313,11 @@ pub fn markdown(meta: &Meta, records: &[Record]) -> String {
                     .iter()
                     .map(|&c| {
                         cell_with(&ms, &cr, line, m, c).map_or("".into(), |x| {
-                            let (ok, s) = verdict_best(&x, qemu_best(&ms, line, m, c.kernel()).as_ref(), fl);
+                            let best = qemu_best(&ms, line, m, c.kernel());
                             if !c.is_default() {
-                                return shown_beside(&s);
+                                return shown_beside(&x, best.as_ref(), fl);
                             }
+                            let (ok, s) = verdict_best(&x, best.as_ref(), fl);
                             fails += usize::from(!ok);
                             s
                         })
@@ -757,7 +763,10 @@ mod tests {
         assert!(best.contains("| *2.00× fpr+hint; 200 MiB > 105 MiB* |"), "{best}");
         // ab-stock's crashed destination after the spike is its one failing cell.
         assert!(best.contains("1 failing cell(s)"), "{best}");
-        assert_eq!(shown_beside("pass (0.95× fpr+hint)"), "*0.95× fpr+hint*");
+        let base = Cell { n: 2, completed: 2, healthy: 2, oom_kills: 0, sent_mib: 95.0, sent_spread: (95.0, 95.0), total_s: 1.0, downtime_ms: 10.0, size_mib: 300.0 };
+        let best = (Config::FprHint, Cell { sent_mib: 100.0, ..base.clone() });
+        assert_eq!(verdict_best(&base, Some(&best), Some(100.0)), (true, "pass (0.95× fpr+hint)".into()));
+        assert_eq!(shown_beside(&base, Some(&best), Some(100.0)), "*0.95× fpr+hint*");
     }
 
     #[test]
