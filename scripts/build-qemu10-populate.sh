@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build QEMU 10 (the upstream source of Debian's bookworm-backports package, the same version
-# scripts/install-qemu10.sh installs) with six changes of ours, in this order:
+# scripts/install-qemu10.sh installs) with seven changes of ours, in this order:
 #   scripts/qemu10/virtio-balloon-populate-on-deflate.patch: an experimental balloon property,
 #     x-populate-on-deflate (off by default), with which QEMU acknowledges a deflation first
 #     and then backs the deflated pages in a thread of its own (MADV_POPULATE_WRITE), so
@@ -26,7 +26,13 @@
 #   scripts/qemu10/virtio-balloon-populate-collapse.patch: the thread backs a chunk that is a
 #     whole huge page with MADV_COLLAPSE, so that one whose page table the balloon or the
 #     page-out left behind comes back as one huge page instead of 512 small ones (docs/spikes.md,
-#     "Backing again in huge pages").
+#     "Backing again in huge pages");
+#   scripts/qemu10/virtio-balloon-zeroed.patch: x-zeroed (off by default) offers the guest a
+#     feature bit the virtio specification does not have, VIRTIO_BALLOON_F_ZEROED: every page
+#     the guest gives the device reads as zeroes when it uses it again (QEMU zeroes what it
+#     could not discard, and a migration sends again what the guest gave while it ran), so the
+#     patched kernel skips zeroing it (docs/spikes.md, "Memory the host zeroed, not zeroed
+#     again").
 # With the properties off, the device behaves as QEMU's own (but for that fix, which only
 # a configuration change during a round of hints meets), so one build serves the baselines
 # and the changes side by side. `make test` does not build it (it runs its tests where it is built);
@@ -48,8 +54,8 @@
 # stdout: only the wrapper's path. Progress goes to stderr, one line per step.
 # Usage: scripts/build-qemu10-populate.sh [--populate]
 #   --populate   print the path of a second wrapper beside it, bin/qemu-system-x86_64-populate,
-#                which turns the property on for every balloon
-#                (-global virtio-balloon-device.x-populate-on-deflate=on)
+#                which turns the project's properties on for every balloon
+#                (x-populate-on-deflate, x-migrate-skip-ballooned, x-zeroed)
 set -euo pipefail
 
 CACHE="${AUTOBALLOON_CACHE:-$HOME/.cache/autoballoon}"
@@ -59,7 +65,8 @@ KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PATCHES=("$HERE/qemu10/virtio-balloon-populate-on-deflate.patch" "$HERE/qemu10/virtio-balloon-populate-reported.patch"
          "$HERE/qemu10/virtio-balloon-reported-hold-lazily.patch" "$HERE/qemu10/virtio-balloon-migrate-skip-ballooned.patch"
-         "$HERE/qemu10/virtio-balloon-hint-id-while-reporting.patch" "$HERE/qemu10/virtio-balloon-populate-collapse.patch")
+         "$HERE/qemu10/virtio-balloon-hint-id-while-reporting.patch" "$HERE/qemu10/virtio-balloon-populate-collapse.patch"
+         "$HERE/qemu10/virtio-balloon-zeroed.patch")
 MESON_VERSION=1.5.0
 BUILD_DEPS=(ninja-build pkg-config libglib2.0-dev libpixman-1-dev zlib1g-dev python3-venv flex bison)
 

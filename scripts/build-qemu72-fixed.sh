@@ -4,7 +4,7 @@
 # clears bits without resetting TCG's TLB; upstream 03bfc2188f, QEMU 9.0). KVM hosts are not
 # affected, and this machine has no KVM, so without the fix a QEMU 7.2 destination breaks
 # whether or not anything balloons (docs/migration.md, "Why destinations crashed").
-# The build also carries the project's seven balloon patches, the QEMU 10 build's ported to 7.2:
+# The build also carries the project's eight balloon patches, the QEMU 10 build's ported to 7.2:
 # x-populate-on-deflate (off by default, so the device behaves as Debian's),
 # scripts/qemu72/virtio-balloon-populate-on-deflate.patch, and x-populate-reported on top of
 # it, scripts/qemu72/virtio-balloon-populate-reported.patch and
@@ -19,11 +19,15 @@
 # (scripts/qemu72/virtio-balloon-hint-queue-after-load.patch; docs/migration.md, *A free page
 # queue nobody reads after a migration*). Last, the thread backs a chunk that is a whole huge
 # page with MADV_COLLAPSE (scripts/qemu72/virtio-balloon-populate-collapse.patch; docs/spikes.md,
-# "Backing again in huge pages").
+# "Backing again in huge pages"). And x-zeroed (off by default) offers the guest a feature bit
+# the virtio specification does not have, VIRTIO_BALLOON_F_ZEROED: what the guest gives the
+# device reads as zeroes when it uses it again, so the patched kernel skips zeroing it
+# (scripts/qemu72/virtio-balloon-zeroed.patch; docs/spikes.md, "Memory the host zeroed, not
+# zeroed again").
 #
 # Steps: fetch the source package of the installed qemu-system-x86 version through a private
 # apt configuration (deb-src lines of its own; /etc/apt is left alone), unpack it afresh for
-# every build, apply the eight patches in scripts/qemu72/ (the TCG fix first), configure
+# every build, apply the nine patches in scripts/qemu72/ (the TCG fix first), configure
 # x86_64-softmmu only with what the test bed uses (no GUI, no docs), build with ninja
 # (nice 19) and install into
 #   ${AUTOBALLOON_CACHE:-$HOME/.cache/autoballoon}/qemu/7.2-fixed-<hash>/
@@ -36,8 +40,8 @@
 # stdout: only the wrapper's path. Progress goes to stderr, one line per step.
 # Usage: scripts/build-qemu72-fixed.sh [--populate]
 #   --populate   print the path of a second wrapper beside it, bin/qemu-system-x86_64-populate,
-#                which turns the property on for every balloon
-#                (-global virtio-balloon-device.x-populate-on-deflate=on)
+#                which turns the project's properties on for every balloon
+#                (x-populate-on-deflate, x-migrate-skip-ballooned, x-zeroed)
 set -euo pipefail
 
 CACHE="${AUTOBALLOON_CACHE:-$HOME/.cache/autoballoon}"
@@ -48,7 +52,8 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PATCHES=("$HERE/qemu72/tcg-dirty-bitmap-sync.patch" "$HERE/qemu72/virtio-balloon-populate-on-deflate.patch"
          "$HERE/qemu72/virtio-balloon-populate-reported.patch" "$HERE/qemu72/virtio-balloon-reported-hold-lazily.patch"
          "$HERE/qemu72/virtio-balloon-migrate-skip-ballooned.patch" "$HERE/qemu72/virtio-balloon-hint-id-while-reporting.patch"
-         "$HERE/qemu72/virtio-balloon-hint-queue-after-load.patch" "$HERE/qemu72/virtio-balloon-populate-collapse.patch")
+         "$HERE/qemu72/virtio-balloon-hint-queue-after-load.patch" "$HERE/qemu72/virtio-balloon-populate-collapse.patch"
+         "$HERE/qemu72/virtio-balloon-zeroed.patch")
 BUILD_DEPS=(meson ninja-build pkg-config libglib2.0-dev libpixman-1-dev libfdt-dev zlib1g-dev python3-venv flex bison dpkg-dev)
 
 say() { echo "build-qemu72-fixed: $*" >&2; }

@@ -1,7 +1,7 @@
 /*
  * spike: periodic memory spikes for autoballoon tests.
  *
- *   spike THREADS MIB_PER_THREAD HOLD_SECONDS SLEEP_SECONDS CYCLES [verify] [ramp=MIB_PER_S]
+ *   spike THREADS MIB_PER_THREAD HOLD_SECONDS SLEEP_SECONDS CYCLES [verify|zeroes] [ramp=MIB_PER_S]
  *
  * Each cycle: every thread mmaps MIB_PER_THREAD MiB and writes a non-zero word into every
  * page; once all threads are done the memory is held HOLD_SECONDS, then every thread
@@ -31,6 +31,12 @@
  * line then ends with "bad=B" (bad pages over all cycles), and bad pages fail the run
  * (exit status 1).
  *
+ * With "zeroes", every page gets its one word as without options, and after the hold every
+ * thread reads all of its pages back: the word it wrote, and zeroes in the rest of the page
+ * (memory the kernel handed out must hold nothing of what was there before, e.g. a block
+ * that came out of the balloon and whose zeroing the kernel skipped). Lines and exit status
+ * as with "verify".
+ *
  * With "ramp=R", every thread touches its memory at R MiB/s at most (a slow ramp rather
  * than a spike: a program that grows gradually); alloc_s then includes the pacing.
  *
@@ -52,6 +58,7 @@ static double hold_s, sleep_s;
 static long cycles;
 static size_t page_size;
 static int verify;
+static int zeroes; /* check the rest of each page reads as zeroes */
 static double ramp_mib_s; /* 0: as fast as it goes */
 static long *thread_bad; /* per thread, per current cycle: pages that read back wrong */
 static long *thread_pages; /* per thread, per current cycle: pages verified */
@@ -123,14 +130,15 @@ static void *worker(void *arg)
         pthread_barrier_wait(&bar_release); /* main thread holds in between */
         thread_bad[id] = 0;
         thread_pages[id] = 0;
-        if (p != NULL && verify) {
+        if (p != NULL && (verify || zeroes)) {
             uint64_t tag = 0xA5A5000000000000ULL ^ ((uint64_t)(id + 1) << 40) ^ ((uint64_t)(c + 1) << 24);
             const char *b = p;
             for (size_t off = 0; off < len; off += page_size) {
                 uint64_t base = tag | ((uint64_t)(off / page_size) << 12) | 1;
                 const volatile uint64_t *w = (const volatile uint64_t *)(b + off);
                 for (size_t j = 0; j < page_size / 8; j++) {
-                    uint64_t got = w[j], want = base ^ ((uint64_t)j << 1);
+                    uint64_t want = zeroes ? (j == 0 ? tag | (off / page_size) | 1 : 0) : base ^ ((uint64_t)j << 1);
+                    uint64_t got = w[j];
                     if (got != want) {
                         if (!thread_bad[id])
                             printf("SPIKE bad cycle=%ld thread=%ld page=%zu word=%zu got=%#llx want=%#llx\n",
@@ -178,17 +186,19 @@ int main(int argc, char **argv)
     for (int i = 6; i < argc && !bad_opt; i++) {
         if (strcmp(argv[i], "verify") == 0)
             verify = 1;
+        else if (strcmp(argv[i], "zeroes") == 0)
+            zeroes = 1;
         else if (strncmp(argv[i], "ramp=", 5) == 0)
             bad_opt = parse_double(argv[i] + 5, &ramp_mib_s) || !(ramp_mib_s > 0);
         else
             bad_opt = 1;
     }
-    if (bad_opt ||
+    if (bad_opt || (verify && zeroes) ||
         parse_long(argv[1], &nthreads, 1) || parse_long(argv[2], &mib, 0) ||
         parse_double(argv[3], &hold_s) || parse_double(argv[4], &sleep_s) ||
         parse_long(argv[5], &cycles, 1) || nthreads > 1024) {
         fprintf(stderr,
-                "usage: %s THREADS MIB_PER_THREAD HOLD_SECONDS SLEEP_SECONDS CYCLES [verify] [ramp=MIB_PER_S]\n"
+                "usage: %s THREADS MIB_PER_THREAD HOLD_SECONDS SLEEP_SECONDS CYCLES [verify|zeroes] [ramp=MIB_PER_S]\n"
                 "  e.g. %s 2 100 1 0 1   (2 threads x 100 MiB, hold 1 s, 1 cycle)\n",
                 argv[0], argv[0]);
         return 2;
@@ -235,7 +245,7 @@ int main(int argc, char **argv)
         sleep_secs(hold_s);
         pthread_barrier_wait(&bar_release);
         pthread_barrier_wait(&bar_freed);
-        if (verify) {
+        if (verify || zeroes) {
             long pages = 0, b = 0;
             for (long i = 0; i < nthreads; i++) {
                 pages += thread_pages[i];
@@ -249,7 +259,7 @@ int main(int argc, char **argv)
     }
     for (long i = 0; i < nthreads; i++)
         pthread_join(tids[i], NULL);
-    if (verify)
+    if (verify || zeroes)
         printf("SPIKE done cycles=%ld failed=%ld bad=%ld\n", cycles, failed, bad);
     else
         printf("SPIKE done cycles=%ld failed=%ld\n", cycles, failed);

@@ -48,14 +48,14 @@ qb_ninja() {
 
 # qb_populate_wrapper BIN WHAT: writes BIN/qemu-system-x86_64-populate, which runs
 # BIN/qemu-system-x86_64 with the project's balloon properties on for every balloon,
-# x-populate-on-deflate and x-migrate-skip-ballooned (--populate prints it); WHAT names the
-# build in its comment.
+# x-populate-on-deflate, x-migrate-skip-ballooned and x-zeroed (--populate prints it); WHAT
+# names the build in its comment.
 qb_populate_wrapper() {
     local bin=$1 what=$2
     cat > "$bin/qemu-system-x86_64-populate" <<WRAP
 #!/bin/sh
-# $what with x-populate-on-deflate and x-migrate-skip-ballooned on.
-exec "\$(dirname "\$0")/qemu-system-x86_64" -global virtio-balloon-device.x-populate-on-deflate=on -global virtio-balloon-device.x-migrate-skip-ballooned=on "\$@"
+# $what with x-populate-on-deflate, x-migrate-skip-ballooned and x-zeroed on.
+exec "\$(dirname "\$0")/qemu-system-x86_64" -global virtio-balloon-device.x-populate-on-deflate=on -global virtio-balloon-device.x-migrate-skip-ballooned=on -global virtio-balloon-device.x-zeroed=on "\$@"
 WRAP
     chmod +x "$bin/qemu-system-x86_64-populate"
 }
