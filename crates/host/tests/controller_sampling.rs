@@ -106,7 +106,8 @@ fn growth_follows_the_agent_at_once_and_never_exceeds_the_vm() {
     g.set_used(CONFIGURED_MIB);
     wait_for(T, "target at the configured size", || g.fakes.last_request() == Some(configured()));
     assert_requests_in_bounds(&g.q());
-    assert!(d.status("a").metrics.grows >= 2, "{:?}", d.status("a").metrics);
+    // QEMU has the request before the controller counts it (CI saw grows 1 here once).
+    wait_for(T, "both grows counted", || d.status("a").metrics.grows >= 2);
     // Each grow was timed from its sample to QEMU's answer (recorded once QEMU answered),
     // and to the balloon there.
     wait_for(T, "both grows timed", || d.status("a").grow_times.reaction.count() >= 2);
