@@ -331,7 +331,8 @@ pub fn timestamp() -> String {
     format_utc(d.as_secs(), d.subsec_millis())
 }
 
-fn format_utc(secs: u64, millis: u32) -> String {
+/// Unix time `secs` (and `millis`) as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+pub fn format_utc(secs: u64, millis: u32) -> String {
     let days = (secs / 86400) as i64;
     let rem = secs % 86400;
     // Howard Hinnant's days-to-civil.

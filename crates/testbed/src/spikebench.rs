@@ -90,13 +90,52 @@ pub struct SpikeArgs {
     /// (into `--results`, or on stdout), with this version's report.
     #[arg(long)]
     pub report_from: Option<PathBuf>,
+    /// An earlier run's `spikes.json`: its fleets (a QEMU and a vCPU count) that this run
+    /// does not measure stay in the report beside this run's, each table headed with the day
+    /// it was measured. To measure some QEMU builds of a long run again (after a change to
+    /// them) and keep the others' tables; ratios stay within one fleet, so within one run.
+    #[arg(long)]
+    pub keep: Option<PathBuf>,
 }
 
 /// What `spikes.json` holds.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 struct Results {
     spikes: Vec<SpikeRecord>,
     oom_kills: Vec<OomRecord>,
+}
+
+impl Results {
+    fn load(path: &Path) -> Result<Results, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        serde_json::from_str(&text).map_err(|e| format!("{}: not a spikes.json: {e}", path.display()))
+    }
+
+    /// The fleets (QEMU label, vCPUs) in the order they were measured.
+    fn fleets(&self) -> Vec<(String, u32)> {
+        let mut v: Vec<(String, u32)> = Vec::new();
+        for k in self.spikes.iter().map(|r| (r.qemu_version.clone(), r.cpus)).chain(self.oom_kills.iter().map(|o| (o.qemu_version.clone(), o.cpus))) {
+            if !v.contains(&k) {
+                v.push(k);
+            }
+        }
+        v
+    }
+
+    /// This run's records with `earlier`'s fleets that this run did not measure: `earlier`'s
+    /// order, a fleet measured again in its old place, this run's new fleets last.
+    fn keeping(self, earlier: Results) -> Results {
+        let mine = self.fleets();
+        let mut order = earlier.fleets();
+        order.extend(mine.iter().filter(|k| !order.contains(k)).cloned().collect::<Vec<_>>());
+        let mut out = Results::default();
+        for (version, cpus) in order {
+            let from = if mine.contains(&(version.clone(), cpus)) { &self } else { &earlier };
+            out.spikes.extend(from.spikes.iter().filter(|r| r.qemu_version == version && r.cpus == cpus).cloned());
+            out.oom_kills.extend(from.oom_kills.iter().filter(|o| o.qemu_version == version && o.cpus == cpus).cloned());
+        }
+        out
+    }
 }
 
 /// A spike's shape: threads, each mapping and touching `mib` MiB, as fast as they can or
@@ -178,6 +217,10 @@ pub struct SpikeRecord {
     /// What the host did for the spike, if it could be read.
     #[serde(default)]
     pub host: Option<HostDelta>,
+    /// The `-global` settings the QEMU wrapper adds (`scripts/lib/qemu-build.sh`'s
+    /// `-populate` wrappers), e.g. `virtio-balloon-device.x-zeroed=on`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub qemu_globals: Vec<String>,
 }
 
 /// What the host did for one spike: QEMU's page faults (a guest page the host had discarded
@@ -407,10 +450,10 @@ fn settle(fleet: &Fleet, c: Config, ctl: &Qmp, memory: Kib) -> Result<(), String
 
 pub fn run(a: SpikeArgs) -> Result<(), String> {
     if let Some(from) = &a.report_from {
-        let text = std::fs::read_to_string(from).map_err(|e| format!("{}: {e}", from.display()))?;
-        let r: Results = serde_json::from_str(&text).map_err(|e| format!("{}: not a spikes.json: {e}", from.display()))?;
-        return write_report(&a, r);
+        return write_report(&a, Results::load(from)?);
     }
+    // Read before hours of measuring, so a wrong path fails at once.
+    let kept = a.keep.as_deref().map(Results::load).transpose()?;
     let images = Images::load(a.image.as_deref(), a.patched_image.as_deref())?;
     let configs = if a.configs.is_empty() {
         let mut v = vec![Config::NoBalloon, Config::Fpr, Config::AbStock];
@@ -444,7 +487,8 @@ pub fn run(a: SpikeArgs) -> Result<(), String> {
             if let Some(p) = &policy {
                 fleet.restart_controller_with(p.clone())?;
             }
-            let result = measure(&a, &mut fleet, &configs, memory, cpus, &mut sink);
+            let globals = wrapper_globals(qemu);
+            let result = measure(&a, &mut fleet, &configs, memory, cpus, &globals, &mut sink);
             if result.is_ok() {
                 ooms.extend(fleet.guests.iter().map(|g| OomRecord { qemu_version: fleet.version.clone(), cpus, config: g.config, oom_kills: crate::guest::oom_kills(&g.q) }));
             }
@@ -452,7 +496,41 @@ pub fn run(a: SpikeArgs) -> Result<(), String> {
             records.extend(result?);
         }
     }
-    write_report(&a, Results { spikes: records, oom_kills: ooms })
+    let measured = Results { spikes: records, oom_kills: ooms };
+    write_report(&a, match kept {
+        Some(earlier) => measured.keeping(earlier),
+        None => measured,
+    })
+}
+
+/// The `-global` settings a wrapper script passes to QEMU (`-global DRIVER.PROP=VALUE`);
+/// none for a binary.
+fn wrapper_globals(qemu: &Path) -> Vec<String> {
+    use std::io::Read as _;
+    let mut head = Vec::new();
+    let read = std::fs::File::open(qemu).and_then(|f| f.take(8192).read_to_end(&mut head));
+    if read.is_err() || !head.starts_with(b"#!") {
+        return Vec::new();
+    }
+    globals_of_script(&String::from_utf8_lossy(&head))
+}
+
+fn globals_of_script(text: &str) -> Vec<String> {
+    let words: Vec<&str> = text.lines().filter(|l| !l.trim_start().starts_with('#')).flat_map(str::split_whitespace).collect();
+    words.windows(2).filter(|w| w[0] == "-global").map(|w| w[1].trim_matches(|c| c == '"' || c == '\'').to_string()).collect()
+}
+
+/// `driver.a=on, driver.b=on` as `driver: a=on, b=on` where they share a driver.
+fn globals_heading(globals: &[String]) -> String {
+    let driver = |g: &String| g.split_once('.').map(|(d, _)| d.to_string());
+    match globals.first().and_then(driver) {
+        None => String::new(),
+        Some(d) if globals.iter().all(|g| driver(g).as_deref() == Some(d.as_str())) => {
+            let props: Vec<&str> = globals.iter().filter_map(|g| g.split_once('.').map(|(_, p)| p)).collect();
+            format!(" with {d}: {}", props.join(", "))
+        }
+        Some(_) => format!(" with {}", globals.join(", ")),
+    }
 }
 
 /// The label of a fleet's rows: its QEMU's version, and the file name of the binary or
@@ -490,7 +568,7 @@ fn write_report(a: &SpikeArgs, r: Results) -> Result<(), String> {
     Ok(())
 }
 
-fn measure(a: &SpikeArgs, fleet: &mut Fleet, configs: &[Config], memory: Kib, cpus: u32, sink: &mut std::fs::File) -> Result<Vec<SpikeRecord>, String> {
+fn measure(a: &SpikeArgs, fleet: &mut Fleet, configs: &[Config], memory: Kib, cpus: u32, globals: &[String], sink: &mut std::fs::File) -> Result<Vec<SpikeRecord>, String> {
     let version = fleet.version.clone();
     let mut records = Vec::new();
     let total = a.shapes.len() as u32 * a.rounds * configs.len() as u32;
@@ -520,7 +598,7 @@ fn measure(a: &SpikeArgs, fleet: &mut Fleet, configs: &[Config], memory: Kib, cp
                     let w = one_spike(&g.q, &ctl, shape, a.hold_s)?;
                     let host = host_before.zip(host_counters(&g.q)).map(|(b, a)| host_delta(&b, &a));
                     let guest = before.zip(guest_counters(&g.q)).map(|(b, a)| delta(&b, &a));
-                    let r = SpikeRecord { qemu_version: version.clone(), config: c, shape, round, cycle, cpus, sent_unix_s: w.sent_unix_s, alloc_s: w.run.alloc_s, reaction_s: w.reaction_s, completed: w.run.completed, start_mib: w.start_mib, peak_mib: w.peak_mib, grown_s: w.grown_s, guest, host };
+                    let r = SpikeRecord { qemu_version: version.clone(), config: c, shape, round, cycle, cpus, sent_unix_s: w.sent_unix_s, alloc_s: w.run.alloc_s, reaction_s: w.reaction_s, completed: w.run.completed, start_mib: w.start_mib, peak_mib: w.peak_mib, grown_s: w.grown_s, guest, host, qemu_globals: globals.to_vec() };
                     let (start_mib, peak_mib) = (r.start_mib, r.peak_mib);
                     println!(
                         "[spikes]   spike {}: {} s, reaction {}, grown {}, {:.0} -> {:.0} MiB{}{}{}",
@@ -610,7 +688,9 @@ pub fn report(a: &SpikeArgs, records: &[SpikeRecord], ooms: &[OomRecord], host: 
             (Some(x), Some(b)) if b > 0.0 => format!("{:.2}×", x / b),
             _ => "–".into(),
         };
-        let _ = writeln!(s, "## QEMU {version}, {cpus} vCPU, {}\n", shape.heading());
+        let globals = mine.first().map_or(String::new(), |r| globals_heading(&r.qemu_globals));
+        let day = mine.iter().filter_map(|r| r.sent_unix_s).reduce(f64::min).map_or(String::new(), |t| format!(" (measured {})", &autoballoon::log::format_utc(t as u64, 0)[..10]));
+        let _ = writeln!(s, "## QEMU {version}{globals}, {cpus} vCPU, {}{day}\n", shape.heading());
         let _ = writeln!(s, "| configuration | cold spike s | steady s (median) | × FPR | × no balloon | reaction s, steady: median [p90, max] (spikes) | grown s (median, steady) | guest stalled s, some / full (median, steady) | direct reclaims (median, steady) | THP faults / fallbacks (median, steady) | failed | OOM kills |");
         let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|");
         for &c in &configs {
@@ -701,9 +781,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_report_shows_ratios_to_fpr_per_group() {
-        let rec = |config, cycle, alloc_s| SpikeRecord {
+    fn rec(config: Config, cycle: u32, alloc_s: f64) -> SpikeRecord {
+        SpikeRecord {
             qemu_version: "10.0.2".into(),
             config,
             shape: Shape { threads: 3, mib: 400, ramp: None },
@@ -719,7 +798,12 @@ mod tests {
             grown_s: None,
             guest: Some(GuestDelta { psi_some_s: 0.5, psi_full_s: 0.25, allocstall: 3, ..Default::default() }),
             host: None,
-        };
+            qemu_globals: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_report_shows_ratios_to_fpr_per_group() {
         let rs = vec![rec(Config::Fpr, 0, 3.0), rec(Config::Fpr, 1, 2.0), rec(Config::AbStock, 0, 5.0), rec(Config::AbStock, 1, 1.0), rec(Config::AbStock, 2, 3.0)];
         let ooms = vec![OomRecord { qemu_version: "10.0.2".into(), cpus: 1, config: Config::AbStock, oom_kills: 0 }];
         let a = SpikeArgs::try_parse_from_empty();
@@ -736,6 +820,30 @@ mod tests {
         let md = report(&a, &[&rs[..], &patched[..], &bar[..]].concat(), &ooms, "");
         assert!(md.contains("| autoballoon, patched kernel +FPR +hinting | 2.00 | 1.00 | 0.25× |"), "{md}");
         assert!(md.contains("| FPR, patched kernel | 4.00 | 4.00 | 1.00× |"), "{md}");
+    }
+
+    #[test]
+    fn a_table_is_headed_with_the_wrappers_settings_and_the_day_it_was_measured() {
+        let globals = globals_of_script(include_str!("../fixtures/qemu-system-x86_64-populate"));
+        assert_eq!(globals, ["virtio-balloon-device.x-populate-on-deflate=on", "virtio-balloon-device.x-migrate-skip-ballooned=on", "virtio-balloon-device.x-zeroed=on"]);
+        let r = |cycle| SpikeRecord { qemu_globals: globals.clone(), sent_unix_s: Some(1_796_680_000.0), ..rec(Config::Fpr, cycle, 1.0) };
+        let md = report(&SpikeArgs::try_parse_from_empty(), &[r(0), r(1)], &[], "");
+        assert!(md.contains("## QEMU 10.0.2 with virtio-balloon-device: x-populate-on-deflate=on, x-migrate-skip-ballooned=on, x-zeroed=on, 1 vCPU, 3 threads × 400 MiB (measured 2026-12-07)\n"), "{md}");
+        assert_eq!(globals_heading(&["a.x=1".into(), "b.y=2".into()]), " with a.x=1, b.y=2");
+        assert_eq!(globals_heading(&[]), "");
+        assert!(globals_of_script("#!/bin/sh\n# -global commented.out=on\nexec qemu \"$@\"\n").is_empty());
+    }
+
+    #[test]
+    fn a_run_keeps_the_fleets_of_an_earlier_one_that_it_did_not_measure() {
+        let at = |v: &str, cpus, alloc_s| SpikeRecord { qemu_version: v.into(), cpus, ..rec(Config::Fpr, 1, alloc_s) };
+        let oom = |v: &str, cpus| OomRecord { qemu_version: v.into(), cpus, config: Config::Fpr, oom_kills: 0 };
+        let earlier = Results { spikes: vec![at("7.2", 1, 1.0), at("7.2 via p", 1, 2.0), at("10", 1, 3.0), at("10", 2, 4.0)], oom_kills: vec![oom("7.2", 1), oom("7.2 via p", 1)] };
+        let now = Results { spikes: vec![at("7.2 via p", 1, 9.0), at("7.2 via p", 2, 8.0)], oom_kills: vec![oom("7.2 via p", 1)] };
+        let r = now.keeping(earlier);
+        let got: Vec<(&str, u32, f64)> = r.spikes.iter().map(|s| (s.qemu_version.as_str(), s.cpus, s.alloc_s.unwrap())).collect();
+        assert_eq!(got, [("7.2", 1, 1.0), ("7.2 via p", 1, 9.0), ("10", 1, 3.0), ("10", 2, 4.0), ("7.2 via p", 2, 8.0)]);
+        assert_eq!(r.oom_kills, [oom("7.2", 1), oom("7.2 via p", 1)]);
     }
 
     #[test]
