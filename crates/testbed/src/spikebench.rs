@@ -520,6 +520,28 @@ fn globals_of_script(text: &str) -> Vec<String> {
     words.windows(2).filter(|w| w[0] == "-global").map(|w| w[1].trim_matches(|c| c == '"' || c == '\'').to_string()).collect()
 }
 
+/// A run's spikes follow each other within minutes (a fleet's boot is the longest pause):
+/// a pause this long between two spikes starts another run.
+const RUN_GAP_S: f64 = 1800.0;
+
+/// The first spike of each run among `records` (kept from earlier runs or not), in order.
+fn runs(records: &[SpikeRecord]) -> Vec<f64> {
+    let mut times: Vec<f64> = records.iter().filter_map(|r| r.sent_unix_s).collect();
+    times.sort_by(f64::total_cmp);
+    let mut starts: Vec<f64> = Vec::new();
+    for (i, &t) in times.iter().enumerate() {
+        if i == 0 || t - times[i - 1] > RUN_GAP_S {
+            starts.push(t);
+        }
+    }
+    starts
+}
+
+/// A Unix time to the minute, `YYYY-MM-DD HH:MM` (UTC).
+fn minute_of(unix_s: f64) -> String {
+    autoballoon::log::format_utc(unix_s as u64, 0)[..16].replace('T', " ")
+}
+
 /// `driver.a=on, driver.b=on` as `driver: a=on, b=on` where they share a driver.
 fn globals_heading(globals: &[String]) -> String {
     let driver = |g: &String| g.split_once('.').map(|(d, _)| d.to_string());
@@ -666,6 +688,11 @@ pub fn report(a: &SpikeArgs, records: &[SpikeRecord], ooms: &[OomRecord], host: 
     if let Some(p) = &a.policy {
         let _ = writeln!(s, "The controlled configurations ran with the policy keys `{p}` instead of the defaults.\n");
     }
+    let runs = runs(records);
+    let run_of = |r: &SpikeRecord| r.sent_unix_s.and_then(|t| runs.iter().rev().find(|&&start| start <= t).copied());
+    if runs.len() > 1 {
+        let _ = writeln!(s, "The tables were measured in {} sittings, with more than {} min between them (each heading says when; `--keep` keeps an earlier run's tables): every ratio is within one table's fleet, measured side by side.\n", runs.len(), RUN_GAP_S / 60.0);
+    }
     let mut groups: Vec<(String, u32, Shape)> = Vec::new();
     let mut configs: Vec<Config> = Vec::new();
     for r in records {
@@ -689,8 +716,8 @@ pub fn report(a: &SpikeArgs, records: &[SpikeRecord], ooms: &[OomRecord], host: 
             _ => "–".into(),
         };
         let globals = mine.first().map_or(String::new(), |r| globals_heading(&r.qemu_globals));
-        let day = mine.iter().filter_map(|r| r.sent_unix_s).reduce(f64::min).map_or(String::new(), |t| format!(" (measured {})", &autoballoon::log::format_utc(t as u64, 0)[..10]));
-        let _ = writeln!(s, "## QEMU {version}{globals}, {cpus} vCPU, {}{day}\n", shape.heading());
+        let run = mine.first().and_then(|r| run_of(r)).map_or(String::new(), |t| format!(" (measured from {} UTC)", minute_of(t)));
+        let _ = writeln!(s, "## QEMU {version}{globals}, {cpus} vCPU, {}{run}\n", shape.heading());
         let _ = writeln!(s, "| configuration | cold spike s | steady s (median) | × FPR | × no balloon | reaction s, steady: median [p90, max] (spikes) | grown s (median, steady) | guest stalled s, some / full (median, steady) | direct reclaims (median, steady) | THP faults / fallbacks (median, steady) | failed | OOM kills |");
         let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|");
         for &c in &configs {
@@ -826,9 +853,16 @@ mod tests {
     fn a_table_is_headed_with_the_wrappers_settings_and_the_day_it_was_measured() {
         let globals = globals_of_script(include_str!("../fixtures/qemu-system-x86_64-populate"));
         assert_eq!(globals, ["virtio-balloon-device.x-populate-on-deflate=on", "virtio-balloon-device.x-migrate-skip-ballooned=on", "virtio-balloon-device.x-zeroed=on"]);
-        let r = |cycle| SpikeRecord { qemu_globals: globals.clone(), sent_unix_s: Some(1_796_680_000.0), ..rec(Config::Fpr, cycle, 1.0) };
-        let md = report(&SpikeArgs::try_parse_from_empty(), &[r(0), r(1)], &[], "");
-        assert!(md.contains("## QEMU 10.0.2 with virtio-balloon-device: x-populate-on-deflate=on, x-migrate-skip-ballooned=on, x-zeroed=on, 1 vCPU, 3 threads × 400 MiB (measured 2026-12-07)\n"), "{md}");
+        let r = |cycle| SpikeRecord { qemu_globals: globals.clone(), sent_unix_s: Some(1_796_680_000.0 + 10.0 * f64::from(cycle)), ..rec(Config::Fpr, cycle, 1.0) };
+        let a = SpikeArgs::try_parse_from_empty();
+        let md = report(&a, &[r(0), r(1)], &[], "");
+        assert!(md.contains("## QEMU 10.0.2 with virtio-balloon-device: x-populate-on-deflate=on, x-migrate-skip-ballooned=on, x-zeroed=on, 1 vCPU, 3 threads × 400 MiB (measured from 2026-12-07 21:46 UTC)\n"), "{md}");
+        assert!(!md.contains("sittings"), "one run: {md}");
+        // A table kept from an earlier run (`--keep`), hours before: headed with that run.
+        let old = |cycle| SpikeRecord { qemu_version: "7.2".into(), sent_unix_s: Some(1_796_600_000.0 + 10.0 * f64::from(cycle)), ..rec(Config::Fpr, cycle, 1.0) };
+        let md = report(&a, &[old(1), old(0), r(0), r(1)], &[], "");
+        assert!(md.contains("The tables were measured in 2 sittings, with more than 30 min between them"), "{md}");
+        assert!(md.contains("## QEMU 7.2, 1 vCPU, 3 threads × 400 MiB (measured from 2026-12-06 23:33 UTC)\n"), "{md}");
         assert_eq!(globals_heading(&["a.x=1".into(), "b.y=2".into()]), " with a.x=1, b.y=2");
         assert_eq!(globals_heading(&[]), "");
         assert!(globals_of_script("#!/bin/sh\n# -global commented.out=on\nexec qemu \"$@\"\n").is_empty());

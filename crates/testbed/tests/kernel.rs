@@ -33,9 +33,11 @@ fn agent_log(q: &Qemu) -> String {
 }
 
 /// The KUnit suites built into the patched kernel, run at boot: `balloon_store` (the
-/// store, its zone and node filter) and `virtio_balloon_hook` (the hook called from a hard
-/// interrupt, a soft interrupt and with interrupts off on the real device, the real
-/// allocator path with the free lists drained, memory offlining cancelled).
+/// store, its zone and node filter), `balloon_zeroed` (a block given back as reading as
+/// zeroes is not zeroed again; any allocation clears its marks) and `virtio_balloon_hook`
+/// (the hook called from a hard interrupt, a soft interrupt and with interrupts off on the
+/// real device, the real allocator path with the free lists drained, memory offlining
+/// cancelled).
 #[test]
 #[ignore = "needs the patched kernel: make kernel-test"]
 fn patched_kunit() {
@@ -44,7 +46,7 @@ fn patched_kunit() {
     let mut fields = json!({});
     // KTAP: "# balloon_store: pass:4 fail:0 skip:0 total:4" (test cases), then
     // "# Totals: pass:35 ..." (parameterised cases counted), once per batch of suites.
-    for (suite, min_cases) in [("balloon_store", 4), ("virtio_balloon_hook", 5)] {
+    for (suite, min_cases) in [("balloon_store", 4), ("balloon_zeroed", 2), ("virtio_balloon_hook", 5)] {
         let c = kunit_counts(&dmesg, &format!("# {suite}: ")).pop().unwrap_or_else(|| panic!("no KUnit results for {suite} in dmesg:\n{dmesg}"));
         fields[format!("kunit_{suite}_cases")] = json!(c.pass);
         assert_eq!((c.fail, c.skip), (0, 0), "{suite}: {c:?}:\n{dmesg}");
@@ -207,22 +209,6 @@ fn patched_units_come_back_as_huge_pages() {
     assert!(n < spike_pages / 32, "QEMU faulted {n} times for a spike of {spike_pages} pages the balloon had held: units came back 4 KiB at a time");
 }
 
-/// The project's QEMU builds that offer `x-zeroed` (their plain wrappers; the `-populate`
-/// wrapper beside each turns it on), each one built before that patch skipped, said.
-fn zeroed_qemus(test: &str) -> Vec<std::path::PathBuf> {
-    let offers = |q: &std::path::Path| std::process::Command::new(q).args(["-device", "virtio-balloon-pci,help"]).output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("x-zeroed"));
-    common::populate_qemus(test)
-        .into_iter()
-        .filter(|q| {
-            let ok = offers(q);
-            if !ok {
-                eprintln!("SKIPPED {test} on {}: built before x-zeroed (build it again)", q.display());
-            }
-            ok
-        })
-        .collect()
-}
-
 /// A `spike ... zeroes` of the scenarios' size, which checks that every page holds nothing
 /// but its own word, asserted clean; returns what it found and the pages whose zeroing the
 /// kernel skipped meanwhile (`hook_stats`' `zeroing_skipped`).
@@ -249,7 +235,7 @@ fn zeroes_spike(q: &Qemu) -> (SpikeCheck, u64) {
 #[test]
 #[ignore = "needs the patched kernel: make kernel-test"]
 fn patched_units_the_host_zeroed_are_not_zeroed_again() {
-    for (i, plain) in zeroed_qemus("kernel_zeroed").iter().enumerate() {
+    for (i, plain) in common::qemus_offering("kernel_zeroed", "x-zeroed").iter().enumerate() {
         let promising = plain.with_file_name("qemu-system-x86_64-populate");
         for (label, qemu, promise) in [("zeroed", &promising, true), ("plain", plain, false)] {
             let name = format!("{label}{i}");
@@ -286,7 +272,7 @@ fn patched_units_the_host_zeroed_are_not_zeroed_again() {
 #[ignore = "needs the patched kernel: make kernel-test"]
 fn patched_units_given_during_a_migration_read_zeroes_on_the_destination() {
     let test = "kernel_zeroed_migration";
-    for (i, plain) in zeroed_qemus(test).iter().enumerate() {
+    for (i, plain) in common::qemus_offering(test, "x-zeroed").iter().enumerate() {
         let vm = |name: &str| VmSpec { qemu: plain.with_file_name("qemu-system-x86_64-populate"), ..spec(name, GuestAgent::None, true) };
         let image = patched();
         let q = boot(test, &image, vm(&format!("src{i}")));

@@ -150,6 +150,12 @@ pub fn qemu10() -> Result<PathBuf, String> {
 /// skips it; one named by its variable that does not offer the property is a mistake and
 /// fails the test.
 pub fn populate_qemus(test: &str) -> Vec<PathBuf> {
+    qemus_offering(test, "x-populate-on-deflate")
+}
+
+/// [`populate_qemus`] for a later patch of the same builds: those whose balloon offers
+/// `property` (e.g. `x-zeroed`).
+pub fn qemus_offering(test: &str, property: &str) -> Vec<PathBuf> {
     let builds = [
         ("AUTOBALLOON_QEMU10_POPULATE", "qemu/qemu10-populate/bin/qemu-system-x86_64", "make qemu10-populate"),
         ("AUTOBALLOON_QEMU72_FIXED", "qemu/qemu72fixed/bin/qemu-system-x86_64", "scripts/build-qemu72-fixed.sh"),
@@ -167,9 +173,9 @@ pub fn populate_qemus(test: &str) -> Vec<PathBuf> {
         };
         let out = std::process::Command::new(&path).args(["-device", "virtio-balloon-pci,help"]).output();
         let text = out.as_ref().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
-        if !text.contains("x-populate-on-deflate") {
-            assert!(explicit.is_none(), "{var}: {} does not offer x-populate-on-deflate: {out:?}", path.display());
-            eprintln!("SKIPPED {test} on {}: built before x-populate-on-deflate (run `{build}` again)", path.display());
+        if !text.contains(property) {
+            assert!(explicit.is_none(), "{var}: {} does not offer {property}: {out:?}", path.display());
+            eprintln!("SKIPPED {test} on {}: built before {property} (run `{build}` again)", path.display());
             continue;
         }
         found.push(path);
