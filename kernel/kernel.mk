@@ -50,7 +50,7 @@ kernel-test-migrate: agent
 kernel-test-debug: agent
 	PATCHED_VARIANT=debug $(KERNEL_DIR)/scripts/kernel-test.sh $(AGENT)
 
-# KUnit at boot (41 cases: the store, the hook from every context, the spec's order,
+# KUnit at boot (the store, the zeroed map, the hook from every context, the spec's order,
 # offlining, speculative references, HWPoison) and the boot scenarios that fit, under
 # KASAN.  KASAN's shadow takes an eighth of the guest's memory at boot (256 MiB of the
 # 2 GiB guest), so the scenarios balloon it to 512 MiB instead of 256 and spike
