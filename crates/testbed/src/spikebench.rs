@@ -91,8 +91,8 @@ pub struct SpikeArgs {
     #[arg(long)]
     pub report_from: Option<PathBuf>,
     /// An earlier run's `spikes.json`: its fleets (a QEMU and a vCPU count) that this run
-    /// does not measure stay in the report beside this run's, each table headed with the day
-    /// it was measured. To measure some QEMU builds of a long run again (after a change to
+    /// does not measure stay in the report beside this run's, each table headed with the
+    /// sitting it was measured in. To measure some QEMU builds of a long run again (after a change to
     /// them) and keep the others' tables; ratios stay within one fleet, so within one run.
     #[arg(long)]
     pub keep: Option<PathBuf>,
@@ -850,7 +850,7 @@ mod tests {
     }
 
     #[test]
-    fn a_table_is_headed_with_the_wrappers_settings_and_the_day_it_was_measured() {
+    fn a_table_is_headed_with_the_wrappers_settings_and_its_sitting() {
         let globals = globals_of_script(include_str!("../fixtures/qemu-system-x86_64-populate"));
         assert_eq!(globals, ["virtio-balloon-device.x-populate-on-deflate=on", "virtio-balloon-device.x-migrate-skip-ballooned=on", "virtio-balloon-device.x-zeroed=on"]);
         let r = |cycle| SpikeRecord { qemu_globals: globals.clone(), sent_unix_s: Some(1_796_680_000.0 + 10.0 * f64::from(cycle)), ..rec(Config::Fpr, cycle, 1.0) };

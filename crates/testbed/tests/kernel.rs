@@ -169,7 +169,7 @@ fn patched_units_come_back_as_huge_pages() {
     let q = boot("kernel_host_faults", &patched(), VmSpec { free_page_reporting: true, ..spec("patched", GuestAgent::None, true) });
     let qmp = ctl(&q);
     let host = || autoballoon_testbed::host_memory_of(q.pid(), GUEST).expect("QEMU's /proc entries");
-    let spike_pages = u64::from(SPIKE_THREADS) * spike_mib() * 256;
+    let spike_pages = spike_pages();
     let param = "/sys/module/virtio_balloon/parameters/report_blocks";
     let mut faults = Vec::new();
     for report in [1, 0] {
@@ -221,7 +221,7 @@ fn zeroes_spike(q: &Qemu) -> (SpikeCheck, u64) {
     eprintln!("{}: {check:?}", q.spec.name);
     assert_eq!(out.status, 0, "{}", out.text);
     assert_eq!((check.failed, check.bad_pages), (Some(0), 0), "pages that did not read as zeroes: {:?}", check.bad_lines);
-    assert_eq!(check.verified_pages, u64::from(SPIKE_THREADS) * spike_mib() * 256, "{}", out.text);
+    assert_eq!(check.verified_pages, spike_pages(), "{}", out.text);
     (check, n)
 }
 
@@ -249,7 +249,7 @@ fn patched_units_the_host_zeroed_are_not_zeroed_again() {
             assert_eq!(dirty.status, 0, "{}", dirty.text);
             shrink(&qmp);
             let (check, n) = zeroes_spike(&q);
-            let spike_pages = u64::from(SPIKE_THREADS) * spike_mib() * 256;
+            let spike_pages = spike_pages();
             eprintln!("{name} on {}: zeroing skipped for {n} of the spike's {spike_pages} pages", qemu.display());
             record("patched", &format!("zeroed_{label}"), json!({ "zeroing_skipped": n, "spike_pages": spike_pages, "bad_pages": check.bad_pages }));
             if promise {

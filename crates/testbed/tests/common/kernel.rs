@@ -54,6 +54,11 @@ pub fn spike_mib() -> u64 {
     mib_from_env("AUTOBALLOON_KERNEL_SPIKE_MIB", 384)
 }
 
+/// The 4 KiB pages the scenarios' spike touches, over all its threads.
+pub fn spike_pages() -> u64 {
+    u64::from(SPIKE_THREADS) * spike_mib() * 256
+}
+
 pub fn spike(q: &Qemu) -> SpikeRun {
     run_spike(q, SPIKE_THREADS, spike_mib(), Duration::from_secs(300))
 }
