@@ -218,7 +218,7 @@ BENCH_MIGRATION ?= 1
 # on both QEMU lines, each also with the project's balloon patches on (x-populate-on-deflate,
 # and with it x-populate-reported, which the controller uses for the stock kernel's spikes;
 # scripts/build-qemu72-fixed.sh --populate, scripts/build-qemu10-populate.sh --populate),
-# 1 and 2 vCPUs (about 2 h 15 min);
+# 1, 2 and 4 vCPUs (about 3 h 20 min);
 # BENCH_SPIKES=0 skips it, SPIKEBENCH_ARGS passes options (--help).
 BENCH_SPIKES ?= 1
 # Then autoballoon-densitybench (bench/DENSITY.md): four guests running a job sequence, host
@@ -261,7 +261,7 @@ bench: agent testbed image
 	fi; \
 	if [ "$(BENCH_SPIKES)" = 1 ] && stage spikes; then \
 	  target/release/autoballoon-spikebench --image "$$(cat $(IMAGE_PATH))" --patched-image "$$patched" \
-	    --qemu "$$(scripts/build-qemu72-fixed.sh),$$(scripts/build-qemu72-fixed.sh --populate),$$(scripts/install-qemu10.sh),$$(scripts/build-qemu10-populate.sh --populate)" --cpus 1,2 --warm-host-mib 1536 \
+	    --qemu "$$(scripts/build-qemu72-fixed.sh),$$(scripts/build-qemu72-fixed.sh --populate),$$(scripts/install-qemu10.sh),$$(scripts/build-qemu10-populate.sh --populate)" --cpus 1,2,4 --warm-host-mib 1536 \
 	    --out run/bench/spikes --results bench $(SPIKEBENCH_ARGS) || exit 1; \
 	  touch run/bench/spikes.done; \
 	fi; \

@@ -58,6 +58,7 @@ pub fn measure(fleet: &mut Fleet, c: Config, fixed_mib: u64, run: u32) -> Result
         samples,
         phases,
         agent,
+        measured: None,
     })
 }
 

@@ -126,7 +126,8 @@ pub struct BenchArgs {
     /// The kernel benchmark's figures to include, if the file exists.
     #[arg(long, default_value = "run/bench/kernel.json")]
     pub kernel_json: PathBuf,
-    /// Write the report from an existing `results.jsonl` instead of measuring.
+    /// Write the report from an existing `results.jsonl` instead of measuring (with
+    /// `--keep`, beside the kept run's rows).
     #[arg(long)]
     pub report_from: Option<PathBuf>,
     /// Go on with the run whose `results.jsonl` is in --out: the points it measured are
@@ -134,6 +135,13 @@ pub struct BenchArgs {
     /// only the point it was measuring) [default: $BENCH_RESUME=1].
     #[arg(long)]
     pub resume: bool,
+    /// An earlier run's records (its results.json, e.g. `bench/results.json`, or its
+    /// results.jsonl): the report keeps its rows that this run does not measure (a moment on
+    /// a QEMU line with every configuration and run of it, the footprint, the overhead, the
+    /// size sweep), each whole, and marks every row and section with the run that measured
+    /// it; so a benchmark of hours can be refreshed a row at a time.
+    #[arg(long)]
+    pub keep: Option<PathBuf>,
 }
 
 impl BenchArgs {
@@ -224,6 +232,34 @@ fn resumable(kept: Option<&str>, now: &str) -> Result<Resume, String> {
         return Ok(r);
     }
     Err(format!("its setup differs ({}): run without BENCH_RESUME / --resume, or with the setup it had", differ.join("; ")))
+}
+
+/// `--keep`: an earlier run's records, from its results.json (records and meta) or its
+/// results.jsonl; those that do not say which run measured them are said to be of that run,
+/// as its report (or the begun.txt beside the records) tells.
+fn load_kept(path: &Path) -> Result<Vec<Record>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let report: Option<serde_json::Value> = serde_json::from_str::<serde_json::Value>(&text).ok().filter(|v| v.get("records").is_some());
+    let (records, by) = match report {
+        Some(v) => {
+            let records: Vec<Record> = serde_json::from_value(v["records"].clone()).map_err(|e| format!("{}: records: {e}", path.display()))?;
+            (records, written_by(&v["meta"]))
+        }
+        None => (read_records(path)?, std::fs::read_to_string(path.with_file_name("begun.txt")).ok().map(|b| format!("the run begun {}", b.trim()))),
+    };
+    let by = by.unwrap_or_else(|| format!("the run of {}", path.display()));
+    Ok(records.into_iter().map(|r| r.measured_or(&by)).collect())
+}
+
+/// Which run a report's meta says it is of: the measuring run's time and commit, also where
+/// the report was written again from its records since ("make bench` (2026-12-06 15:57
+/// UTC, commit 44ab29a); the report rewritten ...").
+fn written_by(meta: &serde_json::Value) -> Option<String> {
+    let cmd = meta["command"].as_str()?;
+    if let Some((when, _)) = cmd.split_once("` (").and_then(|(_, rest)| rest.split_once(')')) {
+        return Some(format!("the run written {when}"));
+    }
+    Some(format!("the run written {}, commit {}", meta["generated"].as_str()?, meta["commit"].as_str()?))
 }
 
 /// Reads `results.jsonl` back.
@@ -336,6 +372,17 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
     if let Some(v) = forced {
         meta.setup.push(format!("The controller ran with `migration_shrink = \"{v}\"` (not the default `auto`)"));
     }
+    let earlier = a.keep.as_deref().map(load_kept).transpose().map_err(|e| format!("--keep: {e}"))?;
+    let keep_line = a.keep.as_ref().map(|k| format!("Rows this run did not measure are kept from `{}` (`--keep`)", k.display()));
+    if let Some(k) = &a.keep {
+        // Not `make bench`'s whole run: the rows it measured, beside the kept ones.
+        let rows = |ms: &[Moment]| ms.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(",");
+        meta.command = format!("autoballoon-bench --keep {} --moments {} --qemu10-moments {}", k.display(), rows(&moments), rows(&moments10));
+    }
+    let report_records = |records: &[Record]| match &earlier {
+        Some(e) => model::keeping(e.clone(), records.to_vec()),
+        None => records.to_vec(),
+    };
     if let Some(from) = &a.report_from {
         let records = read_records(from)?;
         // The measuring run's own facts, from the results.json it wrote, if there is one.
@@ -354,8 +401,10 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         if let Some(setup) = m.and_then(|m| m["setup"].as_array()) {
             meta.setup = setup.iter().filter_map(|v| v.as_str().map(str::to_string)).collect();
         }
-        return write_report(&a, &meta, &records);
+        meta.setup.extend(keep_line.filter(|l| !meta.setup.contains(l)));
+        return write_report(&a, &meta, &report_records(&records));
     }
+    meta.setup.extend(keep_line);
     let images = Images::load(a.image.as_deref(), a.patched_image.as_deref())?;
     std::fs::create_dir_all(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
     let out = a.out.canonicalize().unwrap_or(a.out.clone());
@@ -391,6 +440,9 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         std::fs::write(&begun, format!("{}, commit {}", meta.generated, meta.commit)).map_err(|e| format!("{}: {e}", begun.display()))?;
         std::fs::write(&setup_file, &setup_text).map_err(|e| format!("{}: {e}", setup_file.display()))?;
     }
+    // Every record says which run measured it (a resumed run is the run it goes on with).
+    let by = format!("the run begun {}", std::fs::read_to_string(&begun).map_or_else(|_| meta.generated.clone(), |b| b.trim().to_string()));
+    records = records.into_iter().map(|r| r.measured_or(&by)).collect();
     // A resumed run writes back what it keeps, so what it measures again is there once.
     let mut sink = std::fs::File::create(&jsonl).map_err(|e| format!("{}: {e}", jsonl.display()))?;
     for r in &records {
@@ -424,6 +476,7 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         println!("[bench] resuming: {} point(s) already measured in {} are kept", have.len(), jsonl.display());
     }
     let mut push = |records: &mut Vec<Record>, r: Record| {
+        let r = r.measured_or(&by);
         let _ = writeln!(sink, "{}", serde_json::to_string(&r).expect("a record serializes"));
         records.push(r);
     };
@@ -524,7 +577,7 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
     if let Err(e) = &outcome {
         meta.setup.push(format!("**The run stopped early**: {e}"));
     }
-    write_report(&a, &meta, &records)?;
+    write_report(&a, &meta, &report_records(&records))?;
     outcome
 }
 

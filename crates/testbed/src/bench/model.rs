@@ -446,6 +446,11 @@ pub struct MigrationRecord {
     pub shell: bool,
     pub kernel_errors: Vec<String>,
     pub tainted: Option<u64>,
+    /// Which run measured it ("the run begun 2026-12-08 01:40 UTC, commit eca55ef"): a
+    /// report that keeps rows of an earlier run (`--keep`) says so row by row. `None` in
+    /// records from before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<String>,
 }
 
 impl MigrationRecord {
@@ -480,6 +485,9 @@ pub struct FootprintRecord {
     /// The guest agent's own cost over the workload, for configurations with an agent.
     #[serde(default)]
     pub agent: Option<AgentCost>,
+    /// Which run measured it, as [`MigrationRecord::measured`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<String>,
 }
 
 /// The guest agent's CPU and memory over a workload, read from its `/proc/PID/stat` and
@@ -507,6 +515,9 @@ pub struct OverheadRecord {
     /// Every figure measured.
     pub completed: bool,
     pub error: Option<String>,
+    /// Which run measured it, as [`MigrationRecord::measured`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<String>,
 }
 
 /// A guest found dead (its QEMU exited: a kernel panic) when its next measurement was due:
@@ -533,6 +544,24 @@ pub enum Record {
     Footprint(FootprintRecord),
     Overhead(OverheadRecord),
     Crash(CrashRecord),
+}
+
+/// A row of the report, as `--keep` replaces it: a moment on a QEMU line (every
+/// configuration and run of it), or a section measured as a whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Row {
+    Migration { qemu: QemuLine, moment: Moment },
+    /// The size sweep and the physical limit.
+    Sweep,
+    Footprint { qemu: QemuLine },
+    Overhead,
+}
+
+/// `--keep`: the records of `earlier` whose rows `now` did not measure, then `now`'s. A row
+/// is replaced whole, never mixed, so every ratio in it is of one run.
+pub fn keeping(earlier: Vec<Record>, now: Vec<Record>) -> Vec<Record> {
+    let measured: std::collections::HashSet<Row> = now.iter().filter(|r| !matches!(r, Record::Crash(_))).map(Record::row).collect();
+    earlier.into_iter().filter(|r| !measured.contains(&r.row())).chain(now).collect()
 }
 
 /// One measurement of `make bench`, as a resumed run recognises it.
@@ -625,6 +654,48 @@ impl Record {
         }
     }
 
+    /// The row of the report it belongs to; a crash, to the row of the measurement it is
+    /// charged to.
+    pub fn row(&self) -> Row {
+        match self {
+            Record::Migration(r) => Row::Migration { qemu: r.qemu, moment: r.moment },
+            Record::Sweep(_) | Record::Physical(_) => Row::Sweep,
+            Record::Footprint(r) => Row::Footprint { qemu: r.qemu },
+            Record::Overhead(_) => Row::Overhead,
+            Record::Crash(x) => match x.after {
+                Some((moment, _)) => Row::Migration { qemu: x.qemu, moment },
+                None => Row::Footprint { qemu: x.qemu },
+            },
+        }
+    }
+
+    /// Which run measured it (`Some(None)`: the record does not say); `None` for a crash.
+    pub fn measured(&self) -> Option<Option<&str>> {
+        match self {
+            Record::Migration(r) | Record::Sweep(r) | Record::Physical(r) => Some(r.measured.as_deref()),
+            Record::Footprint(r) => Some(r.measured.as_deref()),
+            Record::Overhead(r) => Some(r.measured.as_deref()),
+            Record::Crash(_) => None,
+        }
+    }
+
+    /// Says which run measured a record that does not say it yet (a crash says nothing).
+    pub fn measured_or(self, by: &str) -> Record {
+        let set = |mut r: MigrationRecord| {
+            r.measured.get_or_insert_with(|| by.to_string());
+            r
+        };
+        let by = || Some(by.to_string());
+        match self {
+            Record::Migration(r) => Record::Migration(set(r)),
+            Record::Sweep(r) => Record::Sweep(set(r)),
+            Record::Physical(r) => Record::Physical(set(r)),
+            Record::Footprint(r) => Record::Footprint(FootprintRecord { measured: r.measured.clone().or_else(by), ..r }),
+            Record::Overhead(r) => Record::Overhead(OverheadRecord { measured: r.measured.clone().or_else(by), ..r }),
+            crash => crash,
+        }
+    }
+
     fn migration(&self) -> Option<&MigrationRecord> {
         match self {
             Record::Migration(r) | Record::Sweep(r) | Record::Physical(r) => Some(r),
@@ -676,7 +747,7 @@ mod tests {
         Record::Migration(MigrationRecord {
             qemu: QemuLine::System, qemu_version: "7.2.22".into(), config, moment, run, bandwidth_mib: 128,
             completed: true, error: None, sent_mib: 1.0, total_s: 1.0, downtime_ms: None, normal_mib: None, zero_pages: None, size_mib: 1.0, rss_mib: None,
-            spike_alloc_s: None, spike_completed: None, spike_sizes: vec![], spike_vmstat: vec![], source_host: None, memory_mib: None, oom_kills: 0, shell: true, kernel_errors: vec![], tainted: None,
+            spike_alloc_s: None, spike_completed: None, spike_sizes: vec![], spike_vmstat: vec![], source_host: None, memory_mib: None, oom_kills: 0, shell: true, kernel_errors: vec![], tainted: None, measured: None,
         })
     }
 
@@ -695,7 +766,7 @@ mod tests {
     #[test]
     fn a_resumed_run_keeps_whole_groups_only() {
         let m = migration;
-        let ov = |config, run| Record::Overhead(OverheadRecord { qemu: QemuLine::System, config, run, mbw_mib_s: None, memcached: vec![], oom_kills: 0, completed: true, error: None });
+        let ov = |config, run| Record::Overhead(OverheadRecord { qemu: QemuLine::System, config, run, mbw_mib_s: None, memcached: vec![], oom_kills: 0, completed: true, error: None, measured: None });
         let crash = |moment, run| Record::Crash(CrashRecord { qemu: QemuLine::System, config: Config::Fpr, after: Some((moment, run)), kernel_errors: vec![] });
         let configs = [Config::Fpr, Config::AbStock];
         let records = vec![
@@ -709,7 +780,7 @@ mod tests {
             ov(Config::AbStock, 0),
             ov(Config::NoBalloonPatched, 0),
             ov(Config::Fpr, 1),
-            Record::Footprint(FootprintRecord { qemu: QemuLine::System, config: Config::Fpr, run: 0, gib_min: 1.0, seconds: 9.0, peak_mib: 9.0, oom_kills: 0, kernel_errors: vec![], tainted: Some(0), completed: true, samples: vec![], phases: vec![], agent: None }),
+            Record::Footprint(FootprintRecord { qemu: QemuLine::System, config: Config::Fpr, run: 0, gib_min: 1.0, seconds: 9.0, peak_mib: 9.0, oom_kills: 0, kernel_errors: vec![], tainted: Some(0), completed: true, samples: vec![], phases: vec![], agent: None, measured: None }),
         ];
         let (kept, left_out) = whole_groups(records, &configs, &[Config::Fpr, Config::AbStock, Config::NoBalloonPatched]);
         assert_eq!(left_out, 4);
@@ -720,11 +791,47 @@ mod tests {
     }
 
     #[test]
+    fn a_kept_run_gives_the_rows_this_run_did_not_measure() {
+        let crash = |moment| Record::Crash(CrashRecord { qemu: QemuLine::System, config: Config::Fpr, after: Some((moment, 0)), kernel_errors: vec![] });
+        let ten = |r: Record| match r {
+            Record::Migration(x) => Record::Migration(MigrationRecord { qemu: QemuLine::Qemu10, ..x }),
+            r => r,
+        };
+        let ov = Record::Overhead(OverheadRecord { qemu: QemuLine::System, config: Config::Fpr, run: 0, mbw_mib_s: None, memcached: vec![], oom_kills: 0, completed: true, error: None, measured: None });
+        let earlier: Vec<Record> = vec![
+            migration(Config::Fpr, Moment::Idle, 0),
+            migration(Config::AbStock, Moment::Idle, 1),
+            migration(Config::Fpr, Moment::DuringSpike, 0),
+            migration(Config::NoBalloon, Moment::DuringSpike, 1),
+            crash(Moment::DuringSpike),
+            crash(Moment::Idle),
+            ten(migration(Config::Fpr, Moment::DuringSpike, 0)),
+            ov.clone(),
+        ]
+        .into_iter()
+        .map(|r| r.measured_or("earlier"))
+        .collect();
+        // This run measured the spike during a migration on the system line, two
+        // configurations only.
+        let now = vec![migration(Config::Fpr, Moment::DuringSpike, 0), migration(Config::AbStock, Moment::DuringSpike, 0)];
+        let all = keeping(earlier, now.clone());
+        let during: Vec<&Record> = all.iter().filter(|r| r.row() == Row::Migration { qemu: QemuLine::System, moment: Moment::DuringSpike }).collect();
+        assert_eq!(during, now.iter().collect::<Vec<_>>(), "the row is this run's whole: no earlier configuration, run or crash is left in it");
+        assert_eq!(all.iter().filter(|r| r.row() == Row::Migration { qemu: QemuLine::System, moment: Moment::Idle }).count(), 3, "the idle row and its crash are kept");
+        assert!(all.iter().any(|r| r.row() == Row::Migration { qemu: QemuLine::Qemu10, moment: Moment::DuringSpike }), "the other QEMU line's row is kept");
+        assert!(all.contains(&ov.measured_or("earlier")), "the overhead, not measured now, is kept");
+        assert!(all.iter().filter_map(|r| if let Record::Migration(x) = r { Some(x) } else { None }).all(|x| x.measured.as_deref() == Some("earlier") || x.moment == Moment::DuringSpike && x.qemu == QemuLine::System));
+        let Record::Migration(x) = migration(Config::Fpr, Moment::Idle, 0).measured_or("a").measured_or("b") else { unreachable!() };
+        assert_eq!(x.measured.as_deref(), Some("a"), "a record that says which run measured it keeps that");
+    }
+
+    #[test]
     fn records_round_trip_through_json() {
         let m = Record::Migration(MigrationRecord {
             qemu: QemuLine::System, qemu_version: "7.2.22".into(), config: Config::AbPatchedFpr, moment: Moment::AfterSpike(500), run: 1, bandwidth_mib: 128,
             completed: true, error: None, sent_mib: 101.5, total_s: 1.2, downtime_ms: Some(20), normal_mib: Some(99.0), zero_pages: Some(400_000), size_mib: 300.0, rss_mib: Some(900.0),
             spike_alloc_s: Some(0.6), spike_completed: Some(true), spike_sizes: vec![(0.0, 300.0), (0.5, 900.0)], spike_vmstat: vec![("allocstall_movable".into(), 3)], source_host: None, memory_mib: None, oom_kills: 0, shell: true, kernel_errors: vec![], tainted: Some(0),
+            measured: Some("the run begun 2026-12-08 01:40 UTC, commit eca55ef".into()),
         });
         let line = serde_json::to_string(&m).unwrap();
         assert!(line.contains(r#""kind":"migration""#) && line.contains(r#""config":"ab-patched-fpr""#) && line.contains(r#""after-spike":500"#), "{line}");
@@ -734,7 +841,7 @@ mod tests {
         failed.sent_mib = f64::NAN;
         let back: Record = serde_json::from_str(&serde_json::to_string(&Record::Migration(failed)).unwrap()).unwrap();
         assert!(matches!(back, Record::Migration(r) if r.sent_mib.is_nan() && r.total_s == 1.2));
-        let f = Record::Footprint(FootprintRecord { qemu: QemuLine::Qemu10, config: Config::Fpr, run: 0, gib_min: 1.5, seconds: 90.0, peak_mib: 1400.0, oom_kills: 0, kernel_errors: vec![], tainted: Some(0), completed: true, samples: vec![(0.0, 200.0)], phases: vec![(0.0, 5.0, "fill".into())], agent: Some(AgentCost { cpu_pct: 0.4, rss_mib: 3.1, hwm_mib: 3.5 }) });
+        let f = Record::Footprint(FootprintRecord { qemu: QemuLine::Qemu10, config: Config::Fpr, run: 0, gib_min: 1.5, seconds: 90.0, peak_mib: 1400.0, oom_kills: 0, kernel_errors: vec![], tainted: Some(0), completed: true, samples: vec![(0.0, 200.0)], phases: vec![(0.0, 5.0, "fill".into())], agent: Some(AgentCost { cpu_pct: 0.4, rss_mib: 3.1, hwm_mib: 3.5 }), measured: None });
         assert_eq!(serde_json::from_str::<Record>(&serde_json::to_string(&f).unwrap()).unwrap(), f);
         // Records written before the sweep, the reaction samples and the agent's cost read back.
         let old = r#"{"kind":"footprint","qemu":"system","config":"fpr","run":0,"gib_min":1.0,"seconds":9.0,"peak_mib":9.0,"oom_kills":0,"completed":true,"samples":[],"phases":[]}"#;

@@ -67,7 +67,7 @@ fn vm_command(fleet: &mut Fleet, c: Config, command: &str) -> Result<(), String>
 fn measure_alone(fleet: &mut Fleet, c: Config, run: u32) -> Result<OverheadRecord, String> {
     let line = fleet.line;
     let g = fleet.guest(c);
-    let mut rec = OverheadRecord { qemu: line, config: c, run, mbw_mib_s: None, memcached: vec![], oom_kills: 0, completed: false, error: None };
+    let mut rec = OverheadRecord { qemu: line, config: c, run, mbw_mib_s: None, memcached: vec![], oom_kills: 0, completed: false, error: None, measured: None };
     let ok = |cmd: &str, secs: u64| g.q.console.run(cmd, Duration::from_secs(secs)).ok().filter(|o| o.status == 0).map(|o| o.text);
     if ok(SETUP, 120).is_none() {
         rec.error = Some("the tools disk did not unpack or memcached did not start".into());

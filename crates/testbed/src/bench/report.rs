@@ -112,11 +112,69 @@ fn later_crashes(cr: &[CrashRecord], line: QemuLine, m: Moment, c: Config) -> us
     cr.iter().filter(|x| x.qemu == line && x.config == c && x.after.is_some_and(|a| a.0 == m)).count()
 }
 
+/// The runs a report's records come from, in the order the records first name them: more
+/// than one where a run kept an earlier one's rows (`--keep`). Each has a mark, which the
+/// rows and sections it measured carry.
+pub struct Sittings(Vec<String>);
+
+/// What a record from before runs said which they were is said to be from.
+const UNSAID: &str = "a run that did not record when it ran";
+const MARKS: [&str; 9] = ["¹", "²", "³", "⁴", "⁵", "⁶", "⁷", "⁸", "⁹"];
+
+impl Sittings {
+    pub fn of(records: &[Record]) -> Sittings {
+        let mut v: Vec<String> = Vec::new();
+        for by in records.iter().filter_map(Record::measured) {
+            let by = by.unwrap_or(UNSAID);
+            if !v.iter().any(|s| s == by) {
+                v.push(by.to_string());
+            }
+        }
+        Sittings(v)
+    }
+
+    fn mark(&self, i: usize) -> String {
+        MARKS.get(i).map_or(format!("[{}]", i + 1), |m| m.to_string())
+    }
+
+    /// " ¹²": the marks of the runs that measured some records, each once and in order; ""
+    /// where the report is of one run.
+    fn marks<'a>(&self, by: impl IntoIterator<Item = Option<&'a str>>) -> String {
+        if self.0.len() < 2 {
+            return String::new();
+        }
+        let by: Vec<&str> = by.into_iter().map(|b| b.unwrap_or(UNSAID)).collect();
+        let m: String = self.0.iter().enumerate().filter(|(_, s)| by.contains(&s.as_str())).map(|(i, _)| self.mark(i)).collect();
+        if m.is_empty() {
+            m
+        } else {
+            format!(" {m}")
+        }
+    }
+
+    /// A moment's row label, with the marks of the runs that measured it.
+    fn row(&self, ms: &[MigrationRecord], line: QemuLine, m: Moment) -> String {
+        format!("{}{}", m.label(), self.marks(ms.iter().filter(|r| r.qemu == line && r.moment == m).map(|r| r.measured.as_deref())))
+    }
+
+    /// The line under the setup that says what the marks stand for; `None` for one run.
+    fn legend(&self) -> Option<String> {
+        (self.0.len() > 1).then(|| {
+            let runs: Vec<String> = self.0.iter().enumerate().map(|(i, s)| format!("{} {s}", self.mark(i))).collect();
+            format!(
+                "Measured by {} runs (`autoballoon-bench --keep`: a run keeps the rows of an earlier one that it does not measure, each row and section whole, so the ratios within one are measured side by side; the floor is the idle moment's row's). Each row and section is marked with the run that measured it: {}",
+                self.0.len(),
+                runs.join("; ")
+            )
+        })
+    }
+}
+
 /// Renders one cell from itself, FPR's cell and no balloon's at the same moment.
 type ShowCell<'a> = &'a dyn Fn(&Cell, Option<&Cell>, Option<&Cell>) -> String;
 
 /// One table: rows the moments, columns the configurations, each cell `show(cell, fpr, none)`.
-fn table(o: &mut String, ms: &[MigrationRecord], cr: &[CrashRecord], line: QemuLine, show: ShowCell) {
+fn table(o: &mut String, ms: &[MigrationRecord], cr: &[CrashRecord], st: &Sittings, line: QemuLine, show: ShowCell) {
     let (cs, mo) = axes(ms, line);
     let _ = writeln!(o, "| moment | {} |", cs.iter().map(|c| c.label()).collect::<Vec<_>>().join(" | "));
     let _ = writeln!(o, "|---|{}", "---|".repeat(cs.len()));
@@ -124,7 +182,7 @@ fn table(o: &mut String, ms: &[MigrationRecord], cr: &[CrashRecord], line: QemuL
         let fpr = cell(ms, line, m, Config::Fpr);
         let none = cell(ms, line, m, Config::NoBalloon);
         let cells: Vec<String> = cs.iter().map(|&c| cell_with(ms, cr, line, m, c).map_or("".into(), |x| show(&x, fpr.as_ref(), none.as_ref()))).collect();
-        let _ = writeln!(o, "| {} | {} |", m.label(), cells.join(" | "));
+        let _ = writeln!(o, "| {} | {} |", st.row(ms, line, m), cells.join(" | "));
     }
     o.push('\n');
 }
@@ -239,11 +297,12 @@ fn line_title(ms: &[MigrationRecord], fp: &[FootprintRecord], line: QemuLine) ->
 pub fn markdown(meta: &Meta, records: &[Record]) -> String {
     let (ms, fp) = split(records);
     let cr = crashes(records);
+    let st = Sittings::of(records);
     let mut o = String::new();
     let _ = writeln!(o, "# Benchmark results\n");
     let _ = writeln!(o, "Written by `{}` on {}, commit {}; regenerated on every run, never edited by hand.", meta.command, meta.generated, meta.commit);
     let _ = writeln!(o, "The benchmark took {:.0} min. Records: `bench/results.json`; plots: `bench/*.svg`.\n", meta.wall_min);
-    for s in &meta.setup {
+    for s in meta.setup.iter().chain(st.legend().as_ref()) {
         let _ = writeln!(o, "- {s}");
     }
     let _ = writeln!(o, "\nConfigurations (each its own guest; ratios are against FPR (`F`) and no balloon (`N`) at the same moment, same QEMU, same runs):\n");
@@ -257,20 +316,20 @@ pub fn markdown(meta: &Meta, records: &[Record]) -> String {
     for &line in &lines {
         let _ = writeln!(o, "## Migrations, {}\n", line_title(&ms, &fp, line));
         let _ = writeln!(o, "### Main table: MiB sent (× FPR), destinations healthy / migrations\n");
-        table(&mut o, &ms, &cr, line, &|c, fpr, _| {
+        table(&mut o, &ms, &cr, &st, line, &|c, fpr, _| {
             let health = if c.healthy == c.n { format!("{}/{}", c.healthy, c.n) } else { format!("**{}/{}**", c.healthy, c.n) };
             format!("{} ({}) {health}", f(c.sent_mib, 0), x(vs(c.sent_mib, fpr, |x| x.sent_mib)))
         });
         let _ = writeln!(o, "### MiB sent (`ram.transferred`): median [min–max], ×F, ×N\n");
-        table(&mut o, &ms, &cr, line, &|c, fpr, none| {
+        table(&mut o, &ms, &cr, &st, line, &|c, fpr, none| {
             let spread = if c.completed > 1 { format!(" [{}–{}]", f(c.sent_spread.0, 0), f(c.sent_spread.1, 0)) } else { String::new() };
             format!("{}{spread} {} F {} N", f(c.sent_mib, 0), x(vs(c.sent_mib, fpr, |x| x.sent_mib)), x(vs(c.sent_mib, none, |x| x.sent_mib)))
         });
         let _ = writeln!(o, "### Total time (QEMU `total-time`), s: median, ×F, ×N\n");
-        table(&mut o, &ms, &cr, line, &|c, fpr, none| format!("{} {} F {} N", f(c.total_s, 2), x(vs(c.total_s, fpr, |x| x.total_s)), x(vs(c.total_s, none, |x| x.total_s))));
+        table(&mut o, &ms, &cr, &st, line, &|c, fpr, none| format!("{} {} F {} N", f(c.total_s, 2), x(vs(c.total_s, fpr, |x| x.total_s)), x(vs(c.total_s, none, |x| x.total_s))));
         let _ = writeln!(o, "### Health and downtime: destinations healthy / migrations, OOM kills, median downtime ms, median guest size MiB at the start\n");
         let _ = writeln!(o, "Healthy: the migration completed, the destination's shell answers, its dmesg has no BUG/Oops/panic/WARNING/GPF/stall, `/proc/sys/kernel/tainted` is 0, and no OOM kill during the point. Errors are counted since the guest's previous measurement: a guest that crashed while it waited for its next turn is charged to that next point (listed under Problems).\n");
-        table(&mut o, &ms, &cr, line, &|c, _, _| format!("{}/{}{}, {} ms, {} MiB", c.healthy, c.n, if c.oom_kills > 0 { format!(", **{} OOM**", c.oom_kills) } else { String::new() }, f(c.downtime_ms, 0), f(c.size_mib, 0)));
+        table(&mut o, &ms, &cr, &st, line, &|c, _, _| format!("{}/{}{}, {} ms, {} MiB", c.healthy, c.n, if c.oom_kills > 0 { format!(", **{} OOM**", c.oom_kills) } else { String::new() }, f(c.downtime_ms, 0), f(c.size_mib, 0)));
         let (cs, mo) = axes(&ms, line);
         let product: Vec<Config> = cs.iter().copied().filter(|c| c.product()).collect();
         if !product.is_empty() && cs.contains(&Config::Fpr) {
@@ -290,7 +349,7 @@ pub fn markdown(meta: &Meta, records: &[Record]) -> String {
                         })
                     })
                     .collect();
-                let _ = writeln!(o, "| {} | {} |", m.label(), v.join(" | "));
+                let _ = writeln!(o, "| {} | {} |", st.row(&ms, line, m), v.join(" | "));
             }
             let _ = writeln!(o, "\n{fails} failing cell(s).\n");
         }
@@ -323,28 +382,29 @@ pub fn markdown(meta: &Meta, records: &[Record]) -> String {
                         })
                     })
                     .collect();
-                let _ = writeln!(o, "| {} | {} |", m.label(), v.join(" | "));
+                let _ = writeln!(o, "| {} | {} |", st.row(&ms, line, m), v.join(" | "));
             }
             let _ = writeln!(o, "\n{fails} failing cell(s).\n");
         }
     }
-    spike_section(&mut o, &ms);
-    overhead_section(&mut o, records);
-    sweep_section(&mut o, &sw, &ph);
-    footprint_section(&mut o, &fp);
+    spike_section(&mut o, &ms, &st);
+    overhead_section(&mut o, records, &st);
+    sweep_section(&mut o, &sw, &ph, &st);
+    footprint_section(&mut o, &fp, &st);
     let all_ms: Vec<MigrationRecord> = ms.iter().chain(&sw).chain(&ph).cloned().collect();
     problems(&mut o, &all_ms, &fp, &cr);
     kernel_section(&mut o, meta.kernel.as_ref(), &meta.kernel_written);
     o
 }
 
-fn footprint_section(o: &mut String, fp: &[FootprintRecord]) {
+fn footprint_section(o: &mut String, fp: &[FootprintRecord], st: &Sittings) {
     if fp.is_empty() {
         return;
     }
     let lines: Vec<QemuLine> = distinct(fp.iter().map(|r| r.qemu));
     for line in lines {
-        let _ = writeln!(o, "## Footprint, {}: source QEMU RSS integrated over the workload\n", line.label());
+        let by = st.marks(fp.iter().filter(|r| r.qemu == line).map(|r| r.measured.as_deref()));
+        let _ = writeln!(o, "## Footprint, {}: source QEMU RSS integrated over the workload{by}\n", line.label());
         let phases: Vec<&str> = super::footprint::PHASES.iter().map(|p| p.0).collect();
         let _ = writeln!(o, "Workload, on a fresh guest before the migrations: {}. RSS sampled every 0.5 s. Plot: `bench/footprint.svg`.\n", phases.join(", "));
         let _ = writeln!(o, "| configuration | GiB·min [min–max] | ×F | ×N | peak MiB | seconds | OOM kills | completed | agent CPU % / RSS MiB (peak) |");
@@ -396,13 +456,14 @@ fn footprint_section(o: &mut String, fp: &[FootprintRecord]) {
 
 /// The spikes of the after-spike moments: completion, OOM kills, allocation time and the
 /// reaction time (the guest's size sampled every 100 ms during the spike).
-fn spike_section(o: &mut String, ms: &[MigrationRecord]) {
+fn spike_section(o: &mut String, ms: &[MigrationRecord], st: &Sittings) {
     let lines: Vec<QemuLine> = distinct(ms.iter().filter(|r| r.moment.after_s().is_some()).map(|r| r.qemu));
     for line in lines {
         let rs: Vec<&MigrationRecord> = ms.iter().filter(|r| r.qemu == line && r.moment.after_s().is_some() && r.spike_completed.is_some()).collect();
         let cs: Vec<Config> = distinct(rs.iter().map(|r| r.config));
         let alloc = |c: Config| median(&rs.iter().filter(|r| r.config == c).filter_map(|r| r.spike_alloc_s).collect::<Vec<_>>());
-        let _ = writeln!(o, "## The spike itself, {}: every after-spike moment's `spike 3 400`\n", line.label());
+        let by = st.marks(ms.iter().filter(|r| r.qemu == line && r.moment.after_s().is_some()).map(|r| r.measured.as_deref()));
+        let _ = writeln!(o, "## The spike itself, {}: every after-spike moment's `spike 3 400`{by}\n", line.label());
         let _ = writeln!(o, "Reaction time: from the spike's start until the guest's size (QMP `actual`, sampled every 100 ms) first covered 95 % of its growth to the spike's peak; \"–\" for guests whose size never moves.\n");
         let _ = writeln!(o, "| configuration | spikes completed | OOM kills | allocation s (median) | ×N | reaction s: median [min–max] | size at start → peak, MiB (median) |");
         let _ = writeln!(o, "|---|---|---|---|---|---|---|");
@@ -429,7 +490,7 @@ fn spike_section(o: &mut String, ms: &[MigrationRecord]) {
 }
 
 /// Overhead inside the guest: mbw and memcached per configuration, against no balloon.
-fn overhead_section(o: &mut String, records: &[Record]) {
+fn overhead_section(o: &mut String, records: &[Record], st: &Sittings) {
     let ov: Vec<&OverheadRecord> = records.iter().filter_map(|r| if let Record::Overhead(x) = r { Some(x) } else { None }).collect();
     if ov.is_empty() {
         return;
@@ -456,7 +517,8 @@ fn overhead_section(o: &mut String, records: &[Record]) {
             format!("{:+.1} %", (r - 1.0) * 100.0)
         }
     };
-    let _ = writeln!(o, "## Overhead inside the guest (system QEMU): memory bandwidth and memcached\n");
+    let by = st.marks(ov.iter().map(|r| r.measured.as_deref()));
+    let _ = writeln!(o, "## Overhead inside the guest (system QEMU): memory bandwidth and memcached{by}\n");
     let _ = writeln!(o, "Each configuration on a fresh guest of its own with the tools disk (`scripts/bench-tools-disk.sh`: Debian's `mbw` and `memcached`, and `mcload`, a load generator on memcached's unix socket: 4 connections, 10,000 keys of 1 KiB, 10 s per set:get ratio); {runs} round(s), configurations interleaved, the other guests stopped while one is measured; medians. `mbw -q -n 5 -t0 128`: memcpy bandwidth. Cells: the median, [the rounds' lowest–highest], and its difference to no balloon on the same kernel in the same run (the first seed reports −0.04 % and −0.2 %). Under TCG on this shared machine the rounds of one configuration spread by tens of percent: a difference inside no balloon's range is not an effect.\n");
     let _ = writeln!(o, "| configuration | mbw MiB/s | memcached 1:1 ops/s | 1:10 | 10:1 | OOM kills | completed |");
     let _ = writeln!(o, "|---|---|---|---|---|---|---|");
@@ -485,7 +547,7 @@ fn overhead_section(o: &mut String, records: &[Record]) {
 }
 
 /// The size sweep (the first seed's Figure 1, after a fill and free) and the physical limit.
-fn sweep_section(o: &mut String, sw: &[MigrationRecord], ph: &[MigrationRecord]) {
+fn sweep_section(o: &mut String, sw: &[MigrationRecord], ph: &[MigrationRecord], st: &Sittings) {
     if sw.is_empty() && ph.is_empty() {
         return;
     }
@@ -496,7 +558,8 @@ fn sweep_section(o: &mut String, sw: &[MigrationRecord], ph: &[MigrationRecord])
         (!v.is_empty()).then(|| Cell::of(&v))
     };
     let version = sw.iter().chain(ph).next().map(|r| r.qemu_version.clone()).unwrap_or_default();
-    let _ = writeln!(o, "## Size sweep: idle migrations by guest size (QEMU {version})\n");
+    let by = st.marks(sw.iter().chain(ph).map(|r| r.measured.as_deref()));
+    let _ = writeln!(o, "## Size sweep: idle migrations by guest size (QEMU {version}){by}\n");
     let _ = writeln!(o, "Each size on fresh guests: the idle moment (3/4 of the memory written and freed, 10 s idle), one run. Cells: MiB sent (× FPR), seconds, healthy. Plot: `bench/migration-by-size.svg`.\n");
     let _ = writeln!(o, "| guest size | {} |", cs.iter().map(|c| c.label()).collect::<Vec<_>>().join(" | "));
     let _ = writeln!(o, "|---|{}", "---|".repeat(cs.len()));
@@ -685,7 +748,7 @@ mod tests {
         Record::Migration(MigrationRecord {
             qemu: QemuLine::System, qemu_version: "7.2.22".into(), config, moment, run, bandwidth_mib: 128, completed: true, error: None,
             sent_mib: sent, total_s: secs, downtime_ms: Some(20), normal_mib: None, zero_pages: None, size_mib: 300.0, rss_mib: None, spike_alloc_s: None, spike_completed: None, spike_sizes: vec![], spike_vmstat: vec![], source_host: None, memory_mib: None,
-            oom_kills: 0, shell: true, kernel_errors: vec![], tainted: Some(0),
+            oom_kills: 0, shell: true, kernel_errors: vec![], tainted: Some(0), measured: None,
         })
     }
 
@@ -715,6 +778,20 @@ mod tests {
         assert!(md.contains("**FAIL** (1 of 2 unhealthy)"), "{md}");
         assert!(md.contains("1 failing cell(s)"));
         assert!(md.contains("ab-stock, spike+1s, run 0: 1 kernel error line(s), first: `[ 9.1] BUG: kernel NULL pointer dereference`; tainted 4096"), "{md}");
+    }
+
+    #[test]
+    fn rows_kept_from_an_earlier_run_say_which_run_measured_them() {
+        let md = markdown(&Meta::default(), &records());
+        assert!(!md.contains("Measured by") && !md.contains('¹'), "one run: no marks: {md}");
+        // The earlier run's records say nothing; this run measured the after-spike row.
+        let now: Vec<Record> = records().into_iter().filter(|r| matches!(r, Record::Migration(x) if x.moment == Moment::AfterSpike(1000))).map(|r| r.measured_or("the run begun 2026-12-08 01:40 UTC, commit abc")).collect();
+        let all = crate::bench::model::keeping(records(), now);
+        let md = markdown(&Meta::default(), &all);
+        assert!(md.contains("Each row and section is marked with the run that measured it: ¹ a run that did not record when it ran; ² the run begun 2026-12-08 01:40 UTC, commit abc"), "{md}");
+        assert!(md.contains("| idle, after 1.5 GiB written and freed ¹ | 1600 (6.40×) 2/2 |"), "{md}");
+        assert!(md.contains("| 1 s after a 3 × 400 MiB spike was freed ² |"), "{md}");
+        assert!(md.contains("## The spike itself, system QEMU: every after-spike moment's `spike 3 400` ²"), "{md}");
     }
 
     #[test]
@@ -803,13 +880,13 @@ mod tests {
         r.push(Record::Sweep(sweep(Config::Fpr, 4096, 400.0)));
         r.push(Record::Sweep(sweep(Config::AbStock, 4096, 60.0)));
         r.push(Record::Physical(sweep(Config::NoBalloon, 256, 40.0)));
-        let ov = |c, mbw, ops| Record::Overhead(OverheadRecord { qemu: QemuLine::System, config: c, run: 0, mbw_mib_s: Some(mbw), memcached: vec![(1, 1, Some(ops)), (1, 10, Some(ops)), (10, 1, None)], oom_kills: 0, completed: false, error: None });
+        let ov = |c, mbw, ops| Record::Overhead(OverheadRecord { qemu: QemuLine::System, config: c, run: 0, mbw_mib_s: Some(mbw), memcached: vec![(1, 1, Some(ops)), (1, 10, Some(ops)), (10, 1, None)], oom_kills: 0, completed: false, error: None, measured: None });
         r.push(ov(Config::NoBalloon, 1000.0, 2000.0));
         r.push(ov(Config::AbStock, 990.0, 2100.0));
         r.push(ov(Config::NoBalloonPatched, 500.0, 4000.0));
         r.push(ov(Config::AbPatched, 505.0, 3800.0));
-        r.push(Record::Overhead(OverheadRecord { run: 1, mbw_mib_s: Some(1400.0), memcached: vec![(1, 1, Some(1700.0))], ..OverheadRecord { qemu: QemuLine::System, config: Config::NoBalloonPatched, run: 0, mbw_mib_s: None, memcached: vec![], oom_kills: 0, completed: false, error: None } }));
-        let fpt = |c, g| Record::Footprint(FootprintRecord { qemu: QemuLine::System, config: c, run: 0, gib_min: g, seconds: 80.0, peak_mib: 1400.0, oom_kills: 0, kernel_errors: vec![], tainted: Some(0), completed: true, samples: vec![], phases: vec![], agent: None });
+        r.push(Record::Overhead(OverheadRecord { run: 1, mbw_mib_s: Some(1400.0), memcached: vec![(1, 1, Some(1700.0))], ..OverheadRecord { qemu: QemuLine::System, config: Config::NoBalloonPatched, run: 0, mbw_mib_s: None, memcached: vec![], oom_kills: 0, completed: false, error: None, measured: None } }));
+        let fpt = |c, g| Record::Footprint(FootprintRecord { qemu: QemuLine::System, config: c, run: 0, gib_min: g, seconds: 80.0, peak_mib: 1400.0, oom_kills: 0, kernel_errors: vec![], tainted: Some(0), completed: true, samples: vec![], phases: vec![], agent: None, measured: None });
         r.push(fpt(Config::Fpr, 0.8));
         r.push(fpt(Config::AbStock, 0.7));
         let md = markdown(&Meta::default(), &r);

@@ -264,7 +264,7 @@ pub fn point(fleet: &mut Fleet, images: &Images, setup: &Setup, c: Config, m: Mo
     let mut rec = MigrationRecord {
         qemu: fleet.line, qemu_version: fleet.version.clone(), config: c, moment: m, run, bandwidth_mib, completed: false, error: None,
         sent_mib: f64::NAN, total_s: f64::NAN, downtime_ms: None, normal_mib: None, zero_pages: None, size_mib: f64::NAN, rss_mib: None, spike_alloc_s: None, spike_completed: None, spike_sizes: vec![], spike_vmstat: vec![], source_host: None, memory_mib: None,
-        oom_kills: 0, shell: false, kernel_errors: vec![], tainted: None,
+        oom_kills: 0, shell: false, kernel_errors: vec![], tainted: None, measured: None,
     };
     let (dest, _) = fleet.destination(c, images)?;
     let outcome = (|| -> Result<Migrated, String> {

@@ -161,7 +161,7 @@ mod tests {
         MigrationRecord {
             qemu: QemuLine::System, qemu_version: "7.2".into(), config, moment: Moment::Idle, run: 0, bandwidth_mib: 128, completed, error: None,
             sent_mib: sent, total_s: sent / 100.0, downtime_ms: Some(10), normal_mib: None, zero_pages: None, size_mib: 2048.0, rss_mib: None, spike_alloc_s: None, spike_completed: None, spike_sizes: vec![], spike_vmstat: vec![], source_host: None, memory_mib: None,
-            oom_kills: oom, shell: true, kernel_errors: vec![], tainted: Some(0),
+            oom_kills: oom, shell: true, kernel_errors: vec![], tainted: Some(0), measured: None,
         }
     }
 
