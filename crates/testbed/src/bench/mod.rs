@@ -245,10 +245,16 @@ fn load_kept(path: &Path) -> Result<Vec<Record>, String> {
             let records: Vec<Record> = serde_json::from_value(v["records"].clone()).map_err(|e| format!("{}: records: {e}", path.display()))?;
             (records, written_by(&v["meta"]))
         }
-        None => (read_records(path)?, std::fs::read_to_string(path.with_file_name("begun.txt")).ok().map(|b| format!("the run begun {}", b.trim()))),
+        None => (read_records(path)?, std::fs::read_to_string(path.with_file_name("begun.txt")).ok().map(|b| begun_by(&b))),
     };
     let by = by.unwrap_or_else(|| format!("the run of {}", path.display()));
     Ok(records.into_iter().map(|r| r.measured_or(&by)).collect())
+}
+
+/// What a record says of the run that measured it, from the run's `begun.txt` ("2026-12-08
+/// 01:44 UTC, commit eca55ef").
+fn begun_by(begun: &str) -> String {
+    format!("the run begun {}", begun.trim())
 }
 
 /// Which run a report's meta says it is of: the measuring run's time and commit, also where
@@ -441,7 +447,7 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         std::fs::write(&setup_file, &setup_text).map_err(|e| format!("{}: {e}", setup_file.display()))?;
     }
     // Every record says which run measured it (a resumed run is the run it goes on with).
-    let by = format!("the run begun {}", std::fs::read_to_string(&begun).map_or_else(|_| meta.generated.clone(), |b| b.trim().to_string()));
+    let by = begun_by(&std::fs::read_to_string(&begun).unwrap_or_else(|_| meta.generated.clone()));
     records = records.into_iter().map(|r| r.measured_or(&by)).collect();
     // A resumed run writes back what it keeps, so what it measures again is there once.
     let mut sink = std::fs::File::create(&jsonl).map_err(|e| format!("{}: {e}", jsonl.display()))?;

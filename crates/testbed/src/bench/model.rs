@@ -680,20 +680,17 @@ impl Record {
     }
 
     /// Says which run measured a record that does not say it yet (a crash says nothing).
-    pub fn measured_or(self, by: &str) -> Record {
-        let set = |mut r: MigrationRecord| {
-            r.measured.get_or_insert_with(|| by.to_string());
-            r
+    pub fn measured_or(mut self, by: &str) -> Record {
+        let field = match &mut self {
+            Record::Migration(r) | Record::Sweep(r) | Record::Physical(r) => Some(&mut r.measured),
+            Record::Footprint(r) => Some(&mut r.measured),
+            Record::Overhead(r) => Some(&mut r.measured),
+            Record::Crash(_) => None,
         };
-        let by = || Some(by.to_string());
-        match self {
-            Record::Migration(r) => Record::Migration(set(r)),
-            Record::Sweep(r) => Record::Sweep(set(r)),
-            Record::Physical(r) => Record::Physical(set(r)),
-            Record::Footprint(r) => Record::Footprint(FootprintRecord { measured: r.measured.clone().or_else(by), ..r }),
-            Record::Overhead(r) => Record::Overhead(OverheadRecord { measured: r.measured.clone().or_else(by), ..r }),
-            crash => crash,
+        if let Some(m) = field {
+            m.get_or_insert_with(|| by.to_string());
         }
+        self
     }
 
     fn migration(&self) -> Option<&MigrationRecord> {
